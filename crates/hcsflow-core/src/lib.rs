@@ -1,0 +1,31 @@
+//! Core types of hcsflow.
+//!
+//! - [`Stack`]: a 3D `[Z, Y, X]` host array of u8, u16 or f32 — what every
+//!   function sees.
+//! - [`MemoryType`], [`Device`], [`Array`]: where data lives, and data in any of those places.
+//! - [`convert`]: conversion routes between memory types, planned ahead of time.
+//! - [`stack_slices`] / [`unstack_slices`]: 2D slices ↔ 3D stacks with validation.
+//! - [`registry`]: logical functions with implementations per memory type,
+//!   contracts and typed arguments.
+//! - [`adapter`]: GPU adapter descriptions and the device-selection policy.
+//!
+//! This crate has no I/O and no GPU dependency; everything above it points down to it.
+
+pub mod adapter;
+pub mod convert;
+pub mod dtype;
+pub mod memory;
+pub mod registry;
+pub mod slices;
+pub mod stack;
+
+pub use adapter::{select_device, AdapterInfo, AdapterKind, DeviceChoice, DeviceError};
+pub use convert::{plan_route, ConversionError, ConversionPolicy, Conversions, Route, RouteKind};
+pub use dtype::{DType, DTypeConversion, DTypePolicy, OutputDType};
+pub use memory::{Array, BadDevice, Device, DeviceBuffer, DeviceRequest, MemorySpace, MemoryType};
+pub use registry::{
+    ArgError, ArgSpec, ArgValue, Args, CallPlan, Contract, FunctionError, FunctionSpec,
+    Implementation, PlanError, Registry,
+};
+pub use slices::{stack_slices, unstack_slices, SliceError};
+pub use stack::{HostArray, Pixel, Stack};

@@ -1,0 +1,289 @@
+//! Memory types, devices, and the arrays that live in them.
+//!
+//! A [`MemoryType`] names an array library and where its memory lives. Every
+//! function implementation declares the memory type it takes and returns; the
+//! conversion planner ([`crate::convert`]) decides ahead of time how data moves
+//! between them.
+
+use std::any::Any;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::dtype::DType;
+use crate::stack::{HostArray, Stack};
+
+/// Where the bytes of an array physically are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MemorySpace {
+    /// CPU RAM.
+    Host,
+    /// CUDA device memory (reachable by DLPack between CUDA libraries).
+    Cuda,
+    /// wgpu buffers (Vulkan/Metal/DX12): not shareable with CUDA libraries.
+    Wgpu,
+    /// OpenCL buffers (pyclesperanto).
+    OpenCl,
+}
+
+/// How an array of this memory type can be shared without a copy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Exchange {
+    /// DLPack capsules / the buffer protocol: zero-copy with others in the same space.
+    Dlpack,
+    /// No zero-copy protocol: every move is a copy.
+    None,
+}
+
+/// An array library and where its memory lives.
+///
+/// The set is fixed by design (semantics.md §4), so that adding the runtime of
+/// one of them (CUDA, the Python bindings) changes no caller: routes between
+/// every pair are already defined; only whether a converter is *available* in
+/// this build changes. Match with a wildcard arm: the enum is `non_exhaustive`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum MemoryType {
+    /// Rust host arrays ([`Stack`]).
+    Host,
+    /// GPU buffers on a wgpu device (CubeCL).
+    Wgpu,
+    /// Raw CUDA device buffers (future `cudarc` runtime).
+    Cuda,
+    /// numpy arrays (Python bindings).
+    Numpy,
+    /// torch tensors on a CUDA device (Python bindings).
+    Torch,
+    /// cupy arrays (Python bindings).
+    Cupy,
+    /// jax arrays on a CUDA device (Python bindings).
+    Jax,
+    /// tensorflow tensors on a CUDA device (Python bindings).
+    Tensorflow,
+    /// pyclesperanto (OpenCL) arrays (Python bindings).
+    Pyclesperanto,
+}
+
+impl MemoryType {
+    /// Every memory type, in a stable order.
+    pub const ALL: [MemoryType; 9] = [
+        MemoryType::Host,
+        MemoryType::Wgpu,
+        MemoryType::Cuda,
+        MemoryType::Numpy,
+        MemoryType::Torch,
+        MemoryType::Cupy,
+        MemoryType::Jax,
+        MemoryType::Tensorflow,
+        MemoryType::Pyclesperanto,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MemoryType::Host => "host",
+            MemoryType::Wgpu => "wgpu",
+            MemoryType::Cuda => "cuda",
+            MemoryType::Numpy => "numpy",
+            MemoryType::Torch => "torch",
+            MemoryType::Cupy => "cupy",
+            MemoryType::Jax => "jax",
+            MemoryType::Tensorflow => "tensorflow",
+            MemoryType::Pyclesperanto => "pyclesperanto",
+        }
+    }
+
+    /// Where arrays of this type live.
+    pub fn space(self) -> MemorySpace {
+        match self {
+            MemoryType::Host | MemoryType::Numpy => MemorySpace::Host,
+            MemoryType::Wgpu => MemorySpace::Wgpu,
+            MemoryType::Cuda
+            | MemoryType::Torch
+            | MemoryType::Cupy
+            | MemoryType::Jax
+            | MemoryType::Tensorflow => MemorySpace::Cuda,
+            MemoryType::Pyclesperanto => MemorySpace::OpenCl,
+        }
+    }
+
+    /// How arrays of this type can be shared without copying.
+    pub fn exchange(self) -> Exchange {
+        match self {
+            MemoryType::Wgpu | MemoryType::Pyclesperanto => Exchange::None,
+            _ => Exchange::Dlpack,
+        }
+    }
+
+    /// True if arrays of this type need a GPU device.
+    pub fn is_device_memory(self) -> bool {
+        self.space() != MemorySpace::Host
+    }
+}
+
+impl fmt::Display for MemoryType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for MemoryType {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        MemoryType::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| {
+            let names: Vec<_> = MemoryType::ALL.iter().map(|m| m.name()).collect();
+            format!("unknown memory type '{s}': expected one of {}", names.join(", "))
+        })
+    }
+}
+
+/// A concrete place where a function runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Device {
+    /// The host CPU.
+    Cpu,
+    /// GPU adapter `n` in the order `hcsflow doctor` lists them.
+    Gpu(usize),
+}
+
+impl fmt::Display for Device {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Device::Cpu => f.write_str("cpu"),
+            Device::Gpu(n) => write!(f, "gpu:{n}"),
+        }
+    }
+}
+
+/// What the user asked for with `--device`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub enum DeviceRequest {
+    /// A usable hardware GPU if there is one, else the CPU (the reason is reported).
+    #[default]
+    Auto,
+    Cpu,
+    /// The best usable GPU; an error if there is none.
+    Gpu,
+    /// GPU adapter `n`; an error if it does not exist or is not usable.
+    GpuIndex(usize),
+}
+
+/// A `--device` value that is not `auto`, `cpu`, `gpu` or `gpu:N`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("bad device '{0}': expected auto, cpu, gpu or gpu:N (N = adapter index from `hcsflow doctor`)")]
+pub struct BadDevice(pub String);
+
+impl FromStr for DeviceRequest {
+    type Err = BadDevice;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(DeviceRequest::Auto),
+            "cpu" => Ok(DeviceRequest::Cpu),
+            "gpu" => Ok(DeviceRequest::Gpu),
+            _ => s
+                .strip_prefix("gpu:")
+                .and_then(|n| n.parse::<usize>().ok())
+                .map(DeviceRequest::GpuIndex)
+                .ok_or_else(|| BadDevice(s.to_string())),
+        }
+    }
+}
+
+impl fmt::Display for DeviceRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DeviceRequest::Auto => f.write_str("auto"),
+            DeviceRequest::Cpu => f.write_str("cpu"),
+            DeviceRequest::Gpu => f.write_str("gpu"),
+            DeviceRequest::GpuIndex(n) => write!(f, "gpu:{n}"),
+        }
+    }
+}
+
+/// An array held by a device runtime (a wgpu buffer, later CUDA or Python
+/// objects). Implemented by the runtime crates; core only sees this interface.
+pub trait DeviceBuffer: Send + Sync + fmt::Debug + Any {
+    fn memory_type(&self) -> MemoryType;
+    fn device(&self) -> Device;
+    fn shape(&self) -> &[usize];
+    fn dtype(&self) -> DType;
+    /// For runtimes to recover their concrete type.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// An array in any memory type: what flows between the functions of a chain.
+#[derive(Debug, Clone)]
+pub enum Array {
+    /// Host memory ([`MemoryType::Host`]), any number of axes.
+    Host(HostArray),
+    /// Memory owned by a device runtime.
+    Device(Arc<dyn DeviceBuffer>),
+}
+
+impl Array {
+    pub fn memory_type(&self) -> MemoryType {
+        match self {
+            Array::Host(_) => MemoryType::Host,
+            Array::Device(b) => b.memory_type(),
+        }
+    }
+
+    pub fn device(&self) -> Device {
+        match self {
+            Array::Host(_) => Device::Cpu,
+            Array::Device(b) => b.device(),
+        }
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        match self {
+            Array::Host(a) => a.shape(),
+            Array::Device(b) => b.shape(),
+        }
+    }
+
+    pub fn dtype(&self) -> DType {
+        match self {
+            Array::Host(a) => a.dtype(),
+            Array::Device(b) => b.dtype(),
+        }
+    }
+
+    /// The host stack inside, if this is a 3D host array.
+    pub fn into_host_stack(self) -> Option<Stack> {
+        match self {
+            Array::Host(a) => a.into_stack().ok(),
+            Array::Device(_) => None,
+        }
+    }
+}
+
+impl From<Stack> for Array {
+    fn from(s: Stack) -> Self {
+        Array::Host(s.into_host_array())
+    }
+}
+
+impl From<HostArray> for Array {
+    fn from(a: HostArray) -> Self {
+        Array::Host(a)
+    }
+}
+
+/// Checks that `device` can hold arrays of `memory_type`.
+pub fn check_device(memory_type: MemoryType, device: Device) -> Result<(), String> {
+    match (memory_type.is_device_memory(), device) {
+        (false, Device::Cpu) | (true, Device::Gpu(_)) => Ok(()),
+        (false, Device::Gpu(n)) => {
+            Err(format!("{memory_type} arrays live in host memory, not on gpu:{n}; use device cpu"))
+        }
+        (true, Device::Cpu) => Err(format!(
+            "{memory_type} arrays live on a GPU, not on the cpu; use device gpu or gpu:N"
+        )),
+    }
+}

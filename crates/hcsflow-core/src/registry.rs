@@ -1,0 +1,616 @@
+//! The function registry: one logical function (e.g. `max_projection`) with
+//! implementations per memory type, a contract, and typed arguments.
+//!
+//! Using a function is two phases, like the pipeline compiler: [`Registry::plan_call`]
+//! validates everything that can be checked without pixels (function name,
+//! arguments, device, implementation, conversion route) and returns a
+//! [`CallPlan`]; [`Registry::execute`] runs it.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::convert::{ConversionError, ConversionPolicy, Conversions, Route};
+use crate::memory::{Array, Device, MemoryType};
+use crate::stack::Stack;
+
+/// How a function treats the stack axis.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Contract {
+    /// Works on one 2D image; applied to every plane automatically (N → N).
+    Pure2d,
+    /// Works on the whole stack at once (N → M).
+    Pure3d,
+    /// Works on the whole stack, or per plane when `slice_by_slice = true`
+    /// (an argument every flexible function gets automatically).
+    Flexible,
+    /// Reduces the stack to one plane (projections, composites): N → 1.
+    VolumetricToSlice,
+}
+
+impl fmt::Display for Contract {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Contract::Pure2d => "pure_2d",
+            Contract::Pure3d => "pure_3d",
+            Contract::Flexible => "flexible",
+            Contract::VolumetricToSlice => "volumetric_to_slice",
+        })
+    }
+}
+
+/// The name of the argument every [`Contract::Flexible`] function gets.
+pub const SLICE_BY_SLICE: &str = "slice_by_slice";
+
+/// The type of an argument, with its valid range.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ArgKind {
+    Int {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        min: Option<i64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        max: Option<i64>,
+    },
+    Float {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        min: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        max: Option<f64>,
+    },
+    Bool,
+    /// One of a fixed set of strings.
+    Choice { choices: Vec<&'static str> },
+}
+
+impl ArgKind {
+    fn type_name(&self) -> &'static str {
+        match self {
+            ArgKind::Int { .. } => "an integer",
+            ArgKind::Float { .. } => "a number",
+            ArgKind::Bool => "true or false",
+            ArgKind::Choice { .. } => "one of the listed choices",
+        }
+    }
+}
+
+/// A value of an argument.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum ArgValue {
+    Int(i64),
+    Float(f64),
+    Bool(bool),
+    Str(String),
+}
+
+impl fmt::Display for ArgValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgValue::Int(v) => write!(f, "{v}"),
+            ArgValue::Float(v) => write!(f, "{v}"),
+            ArgValue::Bool(v) => write!(f, "{v}"),
+            ArgValue::Str(v) => write!(f, "'{v}'"),
+        }
+    }
+}
+
+/// One argument of a function: name, type and range, default, one-line doc.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ArgSpec {
+    pub name: &'static str,
+    #[serde(flatten)]
+    pub kind: ArgKind,
+    pub default: ArgValue,
+    pub doc: &'static str,
+}
+
+impl ArgSpec {
+    pub fn int(name: &'static str, default: i64, min: Option<i64>, max: Option<i64>, doc: &'static str) -> Self {
+        ArgSpec { name, kind: ArgKind::Int { min, max }, default: ArgValue::Int(default), doc }
+    }
+    pub fn float(name: &'static str, default: f64, min: Option<f64>, max: Option<f64>, doc: &'static str) -> Self {
+        ArgSpec { name, kind: ArgKind::Float { min, max }, default: ArgValue::Float(default), doc }
+    }
+    pub fn bool(name: &'static str, default: bool, doc: &'static str) -> Self {
+        ArgSpec { name, kind: ArgKind::Bool, default: ArgValue::Bool(default), doc }
+    }
+    pub fn choice(name: &'static str, default: &'static str, choices: &[&'static str], doc: &'static str) -> Self {
+        ArgSpec {
+            name,
+            kind: ArgKind::Choice { choices: choices.to_vec() },
+            default: ArgValue::Str(default.to_string()),
+            doc,
+        }
+    }
+
+    /// Checks a value against type and range; coerces integers given for floats.
+    fn validate(&self, function: &str, value: ArgValue) -> Result<ArgValue, ArgError> {
+        let wrong = |got: &ArgValue| ArgError::WrongType {
+            function: function.to_string(),
+            name: self.name.to_string(),
+            expected: self.kind.type_name().to_string(),
+            got: got.to_string(),
+        };
+        let out_of_range = |value: String, range: String| ArgError::OutOfRange {
+            function: function.to_string(),
+            name: self.name.to_string(),
+            value,
+            range,
+        };
+        match (&self.kind, value) {
+            (ArgKind::Int { min, max }, ArgValue::Int(v)) => {
+                if min.is_some_and(|m| v < m) || max.is_some_and(|m| v > m) {
+                    return Err(out_of_range(v.to_string(), range_text(*min, *max)));
+                }
+                Ok(ArgValue::Int(v))
+            }
+            (ArgKind::Float { min, max }, v @ (ArgValue::Int(_) | ArgValue::Float(_))) => {
+                let x = match v {
+                    ArgValue::Int(i) => i as f64,
+                    ArgValue::Float(f) => f,
+                    _ => unreachable!(),
+                };
+                if !x.is_finite() {
+                    return Err(wrong(&ArgValue::Float(x)));
+                }
+                if min.is_some_and(|m| x < m) || max.is_some_and(|m| x > m) {
+                    return Err(out_of_range(x.to_string(), range_text(*min, *max)));
+                }
+                Ok(ArgValue::Float(x))
+            }
+            (ArgKind::Bool, ArgValue::Bool(b)) => Ok(ArgValue::Bool(b)),
+            (ArgKind::Choice { choices }, ArgValue::Str(s)) => {
+                if choices.contains(&s.as_str()) {
+                    Ok(ArgValue::Str(s))
+                } else {
+                    Err(out_of_range(format!("'{s}'"), format!("one of {}", choices.join(", "))))
+                }
+            }
+            (_, other) => Err(wrong(&other)),
+        }
+    }
+
+    /// Parses a command-line string (`--arg name=text`) as this argument's type.
+    pub fn parse_text(&self, function: &str, text: &str) -> Result<ArgValue, ArgError> {
+        let value = match &self.kind {
+            ArgKind::Int { .. } => text.trim().parse::<i64>().map(ArgValue::Int).ok(),
+            ArgKind::Float { .. } => text.trim().parse::<f64>().map(ArgValue::Float).ok(),
+            ArgKind::Bool => match text.trim() {
+                "true" | "yes" | "1" => Some(ArgValue::Bool(true)),
+                "false" | "no" | "0" => Some(ArgValue::Bool(false)),
+                _ => None,
+            },
+            ArgKind::Choice { .. } => Some(ArgValue::Str(text.to_string())),
+        };
+        let value = value.ok_or_else(|| ArgError::WrongType {
+            function: function.to_string(),
+            name: self.name.to_string(),
+            expected: self.kind.type_name().to_string(),
+            got: format!("'{text}'"),
+        })?;
+        self.validate(function, value)
+    }
+}
+
+fn range_text<T: fmt::Display>(min: Option<T>, max: Option<T>) -> String {
+    match (min, max) {
+        (Some(a), Some(b)) => format!("[{a}, {b}]"),
+        (Some(a), None) => format!(">= {a}"),
+        (None, Some(b)) => format!("<= {b}"),
+        (None, None) => "any value".into(),
+    }
+}
+
+/// An argument problem, found before any pixel is read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ArgError {
+    #[error("{function}: unknown argument '{name}'{}; its arguments are: {}", suggestion.as_ref().map(|s| format!(" (did you mean '{s}'?)")).unwrap_or_default(), if known.is_empty() { "(none)".to_string() } else { known.join(", ") })]
+    Unknown { function: String, name: String, known: Vec<String>, suggestion: Option<String> },
+    #[error("{function}: argument '{name}' expects {expected}, got {got}")]
+    WrongType { function: String, name: String, expected: String, got: String },
+    #[error("{function}: argument '{name}' = {value} is out of range: must be {range}")]
+    OutOfRange { function: String, name: String, value: String, range: String },
+    #[error("malformed argument '{0}': expected name=value")]
+    Malformed(String),
+}
+
+/// Validated arguments of one call: every declared argument has a value.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct Args {
+    values: BTreeMap<String, ArgValue>,
+}
+
+impl Args {
+    pub fn get(&self, name: &str) -> Option<&ArgValue> {
+        self.values.get(name)
+    }
+    /// The value of a declared integer argument (0 if absent: only reachable by a registry bug).
+    pub fn int(&self, name: &str) -> i64 {
+        match self.values.get(name) {
+            Some(ArgValue::Int(v)) => *v,
+            _ => 0,
+        }
+    }
+    pub fn float(&self, name: &str) -> f64 {
+        match self.values.get(name) {
+            Some(ArgValue::Float(v)) => *v,
+            Some(ArgValue::Int(v)) => *v as f64,
+            _ => 0.0,
+        }
+    }
+    pub fn bool(&self, name: &str) -> bool {
+        matches!(self.values.get(name), Some(ArgValue::Bool(true)))
+    }
+    pub fn str(&self, name: &str) -> &str {
+        match self.values.get(name) {
+            Some(ArgValue::Str(v)) => v,
+            _ => "",
+        }
+    }
+}
+
+/// A function failed while running.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FunctionError {
+    #[error("{function}: {message}")]
+    Failed { function: String, message: String },
+    #[error("{function} ({contract}) returned {got} planes for {input} input planes; expected {expected}")]
+    ContractViolation { function: String, contract: Contract, input: usize, got: usize, expected: usize },
+    #[error("{function}: implementation for {expected} received a {got} array")]
+    WrongMemory { function: String, expected: MemoryType, got: MemoryType },
+    #[error("{function}: expected a 3D [Z, Y, X] stack, got shape {shape:?}")]
+    NotAStack { function: String, shape: Vec<usize> },
+    #[error(transparent)]
+    Conversion(#[from] ConversionError),
+}
+
+impl FunctionError {
+    /// A failure with a message, for implementations.
+    pub fn failed(function: &str, message: impl Into<String>) -> Self {
+        FunctionError::Failed { function: function.to_string(), message: message.into() }
+    }
+}
+
+/// A host kernel: one stack in, one stack out.
+pub type HostKernel = Arc<dyn Fn(&Stack, &Args) -> Result<Stack, FunctionError> + Send + Sync>;
+/// A kernel on any memory type: receives an array of the implementation's
+/// input memory type, returns one of its output memory type.
+pub type ArrayKernel = Arc<dyn Fn(Array, &Args) -> Result<Array, FunctionError> + Send + Sync>;
+
+/// One implementation of a logical function.
+#[derive(Clone)]
+pub struct Implementation {
+    pub memory_in: MemoryType,
+    pub memory_out: MemoryType,
+    kernel: ArrayKernel,
+    /// For host kernels of per-plane contracts: the registry splits planes.
+    per_plane_host: Option<HostKernel>,
+}
+
+impl fmt::Debug for Implementation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Implementation({} → {})", self.memory_in, self.memory_out)
+    }
+}
+
+impl Implementation {
+    /// A host implementation on whole stacks. For [`Contract::Pure2d`] (and
+    /// flexible functions called with `slice_by_slice`) the registry calls it
+    /// once per plane with a one-plane stack, in parallel.
+    pub fn host(kernel: impl Fn(&Stack, &Args) -> Result<Stack, FunctionError> + Send + Sync + 'static) -> Self {
+        let kernel: HostKernel = Arc::new(kernel);
+        let whole = kernel.clone();
+        Implementation {
+            memory_in: MemoryType::Host,
+            memory_out: MemoryType::Host,
+            kernel: Arc::new(move |array, args| {
+                let got = array.memory_type();
+                let shape = array.shape().to_vec();
+                let stack = array.into_host_stack().ok_or_else(|| {
+                    if got == MemoryType::Host {
+                        FunctionError::NotAStack { function: String::new(), shape }
+                    } else {
+                        FunctionError::WrongMemory { function: String::new(), expected: MemoryType::Host, got }
+                    }
+                })?;
+                Ok(Array::from(whole(&stack, args)?))
+            }),
+            per_plane_host: Some(kernel),
+        }
+    }
+
+    /// An implementation on arrays of `memory_in` returning `memory_out`
+    /// (GPU runtimes). It receives the whole stack whatever the contract.
+    pub fn array(memory_in: MemoryType, memory_out: MemoryType, kernel: ArrayKernel) -> Self {
+        Implementation { memory_in, memory_out, kernel, per_plane_host: None }
+    }
+}
+
+/// Static description of a logical function.
+#[derive(Debug, Clone, Serialize)]
+pub struct FunctionSpec {
+    pub name: &'static str,
+    /// One line: what it does (and the reference it matches).
+    pub doc: &'static str,
+    pub contract: Contract,
+    pub args: Vec<ArgSpec>,
+}
+
+/// A registered function: its spec and implementations.
+#[derive(Debug, Clone)]
+pub struct Function {
+    pub spec: FunctionSpec,
+    pub implementations: Vec<Implementation>,
+}
+
+impl Function {
+    /// Every argument, including the automatic `slice_by_slice` of flexible functions.
+    pub fn all_args(&self) -> Vec<ArgSpec> {
+        let mut args = self.spec.args.clone();
+        if self.spec.contract == Contract::Flexible {
+            args.push(ArgSpec::bool(SLICE_BY_SLICE, false, "apply the function to each plane separately"));
+        }
+        args
+    }
+
+    /// The memory types this function has implementations for.
+    pub fn memory_types(&self) -> Vec<MemoryType> {
+        let mut v: Vec<_> = self.implementations.iter().map(|i| i.memory_in).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// Validates user-given arguments and fills defaults.
+    pub fn validate_args(&self, given: Vec<(String, ArgValue)>) -> Result<Args, ArgError> {
+        let all = self.all_args();
+        let mut values: BTreeMap<String, ArgValue> =
+            all.iter().map(|a| (a.name.to_string(), a.default.clone())).collect();
+        for (name, value) in given {
+            let spec = self.arg_spec(&all, &name)?;
+            values.insert(name, spec.validate(self.spec.name, value)?);
+        }
+        Ok(Args { values })
+    }
+
+    /// Parses and validates `name=value` texts (from `--arg`).
+    pub fn parse_args(&self, texts: &[String]) -> Result<Args, ArgError> {
+        let all = self.all_args();
+        let mut given = Vec::new();
+        for t in texts {
+            let (name, value) = t.split_once('=').ok_or_else(|| ArgError::Malformed(t.clone()))?;
+            let name = name.trim();
+            let spec = self.arg_spec(&all, name)?;
+            given.push((name.to_string(), spec.parse_text(self.spec.name, value)?));
+        }
+        self.validate_args(given)
+    }
+
+    fn arg_spec<'a>(&self, all: &'a [ArgSpec], name: &str) -> Result<&'a ArgSpec, ArgError> {
+        all.iter().find(|a| a.name == name).ok_or_else(|| {
+            let known: Vec<String> = all.iter().map(|a| a.name.to_string()).collect();
+            ArgError::Unknown {
+                function: self.spec.name.to_string(),
+                name: name.to_string(),
+                suggestion: closest(name, known.iter().map(String::as_str)),
+                known,
+            }
+        })
+    }
+}
+
+/// The closest candidate by edit distance, if it is plausibly a typo.
+pub fn closest<'a>(word: &str, candidates: impl Iterator<Item = &'a str>) -> Option<String> {
+    candidates
+        .map(|c| (edit_distance(word, c), c))
+        .filter(|(d, c)| *d <= 2.max(c.len() / 3))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, c)| c.to_string())
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// A problem found while planning a call.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum PlanError {
+    #[error("unknown function '{name}'{}; `hcsflow functions` lists them", suggestion.as_ref().map(|s| format!(" (did you mean '{s}'?)")).unwrap_or_default())]
+    UnknownFunction { name: String, suggestion: Option<String> },
+    #[error("{function} has no implementation for {device} (it has: {}); run it with --device cpu{}", available.iter().map(|m| m.name()).collect::<Vec<_>>().join(", "), if *device == Device::Cpu { " or add a host implementation" } else { "" })]
+    NoImplementation { function: String, device: Device, available: Vec<MemoryType> },
+    #[error(transparent)]
+    Args(#[from] ArgError),
+    #[error("{function}: {error}")]
+    Conversion { function: String, error: ConversionError },
+}
+
+/// A validated call: what runs where, and how the input gets there.
+#[derive(Debug, Clone)]
+pub struct CallPlan {
+    pub function: &'static str,
+    pub contract: Contract,
+    pub device: Device,
+    pub args: Args,
+    pub implementation: Implementation,
+    /// Input memory type → implementation input.
+    pub route_in: Route,
+}
+
+/// All registered functions.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    functions: BTreeMap<&'static str, Function>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a function, or adds implementations to one already registered
+    /// under the same name (the host crate registers the spec; GPU crates add theirs).
+    pub fn register(&mut self, spec: FunctionSpec, implementation: Implementation) {
+        let entry = self
+            .functions
+            .entry(spec.name)
+            .or_insert_with(|| Function { spec, implementations: Vec::new() });
+        entry.implementations.retain(|i| i.memory_in != implementation.memory_in);
+        entry.implementations.push(implementation);
+    }
+
+    /// Adds an implementation to an already-registered function. Returns false if unknown.
+    pub fn add_implementation(&mut self, name: &str, implementation: Implementation) -> bool {
+        match self.functions.get_mut(name) {
+            Some(f) => {
+                f.implementations.retain(|i| i.memory_in != implementation.memory_in);
+                f.implementations.push(implementation);
+                true
+            }
+            None => false,
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Result<&Function, PlanError> {
+        self.functions.get(name).ok_or_else(|| PlanError::UnknownFunction {
+            name: name.to_string(),
+            suggestion: closest(name, self.functions.keys().copied()),
+        })
+    }
+
+    /// All functions in name order.
+    pub fn functions(&self) -> impl Iterator<Item = &Function> {
+        self.functions.values()
+    }
+
+    /// Plans a call of `name` on `device` for input arriving as `input_memory`.
+    pub fn plan_call(
+        &self,
+        name: &str,
+        args: Args,
+        input_memory: MemoryType,
+        device: Device,
+        conversions: &Conversions,
+        policy: ConversionPolicy,
+    ) -> Result<CallPlan, PlanError> {
+        let function = self.get(name)?;
+        let implementation = function
+            .implementations
+            .iter()
+            .find(|i| i.memory_in.is_device_memory() == matches!(device, Device::Gpu(_)))
+            .cloned()
+            .ok_or_else(|| PlanError::NoImplementation {
+                function: function.spec.name.to_string(),
+                device,
+                available: function.memory_types(),
+            })?;
+        let route_in = conversions
+            .plan(input_memory, implementation.memory_in, policy)
+            .map_err(|error| PlanError::Conversion { function: function.spec.name.to_string(), error })?;
+        Ok(CallPlan {
+            function: function.spec.name,
+            contract: function.spec.contract,
+            device,
+            args,
+            implementation,
+            route_in,
+        })
+    }
+
+    /// Runs a planned call. The result is in the implementation's output memory type.
+    pub fn execute(
+        &self,
+        plan: &CallPlan,
+        input: Array,
+        conversions: &Conversions,
+    ) -> Result<Array, FunctionError> {
+        let name = plan.function;
+        if input.shape().len() != 3 {
+            return Err(FunctionError::NotAStack { function: name.into(), shape: input.shape().to_vec() });
+        }
+        let n_in = input.shape()[0];
+        let input = conversions.execute(&plan.route_in, input, plan.device)?;
+        let per_plane = plan.contract == Contract::Pure2d
+            || (plan.contract == Contract::Flexible && plan.args.bool(SLICE_BY_SLICE));
+        let label = |e: FunctionError| match e {
+            FunctionError::NotAStack { shape, .. } => FunctionError::NotAStack { function: name.into(), shape },
+            FunctionError::WrongMemory { expected, got, .. } => {
+                FunctionError::WrongMemory { function: name.into(), expected, got }
+            }
+            other => other,
+        };
+        let output = match (&plan.implementation.per_plane_host, per_plane) {
+            (Some(kernel), true) => {
+                let stack = input.into_host_stack().ok_or_else(|| FunctionError::WrongMemory {
+                    function: name.into(),
+                    expected: MemoryType::Host,
+                    got: plan.implementation.memory_in,
+                })?;
+                let planes: Vec<Stack> = (0..stack.depth())
+                    .into_par_iter()
+                    .map(|z| kernel(&stack.plane(z), &plan.args))
+                    .collect::<Result<_, _>>()?;
+                let got: usize = planes.iter().map(Stack::depth).sum();
+                let out = Stack::concat(&planes).filter(|_| got == n_in).ok_or(
+                    FunctionError::ContractViolation {
+                        function: name.into(),
+                        contract: plan.contract,
+                        input: n_in,
+                        got,
+                        expected: n_in,
+                    },
+                )?;
+                Array::from(out)
+            }
+            _ => (plan.implementation.kernel)(input, &plan.args).map_err(label)?,
+        };
+        if output.shape().len() != 3 {
+            return Err(FunctionError::NotAStack { function: name.into(), shape: output.shape().to_vec() });
+        }
+        let expected = match plan.contract {
+            Contract::Pure2d => Some(n_in),
+            Contract::VolumetricToSlice => Some(1),
+            Contract::Flexible if per_plane => Some(n_in),
+            _ => None,
+        };
+        let got = output.shape()[0];
+        if let Some(expected) = expected.filter(|&e| e != got) {
+            return Err(FunctionError::ContractViolation {
+                function: name.into(),
+                contract: plan.contract,
+                input: n_in,
+                got,
+                expected,
+            });
+        }
+        Ok(output)
+    }
+}
+
+impl FromStr for Contract {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "pure_2d" => Ok(Contract::Pure2d),
+            "pure_3d" => Ok(Contract::Pure3d),
+            "flexible" => Ok(Contract::Flexible),
+            "volumetric_to_slice" => Ok(Contract::VolumetricToSlice),
+            _ => Err(format!("unknown contract '{s}'")),
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! Host arrays: the 3D [`Stack`] every function sees, and the n-dimensional
+//! [`HostArray`] used where the dimensionality is not yet validated.
+
+use ndarray::{Array3, ArrayD, Axis, IxDyn};
+
+use crate::dtype::{DType, DTypeConversion, DTypePolicy};
+
+/// A pixel type a stack can hold. Implemented for `u8`, `u16` and `f32`.
+pub trait Pixel:
+    Copy + Default + PartialOrd + Send + Sync + bytemuck::Pod + std::fmt::Debug + 'static
+{
+    const DTYPE: DType;
+    /// Exact for every u8/u16 value.
+    fn to_f32(self) -> f32;
+    /// Round to nearest (ties to even) and saturate; NaN becomes 0. Identity for f32.
+    fn from_f32_clip(v: f32) -> Self;
+    /// The largest representable value (`f32::MAX` for floats).
+    fn max_value() -> Self;
+    /// The smallest representable value (`f32::MIN` for floats).
+    fn min_value() -> Self;
+    /// Wraps a typed 3D array in the [`Stack`] variant of this pixel type.
+    fn wrap_stack(a: Array3<Self>) -> Stack;
+    /// Wraps a typed n-d array in the [`HostArray`] variant of this pixel type.
+    fn wrap_host(a: ArrayD<Self>) -> HostArray;
+}
+
+macro_rules! int_pixel {
+    ($t:ty, $v:ident) => {
+        impl Pixel for $t {
+            const DTYPE: DType = DType::$v;
+            fn wrap_stack(a: Array3<Self>) -> Stack {
+                Stack::$v(a)
+            }
+            fn wrap_host(a: ArrayD<Self>) -> HostArray {
+                HostArray::$v(a)
+            }
+            #[inline]
+            fn to_f32(self) -> f32 {
+                self as f32
+            }
+            #[inline]
+            fn from_f32_clip(v: f32) -> Self {
+                // `as` saturates and maps NaN to 0; round first (ties to even).
+                v.round_ties_even() as $t
+            }
+            fn max_value() -> Self {
+                <$t>::MAX
+            }
+            fn min_value() -> Self {
+                <$t>::MIN
+            }
+        }
+    };
+}
+int_pixel!(u8, U8);
+int_pixel!(u16, U16);
+
+impl Pixel for f32 {
+    const DTYPE: DType = DType::F32;
+    fn wrap_stack(a: Array3<Self>) -> Stack {
+        Stack::F32(a)
+    }
+    fn wrap_host(a: ArrayD<Self>) -> HostArray {
+        HostArray::F32(a)
+    }
+    #[inline]
+    fn to_f32(self) -> f32 {
+        self
+    }
+    #[inline]
+    fn from_f32_clip(v: f32) -> Self {
+        v
+    }
+    fn max_value() -> Self {
+        f32::MAX
+    }
+    fn min_value() -> Self {
+        f32::MIN
+    }
+}
+
+/// Runs `$body` with `$a` bound to the typed array inside a dtype enum, `$T`
+/// naming its pixel type. One place for the three-way dtype dispatch.
+#[macro_export]
+macro_rules! with_pixels {
+    ($enum:ident, $value:expr, $a:ident, $T:ident => $body:expr) => {
+        match $value {
+            $enum::U8($a) => {
+                #[allow(dead_code)]
+                type $T = u8;
+                $body
+            }
+            $enum::U16($a) => {
+                #[allow(dead_code)]
+                type $T = u16;
+                $body
+            }
+            $enum::F32($a) => {
+                #[allow(dead_code)]
+                type $T = f32;
+                $body
+            }
+        }
+    };
+}
+
+/// A 3D image stack `[Z, Y, X]` in host memory.
+///
+/// "Z" is whatever the step's variable components made the stack axis:
+/// z-planes, channels, sites or timepoints. Arrays are always in standard
+/// (C) layout so they can be handed to files and GPU buffers without copies.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stack {
+    U8(Array3<u8>),
+    U16(Array3<u16>),
+    F32(Array3<f32>),
+}
+
+impl<T: Pixel> From<Array3<T>> for Stack {
+    fn from(a: Array3<T>) -> Self {
+        let a = if a.is_standard_layout() { a } else { a.as_standard_layout().into_owned() };
+        T::wrap_stack(a)
+    }
+}
+
+impl Stack {
+    /// A stack of zeros.
+    pub fn zeros(dtype: DType, shape: [usize; 3]) -> Stack {
+        match dtype {
+            DType::U8 => Stack::U8(Array3::zeros(shape)),
+            DType::U16 => Stack::U16(Array3::zeros(shape)),
+            DType::F32 => Stack::F32(Array3::zeros(shape)),
+        }
+    }
+
+    /// `[Z, Y, X]`.
+    pub fn shape(&self) -> [usize; 3] {
+        with_pixels!(Stack, self, a, T => { let s = a.dim(); [s.0, s.1, s.2] })
+    }
+
+    pub fn dtype(&self) -> DType {
+        match self {
+            Stack::U8(_) => DType::U8,
+            Stack::U16(_) => DType::U16,
+            Stack::F32(_) => DType::F32,
+        }
+    }
+
+    /// Number of planes (the stack axis).
+    pub fn depth(&self) -> usize {
+        self.shape()[0]
+    }
+
+    /// Size of the pixel data in bytes.
+    pub fn nbytes(&self) -> usize {
+        let [z, y, x] = self.shape();
+        z * y * x * self.dtype().size_bytes()
+    }
+
+    /// The raw pixel bytes in native endianness, standard layout.
+    pub fn as_bytes(&self) -> &[u8] {
+        with_pixels!(Stack, self, a, T => {
+            bytemuck::cast_slice(a.as_slice().unwrap_or(&[]))
+        })
+    }
+
+    /// Plane `z` as a one-plane stack (a copy). Panics if `z` is out of range:
+    /// callers iterate over `0..depth()`.
+    pub fn plane(&self, z: usize) -> Stack {
+        with_pixels!(Stack, self, a, T => {
+            Stack::from(a.index_axis(Axis(0), z).insert_axis(Axis(0)).to_owned())
+        })
+    }
+
+    /// All pixels as f32, same shape.
+    pub fn to_f32(&self) -> Array3<f32> {
+        with_pixels!(Stack, self, a, T => a.mapv(Pixel::to_f32))
+    }
+
+    /// The stack as an n-dimensional host array (no copy of pixels).
+    pub fn into_host_array(self) -> HostArray {
+        with_pixels!(Stack, self, a, T => HostArray::from(a.into_dyn()))
+    }
+
+    /// Converts to `target` dtype according to `conversion`.
+    ///
+    /// Integer → wider or float types are exact. Float → integer follows
+    /// [`DTypeConversion`]. Same dtype is returned unchanged (no stretch).
+    pub fn cast(self, target: DType, conversion: DTypeConversion) -> Stack {
+        if self.dtype() == target {
+            return self;
+        }
+        if let (DTypeConversion::Stretch, Some((lo, hi))) = (conversion, target.integer_range()) {
+            let f = self.to_f32();
+            let (mn, mx) = f
+                .iter()
+                .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
+            let scale = if mx > mn { (hi - lo) / (mx - mn) } else { 0.0 };
+            let g = f.mapv(|v| lo + (v - mn) * scale);
+            return Stack::from_f32_array(g, target);
+        }
+        Stack::from_f32_array(self.to_f32(), target)
+    }
+
+    /// Applies a [`DTypePolicy`] to a function result whose input had dtype `input`.
+    pub fn apply_policy(self, input: DType, policy: DTypePolicy) -> Stack {
+        self.cast(policy.output.resolve(input), policy.conversion)
+    }
+
+    /// Builds a stack of `dtype` from f32 values (clip and round for integers).
+    pub fn from_f32_array(a: Array3<f32>, dtype: DType) -> Stack {
+        match dtype {
+            DType::U8 => Stack::U8(a.mapv(u8::from_f32_clip)),
+            DType::U16 => Stack::U16(a.mapv(u16::from_f32_clip)),
+            DType::F32 => Stack::F32(a),
+        }
+    }
+
+    /// Concatenates stacks along Z. All must share Y, X and dtype; at least one.
+    pub fn concat(parts: &[Stack]) -> Option<Stack> {
+        let first = parts.first()?;
+        let [_, y, x] = first.shape();
+        if parts.iter().any(|p| p.dtype() != first.dtype() || p.shape()[1..] != [y, x]) {
+            return None;
+        }
+        Some(match first {
+            Stack::U8(_) => Stack::U8(concat_typed(parts, |p| match p {
+                Stack::U8(a) => Some(a),
+                _ => None,
+            })?),
+            Stack::U16(_) => Stack::U16(concat_typed(parts, |p| match p {
+                Stack::U16(a) => Some(a),
+                _ => None,
+            })?),
+            Stack::F32(_) => Stack::F32(concat_typed(parts, |p| match p {
+                Stack::F32(a) => Some(a),
+                _ => None,
+            })?),
+        })
+    }
+}
+
+fn concat_typed<T: Pixel>(
+    parts: &[Stack],
+    get: impl Fn(&Stack) -> Option<&Array3<T>>,
+) -> Option<Array3<T>> {
+    let views: Option<Vec<_>> = parts.iter().map(|p| get(p).map(|a| a.view())).collect();
+    ndarray::concatenate(Axis(0), &views?).ok()
+}
+
+/// An n-dimensional host array of any supported dtype.
+///
+/// This is what arrives from outside before validation (a TIFF page, a slice
+/// handed to [`stack_slices`](crate::stack_slices)); a [`Stack`] is the
+/// validated 3D form.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HostArray {
+    U8(ArrayD<u8>),
+    U16(ArrayD<u16>),
+    F32(ArrayD<f32>),
+}
+
+impl<T: Pixel> From<ArrayD<T>> for HostArray {
+    fn from(a: ArrayD<T>) -> Self {
+        T::wrap_host(a)
+    }
+}
+
+impl HostArray {
+    pub fn shape(&self) -> &[usize] {
+        with_pixels!(HostArray, self, a, T => a.shape())
+    }
+
+    pub fn dtype(&self) -> DType {
+        match self {
+            HostArray::U8(_) => DType::U8,
+            HostArray::U16(_) => DType::U16,
+            HostArray::F32(_) => DType::F32,
+        }
+    }
+
+    /// A 2D image of zeros.
+    pub fn zeros_2d(dtype: DType, height: usize, width: usize) -> HostArray {
+        Stack::zeros(dtype, [1, height, width])
+            .into_host_array()
+            .index_first(0)
+    }
+
+    /// Sub-array at index `i` of the first axis (a copy). Panics if out of range.
+    pub fn index_first(&self, i: usize) -> HostArray {
+        with_pixels!(HostArray, self, a, T => HostArray::from(a.index_axis(Axis(0), i).to_owned()))
+    }
+
+    /// Reinterprets as a 3D stack if the array has exactly three axes.
+    pub fn into_stack(self) -> Result<Stack, HostArray> {
+        if self.shape().len() != 3 {
+            return Err(self);
+        }
+        Ok(with_pixels!(HostArray, self, a, T => {
+            let a = a.into_dimensionality::<ndarray::Ix3>().map_err(|_| ())
+                .unwrap_or_else(|_| unreachable!("checked to have three axes"));
+            Stack::from(a)
+        }))
+    }
+
+    /// Adds a leading axis of length one (2D image → one-plane stack, etc.).
+    pub fn insert_leading_axis(self) -> HostArray {
+        with_pixels!(HostArray, self, a, T => HostArray::from(a.insert_axis(Axis(0))))
+    }
+
+    /// A 2D array from a flat vector, `[height, width]`.
+    pub fn from_2d<T: Pixel>(height: usize, width: usize, data: Vec<T>) -> Option<HostArray> {
+        ArrayD::from_shape_vec(IxDyn(&[height, width]), data).ok().map(HostArray::from)
+    }
+}
