@@ -1,1 +1,29 @@
+//! TIFF reading and writing of hcsflow [`Stack`]s.
+//!
+//! Microscopy cameras and HCS instruments write grayscale TIFFs: one plane
+//! per file or many planes (z, channels, timepoints) as pages of one file.
+//! This crate maps between such files and a `[Z, Y, X]` [`Stack`]:
+//!
+//! - [`read_stack`]: every page of a file becomes one plane. Pages must share
+//!   width, height and dtype. Supported: u8, u16 and f32 single-sample
+//!   grayscale; strips or tiles; uncompressed, LZW, Deflate (Adobe and old
+//!   style), PackBits (and JPEG for 8-bit, via the `tiff` crate); horizontal
+//!   and floating-point predictors; either byte order; classic TIFF and BigTIFF.
+//! - [`read_info`]: page count, size, dtype, description and compression
+//!   without decoding pixels.
+//! - [`write_stack`]: one page per plane, optionally Deflate-compressed, with
+//!   a description, pixel size and extra ASCII tags (e.g. Harmony's tag 65500).
+//!   Writes are atomic: a temporary file in the target directory is renamed
+//!   over the target only once complete.
+//!
+//! Malformed input never panics; every error names the file ([`TiffError`]).
 
+mod error;
+mod read;
+mod write;
+
+pub use error::TiffError;
+pub use read::{read_info, read_stack, TiffInfo};
+pub use write::{write_stack, Compression, WriteOptions};
+
+pub use hcsflow_core::{DType, Stack};

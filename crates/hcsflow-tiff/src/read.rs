@@ -1,0 +1,382 @@
+//! Reading TIFF files into stacks.
+
+use std::fs::File;
+use std::io::BufReader;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::Path;
+
+use hcsflow_core::{DType, Pixel, Stack};
+use ndarray::{Array3, Axis};
+use tiff::decoder::{Decoder, Limits};
+use tiff::tags::{PhotometricInterpretation, SampleFormat, Tag, Type};
+use tiff::ColorType;
+
+use crate::TiffError;
+
+type Dec = Decoder<BufReader<File>>;
+
+/// What [`read_info`] reports about a TIFF file, from its tags alone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TiffInfo {
+    /// Number of pages (images in the main IFD chain; SubIFDs are not counted).
+    pub pages: usize,
+    /// Width of page 0 in pixels (the X extent of the stack).
+    pub width: usize,
+    /// Height of page 0 in pixels (the Y extent of the stack).
+    pub height: usize,
+    /// Pixel type of page 0.
+    pub dtype: DType,
+    /// The `ImageDescription` tag of page 0. Bytes that are not UTF-8 are
+    /// replaced with U+FFFD; the text ends at the first NUL.
+    pub description: Option<String>,
+    /// Compression of page 0 in lower case: `none`, `lzw`, `deflate`
+    /// (Adobe, code 8), `deflate-old` (code 32946), `packbits`, `jpeg`, … or
+    /// `unknown(N)`.
+    pub compression: String,
+}
+
+/// Reads every page of the TIFF at `path` as one plane of a `[Z, Y, X]` stack.
+///
+/// All pages must have the width, height and dtype of page 0, otherwise
+/// [`TiffError::PageMismatch`] names the first page that differs (files with
+/// thumbnails or reduced-resolution pages in the main IFD chain are therefore
+/// rejected rather than silently mixed). Pixel values are returned as stored:
+/// for `WhiteIsZero` integer images that means the raw values, as tifffile
+/// and ImageJ report them, not an inverted image.
+///
+/// Pixels are decoded straight into the stack's buffer, one page after the
+/// other; there is no per-pixel conversion unless the file's byte order
+/// differs from the machine's or a predictor has to be undone.
+pub fn read_stack(path: &Path) -> Result<Stack, TiffError> {
+    let (mut dec, file_len) = open(path)?;
+    let pages = scan_pages(&mut dec, path)?;
+    let first = pages[0];
+    check_budget(path, &pages, file_len)?;
+    if pages.len() > 1 {
+        dec.seek_to_image(0).map_err(|e| TiffError::from_decoder(path, Some(0), e))?;
+    }
+    let mut stack = match first.dtype {
+        DType::U8 => Stack::U8(read_pages::<u8>(&mut dec, path, &pages)?),
+        DType::U16 => Stack::U16(read_pages::<u16>(&mut dec, path, &pages)?),
+        DType::F32 => Stack::F32(read_pages::<f32>(&mut dec, path, &pages)?),
+    };
+    undo_white_is_zero(&mut stack, &pages);
+    Ok(stack)
+}
+
+/// Reads the page count and page 0's size, dtype, description and
+/// compression without decoding any pixels.
+///
+/// Every IFD of the main chain is parsed (to count pages), so structural
+/// damage anywhere in the chain is reported; damage inside pixel data is not.
+/// Fails with [`TiffError::Unsupported`] if page 0 is not u8/u16/f32 grayscale.
+pub fn read_info(path: &Path) -> Result<TiffInfo, TiffError> {
+    let (mut dec, file_len) = open(path)?;
+    let first = page_meta(&mut dec, path, 0)?;
+    let description = read_text_tag(&mut dec, path, Tag::ImageDescription, file_len)?;
+    let compression = dec
+        .find_tag_unsigned::<u16>(Tag::Compression)
+        .map_err(|e| TiffError::from_decoder(path, Some(0), e))?
+        .unwrap_or(1);
+    let mut pages = 1;
+    while dec.more_images() {
+        dec.next_image().map_err(|e| TiffError::from_decoder(path, Some(pages), e))?;
+        pages += 1;
+    }
+    Ok(TiffInfo {
+        pages,
+        width: first.width,
+        height: first.height,
+        dtype: first.dtype,
+        description,
+        compression: compression_name(compression),
+    })
+}
+
+/// Shape, dtype and decoding facts of one page, from its tags.
+#[derive(Debug, Clone, Copy)]
+struct PageMeta {
+    width: usize,
+    height: usize,
+    dtype: DType,
+    white_is_zero: bool,
+    compressed: bool,
+}
+
+impl PageMeta {
+    fn describe(&self) -> String {
+        format!("{}x{} {}", self.width, self.height, self.dtype)
+    }
+
+    fn decoded_bytes(&self) -> u128 {
+        self.width as u128 * self.height as u128 * self.dtype.size_bytes() as u128
+    }
+}
+
+/// Opens `path` and parses the header and the first IFD.
+fn open(path: &Path) -> Result<(Dec, u64), TiffError> {
+    let file = File::open(path).map_err(|e| TiffError::io(path, e))?;
+    let file_len = file.metadata().map_err(|e| TiffError::io(path, e))?.len();
+    if file_len == 0 {
+        return Err(TiffError::Empty { path: path.to_path_buf() });
+    }
+    let dec = guarded(path, None, || Decoder::new(BufReader::with_capacity(64 * 1024, file)))?;
+    Ok((dec.with_limits(limits()), file_len))
+}
+
+/// Decoder limits for microscopy files.
+///
+/// The default limit on one compressed chunk (128 MiB) would refuse a large
+/// uncompressed single-strip plane, so it is lifted: [`check_budget`] bounds
+/// the memory a file can make us allocate instead. Tag arrays may be larger
+/// than the default 1 MiB (huge tiled images have many tile offsets).
+fn limits() -> Limits {
+    let mut limits = Limits::default();
+    limits.intermediate_buffer_size = usize::MAX;
+    limits.ifd_value_size = 64 * 1024 * 1024;
+    limits
+}
+
+/// Runs a call into the `tiff` decoder, turning its errors — and, as a last
+/// line of defence against bugs on malformed input, its panics — into
+/// [`TiffError`]s naming `path`.
+fn guarded<T>(
+    path: &Path,
+    page: Option<usize>,
+    f: impl FnOnce() -> tiff::TiffResult<T>,
+) -> Result<T, TiffError> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(TiffError::from_decoder(path, page, e)),
+        Err(_) => Err(TiffError::corrupt(path, page, "the TIFF decoder failed on malformed data")),
+    }
+}
+
+/// Reads the facts of every page and checks they agree with page 0.
+/// Leaves the decoder on the last page.
+fn scan_pages(dec: &mut Dec, path: &Path) -> Result<Vec<PageMeta>, TiffError> {
+    let first = page_meta(dec, path, 0)?;
+    let mut pages = vec![first];
+    while dec.more_images() {
+        let index = pages.len();
+        guarded(path, Some(index), || dec.next_image())?;
+        let meta = page_meta(dec, path, index)?;
+        if (meta.width, meta.height, meta.dtype) != (first.width, first.height, first.dtype) {
+            return Err(TiffError::PageMismatch {
+                path: path.to_path_buf(),
+                page: index,
+                expected: first.describe(),
+                found: meta.describe(),
+            });
+        }
+        pages.push(meta);
+    }
+    Ok(pages)
+}
+
+/// The facts of the decoder's current page; errors if it is not a
+/// supported grayscale image.
+fn page_meta(dec: &mut Dec, path: &Path, page: usize) -> Result<PageMeta, TiffError> {
+    let unsupported = |what: String| TiffError::Unsupported { path: path.to_path_buf(), page, what };
+    let (width, height) = guarded(path, Some(page), || dec.dimensions())?;
+    let color = guarded(path, Some(page), || dec.colortype())?;
+    let bits = match color {
+        ColorType::Gray(bits) => bits,
+        ColorType::Multiband { num_samples, .. } => {
+            return Err(unsupported(format!(
+                "{num_samples} samples per pixel; only single-sample grayscale is read"
+            )))
+        }
+        other => {
+            return Err(unsupported(format!(
+                "{} samples per pixel ({other:?}); only single-sample grayscale is read",
+                other.num_samples()
+            )))
+        }
+    };
+    let layout = guarded(path, Some(page), || dec.image_buffer_layout())?;
+    let dtype = match (layout.sample_format, bits) {
+        (SampleFormat::Uint, 8) => DType::U8,
+        (SampleFormat::Uint, 16) => DType::U16,
+        (SampleFormat::IEEEFP, 32) => DType::F32,
+        (format, bits) => {
+            return Err(unsupported(format!(
+                "{bits}-bit {} samples; only 8/16-bit unsigned integer and 32-bit float are read",
+                sample_format_name(format)
+            )))
+        }
+    };
+    let photometric = guarded(path, Some(page), || {
+        dec.find_tag_unsigned::<u16>(Tag::PhotometricInterpretation)
+    })?;
+    let white_is_zero = photometric == Some(PhotometricInterpretation::WhiteIsZero.to_u16());
+    if white_is_zero && dtype == DType::F32 {
+        // The decoder maps v to 1 - v, which cannot be undone exactly.
+        return Err(unsupported("32-bit float with WhiteIsZero photometric interpretation".into()));
+    }
+    let compression =
+        guarded(path, Some(page), || dec.find_tag_unsigned::<u16>(Tag::Compression))?.unwrap_or(1);
+    let meta = PageMeta {
+        width: width as usize,
+        height: height as usize,
+        dtype,
+        white_is_zero,
+        compressed: compression != 1,
+    };
+    if width == 0 || height == 0 || layout.planes != 1 || layout.complete_len as u128 != meta.decoded_bytes() {
+        return Err(TiffError::corrupt(
+            path,
+            Some(page),
+            format_args!("inconsistent image layout for a {} page", meta.describe()),
+        ));
+    }
+    Ok(meta)
+}
+
+/// Refuses files whose tags claim far more pixels than the file can hold,
+/// before allocating for them.
+///
+/// Uncompressed pixels must be stored in the file, so they cannot exceed its
+/// length. No codec the `tiff` crate reads expands data by more than 4096×
+/// (LZW, the worst, emits at most 4096 bytes per 9-bit code), so compressed
+/// pages get that factor. A garbage header claiming a 4-gigapixel image thus
+/// fails here instead of allocating gigabytes.
+fn check_budget(path: &Path, pages: &[PageMeta], file_len: u64) -> Result<(), TiffError> {
+    const MAX_EXPANSION: u128 = 4096;
+    let (mut raw, mut compressed) = (0u128, 0u128);
+    for p in pages {
+        if p.compressed {
+            compressed += p.decoded_bytes();
+        } else {
+            raw += p.decoded_bytes();
+        }
+    }
+    let stored_at_least = raw + compressed.div_ceil(MAX_EXPANSION);
+    if stored_at_least > file_len as u128 {
+        return Err(TiffError::corrupt(
+            path,
+            None,
+            format_args!(
+                "the tags describe {} bytes of pixels in {} page(s) but the file has only {file_len} bytes (truncated?)",
+                raw + compressed,
+                pages.len()
+            ),
+        ));
+    }
+    let total = raw + compressed;
+    if usize::try_from(total).is_err() {
+        return Err(TiffError::TooLarge { path: path.to_path_buf(), what: "the stack".into(), bytes: total });
+    }
+    Ok(())
+}
+
+/// Decodes all pages, starting at the decoder's current page (page 0), into
+/// one `[Z, Y, X]` array.
+fn read_pages<T: Pixel>(dec: &mut Dec, path: &Path, pages: &[PageMeta]) -> Result<Array3<T>, TiffError> {
+    let (height, width) = (pages[0].height, pages[0].width);
+    let plane = height * width;
+    let total = plane.checked_mul(pages.len()).ok_or_else(|| TiffError::TooLarge {
+        path: path.to_path_buf(),
+        what: "the stack".into(),
+        bytes: pages[0].decoded_bytes() * pages.len() as u128,
+    })?;
+    // Zero-initialised through the allocator (calloc), so untouched pages
+    // cost nothing until the decoder writes them.
+    let mut data = vec![T::zeroed(); total];
+    for (z, out) in data.chunks_exact_mut(plane).enumerate() {
+        if z > 0 {
+            guarded(path, Some(z), || dec.next_image())?;
+        }
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(out);
+        guarded(path, Some(z), || dec.read_image_bytes(bytes))?;
+    }
+    Array3::from_shape_vec((pages.len(), height, width), data)
+        .map_err(|e| TiffError::corrupt(path, None, e))
+}
+
+/// The decoder inverts `WhiteIsZero` integer pages; invert them back so the
+/// stack holds the stored values (bitwise NOT is its own inverse).
+fn undo_white_is_zero(stack: &mut Stack, pages: &[PageMeta]) {
+    for (z, page) in pages.iter().enumerate() {
+        if !page.white_is_zero {
+            continue;
+        }
+        match stack {
+            Stack::U8(a) => a.index_axis_mut(Axis(0), z).mapv_inplace(|v| !v),
+            Stack::U16(a) => a.index_axis_mut(Axis(0), z).mapv_inplace(|v| !v),
+            // Rejected in `page_meta`.
+            Stack::F32(_) => {}
+        }
+    }
+}
+
+/// Reads an ASCII tag of the current page as text, leniently: non-UTF-8
+/// bytes are replaced, the text ends at the first NUL, a tag of a non-text
+/// type counts as absent.
+fn read_text_tag(dec: &mut Dec, path: &Path, tag: Tag, file_len: u64) -> Result<Option<String>, TiffError> {
+    let mut ifd = dec.image_ifd();
+    let Some(entry) = ifd.find_entry(tag) else {
+        return Ok(None);
+    };
+    if !matches!(entry.field_type(), Type::ASCII | Type::BYTE | Type::UNDEFINED) {
+        return Ok(None);
+    }
+    let len = entry.count();
+    if len > file_len {
+        return Err(TiffError::corrupt(
+            path,
+            Some(0),
+            format_args!("tag {tag:?} claims {len} bytes but the file has only {file_len}"),
+        ));
+    }
+    let mut bytes = vec![0u8; len as usize];
+    guarded(path, Some(0), || ifd.find_tag_bytes(tag, &mut bytes, 0))?;
+    if let Some(nul) = bytes.iter().position(|&b| b == 0) {
+        bytes.truncate(nul);
+    }
+    Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
+}
+
+fn sample_format_name(format: SampleFormat) -> String {
+    match format {
+        SampleFormat::Uint => "unsigned integer".into(),
+        SampleFormat::Int => "signed integer".into(),
+        SampleFormat::IEEEFP => "floating point".into(),
+        SampleFormat::Void => "untyped (void)".into(),
+        other => format!("sample format {}", other.to_u16()),
+    }
+}
+
+/// Lower-case names for the TIFF `Compression` tag values.
+fn compression_name(code: u16) -> String {
+    match code {
+        1 => "none",
+        2 => "ccitt-rle",
+        3 => "fax3",
+        4 => "fax4",
+        5 => "lzw",
+        6 => "jpeg-old",
+        7 => "jpeg",
+        8 => "deflate",
+        32773 => "packbits",
+        32946 => "deflate-old",
+        34887 => "lerc",
+        34925 => "lzma",
+        50000 => "zstd",
+        50001 => "webp",
+        other => return format!("unknown({other})"),
+    }
+    .to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compression_names_cover_common_codes() {
+        assert_eq!(compression_name(1), "none");
+        assert_eq!(compression_name(32946), "deflate-old");
+        assert_eq!(compression_name(12345), "unknown(12345)");
+    }
+}
