@@ -1,0 +1,734 @@
+//! ImageXpress / MetaXpress plates: a `.HTD` descriptor plus one TIFF per plane.
+//!
+//! Folder variants accepted (formats.md §4.1): images directly in the plate
+//! folder; `TimePoint_<t>/`; `TimePoint_<t>/ZStep_<z>/`; and, with
+//! `ZProjection TRUE`, the projected plane in `TimePoint_<t>/` beside the
+//! `ZStep_<z>/` folders (exposed as [`Plate::projections`]).
+//!
+//! File names are parsed from the right (the plate prefix may contain `_`):
+//! `prefix_WELL[_sS][_wW][_thumb][GUID].tif|.TIF|.tiff`. A trailing 36-character
+//! GUID (bare, `_`-separated or bracketed) is removed first, so that in
+//! `…_w107447158-AC76-…` the wave is `1` and not `107447158`.
+//!
+//! Sites are numbered 1.. over the TRUE cells of `SiteSelection` in reading
+//! order, which also gives each site's grid cell.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use rayon::prelude::*;
+
+use crate::well::{parse_well, well_name};
+use crate::{
+    io_err, list_dir, metaseries_props, tiffio, Format, ImageRecord, MissingImage, Plate,
+    PlateError, PlateMetadata, SiteCell, StagePosition,
+};
+
+/// Decodes descriptor bytes: UTF-8 when valid (BOM stripped), otherwise
+/// Windows-1252, byte by byte, so that a `Description` typed on a Windows PC
+/// (µ, en dash, accented names) never makes a plate unreadable.
+pub fn decode_text(bytes: &[u8]) -> String {
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s.to_string(),
+        Err(_) => bytes.iter().map(|&b| cp1252(b)).collect(),
+    }
+}
+
+fn cp1252(b: u8) -> char {
+    const HIGH: [char; 32] = [
+        '€', '\u{81}', '‚', 'ƒ', '„', '…', '†', '‡', 'ˆ', '‰', 'Š', '‹', 'Œ', '\u{8d}', 'Ž',
+        '\u{8f}', '\u{90}', '‘', '’', '“', '”', '•', '–', '—', '˜', '™', 'š', '›', 'œ', '\u{9d}',
+        'ž', 'Ÿ',
+    ];
+    match b {
+        0x80..=0x9F => HIGH[usize::from(b - 0x80)],
+        _ => char::from(b),
+    }
+}
+
+/// What a `.HTD` file says, with defaults for absent keys.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HtdInfo {
+    pub description: Option<String>,
+    pub timepoints: u32,
+    pub z_series: bool,
+    pub z_steps: u32,
+    pub z_projection: bool,
+    pub x_wells: u32,
+    pub y_wells: u32,
+    /// `WellsSelection<r>` rows, when present.
+    pub wells_selection: Option<Vec<Vec<bool>>>,
+    pub sites: bool,
+    pub x_sites: u32,
+    pub y_sites: u32,
+    /// `SiteSelection<r>` rows, when present.
+    pub site_selection: Option<Vec<Vec<bool>>>,
+    pub waves: bool,
+    pub n_wavelengths: u32,
+    pub wave_names: BTreeMap<u32, String>,
+    pub wave_collect: BTreeMap<u32, bool>,
+    pub unique_id: Option<String>,
+    /// False when the file does not end with `"EndFile"` (possibly truncated).
+    pub has_end: bool,
+}
+
+impl HtdInfo {
+    /// Grid cells (0-based row, col) of sites 1.., reading order over selected cells.
+    pub fn site_cells(&self) -> Vec<SiteCell> {
+        if !self.sites {
+            return vec![SiteCell { site: 1, row: 0, col: 0 }];
+        }
+        let mut out = Vec::new();
+        for r in 0..self.y_sites.max(1) {
+            for c in 0..self.x_sites.max(1) {
+                let selected = match &self.site_selection {
+                    Some(rows) => rows
+                        .get(r as usize)
+                        .and_then(|row| row.get(c as usize))
+                        .copied()
+                        .unwrap_or(false),
+                    None => true,
+                };
+                if selected {
+                    out.push(SiteCell { site: out.len() as u32 + 1, row: r, col: c });
+                }
+            }
+        }
+        out
+    }
+
+    /// Collected channel numbers (waves), ascending.
+    pub fn channels(&self) -> Vec<u32> {
+        let n = if self.waves { self.n_wavelengths.max(1) } else { 1 };
+        (1..=n).filter(|w| self.wave_collect.get(w).copied().unwrap_or(true)).collect()
+    }
+
+    /// Selected wells, numeric order; `None` when the HTD has no selection lines.
+    pub fn selected_wells(&self) -> Option<Vec<String>> {
+        let rows = self.wells_selection.as_ref()?;
+        let mut out = Vec::new();
+        for (r, row) in rows.iter().enumerate() {
+            for (c, &sel) in row.iter().enumerate() {
+                if sel {
+                    if let Some(w) = well_name(r as u32 + 1, c as u32 + 1) {
+                        out.push(w);
+                    }
+                }
+            }
+        }
+        Some(out)
+    }
+}
+
+/// Splits the values after the key: comma-separated, double-quoted strings may
+/// contain commas; quotes are removed.
+fn split_values(rest: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut in_quotes = false;
+    for ch in rest.chars() {
+        match ch {
+            '"' => in_quotes = !in_quotes,
+            ',' if !in_quotes => {
+                out.push(cur.trim().to_string());
+                cur.clear();
+            }
+            _ => cur.push(ch),
+        }
+    }
+    if !cur.trim().is_empty() || !out.is_empty() {
+        out.push(cur.trim().to_string());
+    }
+    out
+}
+
+/// Parses the text of a `.HTD` file. `path` is only used in errors.
+pub fn parse_htd(bytes: &[u8], path: &Path) -> Result<HtdInfo, PlateError> {
+    let text = decode_text(bytes);
+    let bad = |line: usize, message: String| PlateError::Htd { path: path.to_path_buf(), line, message };
+    let mut entries: BTreeMap<String, (usize, Vec<String>)> = BTreeMap::new();
+    let mut first = true;
+    let mut has_end = false;
+    for (i, raw) in text.split('\n').enumerate() {
+        let lineno = i + 1;
+        let line = raw.trim_end_matches('\r').trim();
+        if line.is_empty() {
+            continue;
+        }
+        let Some(after) = line.strip_prefix('"') else {
+            return Err(bad(lineno, format!("expected a line starting with a quoted key, found {:?}", clip(line))));
+        };
+        let Some(end) = after.find('"') else {
+            return Err(bad(lineno, "unterminated quoted key".into()));
+        };
+        let key = &after[..end];
+        let rest = after[end + 1..].trim_start();
+        if first {
+            if key != "HTSInfoFile" {
+                return Err(bad(lineno, format!("first record must be \"HTSInfoFile\", found {key:?}")));
+            }
+            first = false;
+            continue;
+        }
+        if key == "EndFile" {
+            has_end = true;
+            break;
+        }
+        let values = match rest.strip_prefix(',') {
+            Some(v) => split_values(v),
+            None if rest.is_empty() => Vec::new(),
+            None => return Err(bad(lineno, format!("expected ',' after key {key:?}"))),
+        };
+        entries.insert(key.to_string(), (lineno, values));
+    }
+    if first {
+        return Err(bad(1, "empty file (no \"HTSInfoFile\" record)".into()));
+    }
+
+    let get = |k: &str| entries.get(k).and_then(|(_, v)| v.first()).map(String::as_str);
+    let num = |k: &str, default: u32| -> Result<u32, PlateError> {
+        match entries.get(k) {
+            None => Ok(default),
+            Some((line, v)) => v
+                .first()
+                .and_then(|s| s.parse::<u32>().ok())
+                .ok_or_else(|| bad(*line, format!("{k} must be a non-negative integer, found {v:?}"))),
+        }
+    };
+    let boolean = |k: &str, default: bool| -> Result<bool, PlateError> {
+        match entries.get(k) {
+            None => Ok(default),
+            Some((line, v)) => parse_bool(v.first().map(String::as_str).unwrap_or(""))
+                .ok_or_else(|| bad(*line, format!("{k} must be TRUE or FALSE, found {v:?}"))),
+        }
+    };
+    let selection = |prefix: &str, rows: u32, cols: u32| -> Result<Option<Vec<Vec<bool>>>, PlateError> {
+        if !entries.contains_key(&format!("{prefix}1")) {
+            return Ok(None);
+        }
+        let mut out = Vec::new();
+        for r in 1..=rows {
+            match entries.get(&format!("{prefix}{r}")) {
+                None => out.push(vec![false; cols as usize]),
+                Some((line, v)) => {
+                    let row: Option<Vec<bool>> = v.iter().map(|s| parse_bool(s)).collect();
+                    let row = row.ok_or_else(|| bad(*line, format!("{prefix}{r}: values must be TRUE or FALSE")))?;
+                    if row.len() != cols as usize {
+                        return Err(bad(*line, format!("{prefix}{r} has {} values, expected {cols}", row.len())));
+                    }
+                    out.push(row);
+                }
+            }
+        }
+        Ok(Some(out))
+    };
+
+    let x_wells = num("XWells", 0)?;
+    let y_wells = num("YWells", 0)?;
+    if x_wells == 0 || y_wells == 0 {
+        return Err(bad(0, "XWells and YWells (plate columns and rows) are required and must be positive".into()));
+    }
+    let sites = boolean("Sites", false)?;
+    let (x_sites, y_sites) = if sites { (num("XSites", 1)?.max(1), num("YSites", 1)?.max(1)) } else { (1, 1) };
+    let z_series = boolean("ZSeries", false)?;
+    let waves = boolean("Waves", false)?;
+    let n_wavelengths = num("NWavelengths", 1)?.max(1);
+    let mut wave_names = BTreeMap::new();
+    let mut wave_collect = BTreeMap::new();
+    for w in 1..=n_wavelengths {
+        if let Some(n) = get(&format!("WaveName{w}")) {
+            wave_names.insert(w, n.to_string());
+        }
+        let key = format!("WaveCollect{w}");
+        if entries.contains_key(&key) {
+            wave_collect.insert(w, num(&key, 1)? != 0);
+        }
+    }
+    Ok(HtdInfo {
+        description: get("Description").map(str::to_string),
+        timepoints: num("TimePoints", 1)?.max(1),
+        z_series,
+        z_steps: if z_series { num("ZSteps", 1)?.max(1) } else { 1 },
+        z_projection: boolean("ZProjection", false)?,
+        x_wells,
+        y_wells,
+        wells_selection: selection("WellsSelection", y_wells, x_wells)?,
+        sites,
+        x_sites,
+        y_sites,
+        site_selection: if sites { selection("SiteSelection", y_sites, x_sites)? } else { None },
+        waves,
+        n_wavelengths: if waves { n_wavelengths } else { 1 },
+        wave_names,
+        wave_collect,
+        unique_id: get("UniquePlateIdentifier").map(str::to_string),
+        has_end,
+    })
+}
+
+fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim() {
+        t if t.eq_ignore_ascii_case("true") => Some(true),
+        t if t.eq_ignore_ascii_case("false") => Some(false),
+        _ => None,
+    }
+}
+
+fn clip(s: &str) -> String {
+    s.chars().take(40).collect()
+}
+
+/// The components of an ImageXpress image file name.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImageName {
+    /// Plate/measurement prefix (may contain `_`).
+    pub prefix: String,
+    pub well: String,
+    pub site: Option<u32>,
+    pub wave: Option<u32>,
+    /// True for `_thumb` thumbnails (to be skipped).
+    pub thumb: bool,
+    /// The GUID suffix without brackets, if any.
+    pub guid: Option<String>,
+}
+
+fn is_guid(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 36
+        && b.iter().enumerate().all(|(i, c)| match i {
+            8 | 13 | 18 | 23 => *c == b'-',
+            _ => c.is_ascii_hexdigit(),
+        })
+}
+
+/// Removes `_<digits>` with the given marker letter from the end of `s`
+/// (e.g. `_w2`), returning the number.
+fn strip_token(s: &mut String, marker: char) -> Option<u32> {
+    let idx = s.rfind(&format!("_{marker}"))?;
+    let digits = &s[idx + 2..];
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n = digits.parse().ok()?;
+    s.truncate(idx);
+    Some(n)
+}
+
+/// Parses an ImageXpress image file name (no folder). Returns `None` for names
+/// that are not images of the grammar (other extensions, no well).
+///
+/// `_thumb` anywhere in the name marks a thumbnail: the result has `thumb`
+/// set and callers skip it.
+pub fn parse_image_name(name: &str) -> Option<ImageName> {
+    let dot = name.rfind('.')?;
+    let ext = &name[dot + 1..];
+    if !(ext.eq_ignore_ascii_case("tif") || ext.eq_ignore_ascii_case("tiff")) {
+        return None;
+    }
+    let mut stem = name[..dot].to_string();
+    // 1. GUID: bracketed, or the fixed 36-character shape at the very end.
+    let mut guid = None;
+    if stem.ends_with(']') {
+        if let Some(open) = stem.rfind('[') {
+            let inner = &stem[open + 1..stem.len() - 1];
+            if is_guid(inner) {
+                guid = Some(inner.to_string());
+                stem.truncate(open);
+            }
+        }
+    } else if stem.len() >= 36 && stem.is_char_boundary(stem.len() - 36) && is_guid(&stem[stem.len() - 36..]) {
+        guid = Some(stem[stem.len() - 36..].to_string());
+        stem.truncate(stem.len() - 36);
+    }
+    if guid.is_some() && stem.ends_with('_') {
+        stem.pop();
+    }
+    // 2. thumbnail marker
+    let thumb = stem.contains("_thumb");
+    if let Some(i) = stem.rfind("_thumb") {
+        if stem[i + 6..].is_empty() {
+            stem.truncate(i);
+        }
+    }
+    // 3. wave, then site, from the right
+    let wave = strip_token(&mut stem, 'w');
+    let site = strip_token(&mut stem, 's');
+    // 4. well
+    let us = stem.rfind('_')?;
+    let well = &stem[us + 1..];
+    parse_well(well)?;
+    Some(ImageName { prefix: stem[..us].to_string(), well: well.to_string(), site, wave, thumb, guid })
+}
+
+/// `.HTD`/`.htd` files directly in `dir`, sorted.
+pub fn find_htd_files(dir: &Path) -> Result<Vec<PathBuf>, PlateError> {
+    Ok(list_dir(dir)?
+        .into_iter()
+        .filter(|(n, is_dir)| !is_dir && n.to_ascii_lowercase().ends_with(".htd"))
+        .map(|(n, _)| dir.join(n))
+        .collect())
+}
+
+/// Index of a numbered folder like `TimePoint_3` (case-insensitive prefix).
+fn numbered(name: &str, prefix: &str) -> Option<u32> {
+    if name.len() <= prefix.len() || !name[..prefix.len()].eq_ignore_ascii_case(prefix) {
+        return None;
+    }
+    name[prefix.len()..].parse().ok().filter(|n| *n > 0)
+}
+
+struct Found {
+    name: ImageName,
+    path: PathBuf,
+    t: u32,
+    /// `None` for a projection beside ZStep folders.
+    z: Option<u32>,
+}
+
+/// Opens an ImageXpress plate (folder or `.HTD` file).
+pub fn open(path: &Path) -> Result<Plate, PlateError> {
+    let (root, htd_path) = if path.is_file() {
+        let root = path.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+        (root, path.to_path_buf())
+    } else {
+        let htds = find_htd_files(path)?;
+        match htds.len() {
+            0 => return Err(PlateError::NoPlateFound { path: path.to_path_buf() }),
+            1 => (path.to_path_buf(), htds[0].clone()),
+            _ => {
+                let files = htds.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
+                return Err(PlateError::MultipleDescriptors { path: path.to_path_buf(), files });
+            }
+        }
+    };
+    let bytes = std::fs::read(&htd_path).map_err(io_err(&htd_path))?;
+    let htd = parse_htd(&bytes, &htd_path)?;
+    let mut warnings = Vec::new();
+    if !htd.has_end {
+        warnings.push(format!("{}: no \"EndFile\" record (file may be truncated)", htd_path.display()));
+    }
+
+    // Collect candidate files from every folder variant.
+    let mut found = Vec::new();
+    let mut unknown = Vec::new();
+    let mut scan = |dir: &Path, t: u32, z: Option<u32>, found: &mut Vec<Found>| -> Result<Vec<(String, bool)>, PlateError> {
+        let entries = list_dir(dir)?;
+        for (n, is_dir) in &entries {
+            if *is_dir {
+                continue;
+            }
+            let lower = n.to_ascii_lowercase();
+            if !(lower.ends_with(".tif") || lower.ends_with(".tiff")) {
+                continue;
+            }
+            match parse_image_name(n) {
+                Some(name) if name.thumb => {}
+                Some(name) => found.push(Found { name, path: dir.join(n), t, z }),
+                None => unknown.push(dir.join(n)),
+            }
+        }
+        Ok(entries)
+    };
+    let root_entries = scan(&root, 1, Some(1), &mut found)?;
+    for (n, is_dir) in &root_entries {
+        let Some(t) = numbered(n, "TimePoint_").filter(|_| *is_dir) else { continue };
+        let tdir = root.join(n);
+        let tentries = list_dir(&tdir)?;
+        let zdirs: Vec<(u32, PathBuf)> = tentries
+            .iter()
+            .filter(|(_, d)| *d)
+            .filter_map(|(zn, _)| numbered(zn, "ZStep_").map(|z| (z, tdir.join(zn))))
+            .collect();
+        let here_z = if zdirs.is_empty() { Some(1) } else { None };
+        scan(&tdir, t, here_z, &mut found)?;
+        for (z, zdir) in zdirs {
+            scan(&zdir, t, Some(z), &mut found)?;
+        }
+    }
+    if !unknown.is_empty() {
+        let shown: Vec<String> = unknown.iter().take(10).map(|p| p.display().to_string()).collect();
+        warnings.push(format!(
+            "{} TIFF file(s) with names that are not ImageXpress image names were ignored: {}{}",
+            unknown.len(),
+            shown.join(", "),
+            if unknown.len() > 10 { ", …" } else { "" }
+        ));
+    }
+
+    let cells = htd.site_cells();
+    let n_sites = cells.len() as u32;
+    let channels = htd.channels();
+    let prefixes: BTreeSet<&str> = found.iter().map(|f| f.name.prefix.as_str()).collect();
+    if prefixes.len() > 1 {
+        warnings.push(format!("images carry several plate prefixes: {prefixes:?}"));
+    }
+
+    let mut images = Vec::new();
+    let mut projections = Vec::new();
+    let mut seen = BTreeSet::new();
+    for f in &found {
+        let fname = f.path.display();
+        let channel = match f.name.wave {
+            Some(w) => w,
+            None if channels.len() <= 1 && htd.n_wavelengths <= 1 => 1,
+            None => {
+                warnings.push(format!("{fname}: no _w<wave> in the name but the HTD declares {} wavelengths; ignored", htd.n_wavelengths));
+                continue;
+            }
+        };
+        if channel == 0 || channel > htd.n_wavelengths {
+            warnings.push(format!("{fname}: wave {channel} is outside the HTD's {} wavelength(s)", htd.n_wavelengths));
+        }
+        let site = match f.name.site {
+            Some(s) => s,
+            None if n_sites <= 1 => 1,
+            None => {
+                warnings.push(format!("{fname}: no _s<site> in the name but the HTD selects {n_sites} sites; ignored"));
+                continue;
+            }
+        };
+        if site == 0 || site > n_sites {
+            warnings.push(format!("{fname}: site {site} is outside the HTD's {n_sites} selected site(s)"));
+        }
+        if let Some((r, c)) = parse_well(&f.name.well) {
+            if r > htd.y_wells || c > htd.x_wells {
+                warnings.push(format!("{fname}: well {} is outside the {}x{} plate", f.name.well, htd.y_wells, htd.x_wells));
+            }
+        }
+        if f.t > htd.timepoints {
+            warnings.push(format!("{fname}: time point {} beyond the HTD's TimePoints {}", f.t, htd.timepoints));
+        }
+        let rec = |z: u32| ImageRecord {
+            well: f.name.well.clone(),
+            site,
+            channel,
+            z_index: z,
+            timepoint: f.t,
+            path: f.path.clone(),
+        };
+        match f.z {
+            None => {
+                if !htd.z_projection {
+                    warnings.push(format!("{fname}: image beside ZStep folders but ZProjection is not TRUE; treated as a projection"));
+                }
+                projections.push(rec(0));
+            }
+            Some(z) => {
+                if z > htd.z_steps {
+                    warnings.push(format!("{fname}: z step {z} beyond the HTD's ZSteps {}", htd.z_steps));
+                }
+                if !seen.insert((f.name.well.clone(), site, channel, z, f.t)) {
+                    warnings.push(format!("{fname}: duplicate image for well {} site {site} channel {channel} z {z} t {}; ignored", f.name.well, f.t));
+                    continue;
+                }
+                images.push(rec(z));
+            }
+        }
+    }
+    if images.is_empty() {
+        return Err(PlateError::NoImages {
+            path: root.clone(),
+            detail: format!("{} candidate TIFF(s) parsed; none usable", found.len()),
+        });
+    }
+    images.sort_by_key(|i| i.sort_key());
+
+    let wells: Vec<String> = match htd.selected_wells() {
+        Some(w) => w,
+        None => {
+            let mut w: Vec<String> = images.iter().map(|i| i.well.clone()).collect();
+            w.dedup();
+            w
+        }
+    };
+    let mut missing = Vec::new();
+    for well in &wells {
+        for cell in &cells {
+            for &ch in &channels {
+                for z in 1..=htd.z_steps {
+                    for t in 1..=htd.timepoints {
+                        if !seen.contains(&(well.clone(), cell.site, ch, z, t)) {
+                            missing.push(MissingImage {
+                                well: well.clone(),
+                                site: cell.site,
+                                channel: ch,
+                                z_index: z,
+                                timepoint: t,
+                                path: None,
+                                reason: "no image file found".into(),
+                            });
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let well_set: BTreeSet<&String> = wells.iter().collect();
+    let extra: BTreeSet<&String> = images.iter().map(|i| &i.well).filter(|w| !well_set.contains(w)).collect();
+    if !extra.is_empty() {
+        warnings.push(format!("images found for wells not selected in the HTD: {extra:?}"));
+    }
+
+    // Per-image metadata from the TIFF headers: one image per (well, site).
+    let mut reps: BTreeMap<(String, u32), &ImageRecord> = BTreeMap::new();
+    for img in &images {
+        reps.entry((img.well.clone(), img.site)).or_insert(img);
+    }
+    let reps: Vec<(&(String, u32), &&ImageRecord)> = reps.iter().collect();
+    let infos: Vec<Result<(String, u32, tiffio::TiffInfo), tiffio::TiffIoError>> = reps
+        .par_iter()
+        .map(|((w, s), img)| tiffio::read_info(&img.path).map(|i| (w.clone(), *s, i)))
+        .collect();
+    let mut metadata = PlateMetadata {
+        name: htd_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+        plate_rows: htd.y_wells,
+        plate_columns: htd.x_wells,
+        acquired_wells: wells.clone(),
+        grid_rows: htd.y_sites,
+        grid_cols: htd.x_sites,
+        site_cells: cells.clone(),
+        channel_names: htd.wave_names.clone(),
+        sites: n_sites,
+        channels: channels.len() as u32,
+        z_planes: htd.z_steps,
+        timepoints: htd.timepoints,
+        ..PlateMetadata::default()
+    };
+    let mut failures = Vec::new();
+    let mut no_position = 0usize;
+    for r in infos {
+        match r {
+            Err(e) => failures.push(e.to_string()),
+            Ok((well, site, info)) => {
+                if metadata.image_width.is_none() {
+                    metadata.image_width = Some(info.width);
+                    metadata.image_height = Some(info.height);
+                    metadata.dtype = Some(info.dtype);
+                    metadata.bit_depth = Some(info.dtype.size_bytes() as u32 * 8);
+                }
+                let props = info.description.as_deref().map(metaseries_props).unwrap_or_default();
+                let prop = |k: &str| props.iter().find(|(id, _)| id == k).and_then(|(_, v)| v.trim().parse::<f64>().ok());
+                if metadata.pixel_size_um.is_none() {
+                    metadata.pixel_size_um = prop("spatial-calibration-x").filter(|p| *p > 0.0);
+                }
+                match (prop("stage-position-x"), prop("stage-position-y")) {
+                    (Some(x_um), Some(y_um)) => metadata.stage_positions.push(StagePosition { well, site, x_um, y_um }),
+                    _ => no_position += 1,
+                }
+            }
+        }
+    }
+    if !failures.is_empty() {
+        warnings.push(format!(
+            "could not read the TIFF header of {} image(s) (metadata incomplete): {}",
+            failures.len(),
+            failures.iter().take(3).cloned().collect::<Vec<_>>().join("; ")
+        ));
+    }
+    if no_position > 0 {
+        warnings.push(format!("{no_position} site(s) without MetaSeries stage-position-x/y in their TIFF"));
+    }
+    if metadata.pixel_size_um.is_none() {
+        warnings.push("no pixel size (spatial-calibration-x) in the images' MetaSeries metadata".into());
+    }
+
+    Ok(Plate {
+        format: Format::ImageXpress,
+        root,
+        descriptor: htd_path,
+        metadata,
+        images,
+        projections,
+        missing,
+        warnings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn name(s: &str) -> ImageName {
+        parse_image_name(s).unwrap_or_else(|| panic!("{s} should parse"))
+    }
+
+    #[test]
+    fn bbbc021_name_with_bare_guid_after_wave() {
+        let n = name("Week1_150607_B02_s1_w107447158-AC76-4844-8431-E6A954BD1174.tif");
+        assert_eq!(n.prefix, "Week1_150607");
+        assert_eq!(n.well, "B02");
+        assert_eq!(n.site, Some(1));
+        assert_eq!(n.wave, Some(1));
+        assert_eq!(n.guid.as_deref(), Some("07447158-AC76-4844-8431-E6A954BD1174"));
+        assert!(!n.thumb);
+    }
+
+    #[test]
+    fn bracketed_guid_and_underscore_guid() {
+        let n = name("Plate_A01_s1_[0F1E2D3C-4B5A-6978-8796-A5B4C3D2E1F0].tif");
+        assert_eq!((n.well.as_str(), n.site, n.wave), ("A01", Some(1), None));
+        assert_eq!(n.guid.as_deref(), Some("0F1E2D3C-4B5A-6978-8796-A5B4C3D2E1F0"));
+        let n = name("Plate_A01_s3_w2_0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0.TIF");
+        assert_eq!((n.site, n.wave), (Some(3), Some(2)));
+    }
+
+    #[test]
+    fn thumbnails_are_flagged() {
+        assert!(name("Plate_A01_s1_w1_thumb4A5B6C7D-1111-2222-3333-444455556666.tif").thumb);
+        assert!(name("Plate_A01_s1_w1_thumb.tif").thumb);
+        assert!(!name("Plate_A01_s1_w1.tif").thumb);
+    }
+
+    #[test]
+    fn optional_site_and_wave_two_letter_rows_and_prefix_underscores() {
+        let n = name("my_plate_2024_01_C05_w2.tiff");
+        assert_eq!((n.prefix.as_str(), n.well.as_str(), n.site, n.wave), ("my_plate_2024_01", "C05", None, Some(2)));
+        let n = name("P_AF48_s12_w4.TIF");
+        assert_eq!((n.well.as_str(), n.site, n.wave), ("AF48", Some(12), Some(4)));
+        let n = name("X_s1_H12.tif");
+        assert_eq!((n.prefix.as_str(), n.well.as_str(), n.site, n.wave), ("X_s1", "H12", None, None));
+        // a well in row W is not mistaken for a wave token
+        let n = name("Plate_W01_s2.tif");
+        assert_eq!((n.well.as_str(), n.site, n.wave), ("W01", Some(2), None));
+    }
+
+    #[test]
+    fn non_images_are_rejected() {
+        for bad in ["Plate.HTD", "Plate_A01_s1_w1.png", "notes.tif", "Plate_A1_s1.tif", "Plate_a01.tif", "A01.tif"] {
+            assert_eq!(parse_image_name(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn cp1252_description_is_decoded() {
+        let s = decode_text(b"caf\xe9 \x96 5\xb5m");
+        assert_eq!(s, "café – 5µm");
+        assert_eq!(decode_text("naïve".as_bytes()), "naïve");
+    }
+
+    #[test]
+    fn htd_site_selection_numbers_selected_cells_in_reading_order() {
+        let htd = b"\"HTSInfoFile\", Version 1.0\r\n\"XWells\", 12\r\n\"YWells\", 8\r\n\"Sites\", TRUE\r\n\"XSites\", 3\r\n\"YSites\", 2\r\n\"SiteSelection1\", FALSE, TRUE, TRUE\r\n\"SiteSelection2\", TRUE, FALSE, TRUE\r\n\"EndFile\"\r\n";
+        let h = parse_htd(htd, Path::new("p.HTD")).unwrap();
+        let cells: Vec<(u32, u32, u32)> = h.site_cells().iter().map(|c| (c.site, c.row, c.col)).collect();
+        assert_eq!(cells, [(1, 0, 1), (2, 0, 2), (3, 1, 0), (4, 1, 2)]);
+    }
+
+    #[test]
+    fn garbage_htd_is_a_located_error() {
+        let cases: [&[u8]; 5] = [
+            b"",
+            b"\x00\x01\x02garbage",
+            b"\"NotHTS\", 1\r\n",
+            b"\"HTSInfoFile\", Version 1.0\r\n\"XWells\", twelve\r\n\"YWells\", 8\r\n",
+            b"\"HTSInfoFile\", Version 1.0\r\n\"XWells\", 12\r\n\"YWells\", 8\r\n\"Sites\", MAYBE\r\n",
+        ];
+        for c in cases {
+            match parse_htd(c, Path::new("bad.HTD")) {
+                Err(PlateError::Htd { path, .. }) => assert_eq!(path, Path::new("bad.HTD")),
+                other => panic!("{:?}: expected Htd error, got {other:?}", String::from_utf8_lossy(c)),
+            }
+        }
+    }
+}

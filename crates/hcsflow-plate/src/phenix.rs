@@ -1,0 +1,446 @@
+//! Opera Phenix / Operetta plates exported by Harmony: an index XML plus one
+//! TIFF per plane, all flat in `Images/`.
+//!
+//! The index is `Index.idx.xml`, `Index.ref.xml` or `Index.xml` (first found,
+//! in that order), in the plate folder or its `Images/`. Namespaces HarmonyV5
+//! and V6 are read alike (elements are matched by local name); a UTF-8 BOM is
+//! accepted. Lengths are converted with their `Unit` attribute (metres when
+//! absent, as Harmony writes them) to µm.
+//!
+//! Sites: Phenix FieldIDs are not raster order (field 1 is usually the centre
+//! field, the others follow a snake), so fields are placed by stage position
+//! into a raster grid — rows from −Y, since stage Y grows upward while image rows
+//! grow downward — and numbered 1.. in reading order over the occupied cells.
+//! [`PlateMetadata::field_to_site`](crate::PlateMetadata) keeps the mapping. The
+//! OrientationMatrix contributes the axis directions (sign of its diagonal); its
+//! scale and offset are not applied because their units are not documented.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use roxmltree::Node;
+
+use crate::well::well_name;
+use crate::{
+    io_err, list_dir, Format, ImageRecord, MissingImage, Plate, PlateError, PlateMetadata,
+    SiteCell, StagePosition,
+};
+use hcsflow_core::DType;
+
+/// Index file names, in the order they are looked for.
+pub const INDEX_NAMES: [&str; 3] = ["Index.idx.xml", "Index.ref.xml", "Index.xml"];
+
+/// The index file of the plate folder `dir` (looked for in `dir`, then `dir/Images`).
+pub fn find_index(dir: &Path) -> Result<Option<PathBuf>, PlateError> {
+    for d in [dir.to_path_buf(), dir.join("Images")] {
+        if !d.is_dir() {
+            continue;
+        }
+        let entries = list_dir(&d)?;
+        for want in INDEX_NAMES {
+            if let Some((n, _)) = entries.iter().find(|(n, is_dir)| !is_dir && n.eq_ignore_ascii_case(want)) {
+                return Ok(Some(d.join(n)));
+            }
+        }
+    }
+    Ok(None)
+}
+
+/// Components of a Phenix image file name `r01c02f03p04-ch2sk1fk1fl1.tiff`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PhenixName {
+    pub row: u32,
+    pub col: u32,
+    pub field: u32,
+    pub plane: u32,
+    pub channel: u32,
+    /// Time point + 1.
+    pub sk: u32,
+    pub fk: u32,
+    pub fl: u32,
+}
+
+/// Parses a Phenix file name (case-insensitive); `None` if it is not one.
+pub fn parse_phenix_name(name: &str) -> Option<PhenixName> {
+    let lower = name.to_ascii_lowercase();
+    let stem = lower.strip_suffix(".tiff").or_else(|| lower.strip_suffix(".tif"))?;
+    let mut rest = stem;
+    let mut take = |tag: &str, min: usize, max: usize| -> Option<u32> {
+        let r = rest.strip_prefix(tag)?;
+        let n = r.bytes().take_while(u8::is_ascii_digit).count();
+        if n < min || n > max {
+            return None;
+        }
+        let v = r[..n].parse().ok()?;
+        rest = &r[n..];
+        Some(v)
+    };
+    let row = take("r", 2, 2)?;
+    let col = take("c", 2, 2)?;
+    let field = take("f", 2, 3)?;
+    let plane = take("p", 2, 3)?;
+    let channel = take("-ch", 1, 3)?;
+    let sk = take("sk", 1, 6)?;
+    let fk = take("fk", 1, 6)?;
+    let fl = take("fl", 1, 6)?;
+    if !rest.is_empty() {
+        return None;
+    }
+    Some(PhenixName { row, col, field, plane, channel, sk, fk, fl })
+}
+
+/// One `Image` element of the index.
+#[derive(Debug, Clone)]
+struct IndexImage {
+    id: String,
+    url: String,
+    row: u32,
+    col: u32,
+    field: u32,
+    plane: u32,
+    timepoint0: u32,
+    channel: u32,
+    channel_name: Option<String>,
+    resolution_um: Option<f64>,
+    size_x: Option<u32>,
+    size_y: Option<u32>,
+    pos_x_um: Option<f64>,
+    pos_y_um: Option<f64>,
+    max_intensity: Option<f64>,
+    orientation: Option<String>,
+}
+
+fn child<'a, 'i>(n: Node<'a, 'i>, name: &str) -> Option<Node<'a, 'i>> {
+    n.children().find(|c| c.is_element() && c.tag_name().name() == name)
+}
+
+fn text<'a>(n: Node<'a, '_>, name: &str) -> Option<&'a str> {
+    child(n, name).and_then(|c| c.text()).map(str::trim)
+}
+
+/// A length in µm from an element with a `Unit` attribute (metres when absent).
+fn length_um(n: Node, name: &str) -> Option<f64> {
+    let c = child(n, name)?;
+    let v: f64 = c.text()?.trim().parse().ok()?;
+    let scale = match c.attribute("Unit").map(str::trim) {
+        None | Some("m") => 1e6,
+        Some("mm") => 1e3,
+        Some("um") | Some("µm") | Some("micron") => 1.0,
+        Some("nm") => 1e-3,
+        Some(_) => return None,
+    };
+    Some(v * scale).filter(|x| x.is_finite())
+}
+
+/// Parses an OrientationMatrix `[[a,b,c,d],[e,f,g,h],[i,j,k,l]]` into rows.
+pub fn parse_orientation(s: &str) -> Option<Vec<Vec<f64>>> {
+    let inner = s.trim().strip_prefix('[')?.strip_suffix(']')?;
+    let mut rows = Vec::new();
+    for part in inner.split(']') {
+        let part = part.trim().trim_start_matches(',').trim();
+        if part.is_empty() {
+            continue;
+        }
+        let nums = part.strip_prefix('[')?;
+        let row: Option<Vec<f64>> = nums.split(',').map(|x| x.trim().parse().ok()).collect();
+        rows.push(row?);
+    }
+    (rows.len() >= 2 && rows.iter().all(|r| r.len() >= 2)).then_some(rows)
+}
+
+fn parse_image(n: Node) -> Result<IndexImage, String> {
+    let id = text(n, "id").unwrap_or("").to_string();
+    let num = |k: &str| -> Result<u32, String> {
+        text(n, k).and_then(|t| t.parse().ok()).ok_or_else(|| format!("Image {id:?}: missing or invalid {k}"))
+    };
+    Ok(IndexImage {
+        url: text(n, "URL").unwrap_or("").to_string(),
+        row: num("Row")?,
+        col: num("Col")?,
+        field: num("FieldID")?,
+        plane: num("PlaneID")?,
+        timepoint0: match text(n, "TimepointID") {
+            None => 0,
+            Some(_) => num("TimepointID")?,
+        },
+        channel: num("ChannelID")?,
+        channel_name: text(n, "ChannelName").filter(|s| !s.is_empty()).map(str::to_string),
+        resolution_um: length_um(n, "ImageResolutionX"),
+        size_x: text(n, "ImageSizeX").and_then(|t| t.parse().ok()),
+        size_y: text(n, "ImageSizeY").and_then(|t| t.parse().ok()),
+        pos_x_um: length_um(n, "PositionX"),
+        pos_y_um: length_um(n, "PositionY"),
+        max_intensity: text(n, "MaxIntensity").and_then(|t| t.parse().ok()),
+        orientation: text(n, "OrientationMatrix").map(str::to_string),
+        id,
+    })
+}
+
+/// Groups sorted values into clusters whose consecutive members differ by < `tol`.
+/// Returns the cluster index of every input value (input order).
+fn cluster(values: &[f64], tol: f64) -> (Vec<u32>, u32) {
+    let mut order: Vec<usize> = (0..values.len()).collect();
+    order.sort_by(|&a, &b| values[a].total_cmp(&values[b]));
+    let mut out = vec![0u32; values.len()];
+    let mut k = 0u32;
+    for (i, &idx) in order.iter().enumerate() {
+        if i > 0 && values[idx] - values[order[i - 1]] >= tol {
+            k += 1;
+        }
+        out[idx] = k;
+    }
+    (out, if values.is_empty() { 0 } else { k + 1 })
+}
+
+/// Opens a Harmony plate (folder, `Images/` folder or index file).
+pub fn open(path: &Path) -> Result<Plate, PlateError> {
+    let index = if path.is_file() {
+        path.to_path_buf()
+    } else {
+        find_index(path)?.ok_or_else(|| PlateError::NoPlateFound { path: path.to_path_buf() })?
+    };
+    let index_dir = index.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
+    let in_images = index_dir.file_name().is_some_and(|n| n.eq_ignore_ascii_case("Images"));
+    let root = if in_images { index_dir.parent().map(Path::to_path_buf).unwrap_or(index_dir.clone()) } else { index_dir.clone() };
+
+    let bytes = std::fs::read(&index).map_err(io_err(&index))?;
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+    let xml = std::str::from_utf8(bytes)
+        .map_err(|e| PlateError::Xml { path: index.clone(), message: format!("not UTF-8: {e}") })?;
+    let doc = roxmltree::Document::parse(xml)
+        .map_err(|e| PlateError::Xml { path: index.clone(), message: e.to_string() })?;
+    let root_el = doc.root_element();
+    let mut warnings = Vec::new();
+    if !root_el.tag_name().namespace().unwrap_or("").contains("Harmony") {
+        warnings.push(format!(
+            "{}: root namespace {:?} is not a Harmony namespace; reading it anyway",
+            index.display(),
+            root_el.tag_name().namespace().unwrap_or("")
+        ));
+    }
+    let content_err = |m: &str| PlateError::IndexContent { path: index.clone(), message: m.to_string() };
+    let images_el = child(root_el, "Images").ok_or_else(|| content_err("no <Images> element"))?;
+    let plate_el = child(root_el, "Plates").and_then(|p| child(p, "Plate"));
+
+    let mut entries = Vec::new();
+    for n in images_el.children().filter(|c| c.is_element() && c.tag_name().name() == "Image") {
+        match parse_image(n) {
+            Ok(img) => entries.push(img),
+            Err(m) => warnings.push(format!("{}: {m}; image ignored", index.display())),
+        }
+    }
+    if entries.is_empty() {
+        return Err(content_err("no usable <Image> entries"));
+    }
+
+    // Orientation: axis signs from the first OrientationMatrix.
+    let (mut sx, mut sy) = (1.0f64, -1.0f64);
+    if let Some(m) = entries.iter().find_map(|e| e.orientation.as_deref()) {
+        match parse_orientation(m) {
+            Some(rows) if rows[0][0] != 0.0 && rows[1][1] != 0.0 => {
+                sx = rows[0][0].signum();
+                sy = rows[1][1].signum();
+            }
+            _ => warnings.push(format!("{}: OrientationMatrix {m:?} not understood; assuming stage Y grows upward", index.display())),
+        }
+    }
+
+    // Field → raster site, from the mean stage position of every field.
+    let fields: BTreeSet<u32> = entries.iter().map(|e| e.field).collect();
+    let mut sums: BTreeMap<u32, (f64, f64, u32)> = BTreeMap::new();
+    for e in &entries {
+        if let (Some(x), Some(y)) = (e.pos_x_um, e.pos_y_um) {
+            let s = sums.entry(e.field).or_insert((0.0, 0.0, 0));
+            s.0 += sx * x;
+            s.1 += sy * y;
+            s.2 += 1;
+        }
+    }
+    let resolution = entries.iter().find_map(|e| e.resolution_um);
+    let size_x = entries.iter().find_map(|e| e.size_x);
+    let size_y = entries.iter().find_map(|e| e.size_y);
+    let mut field_to_site = BTreeMap::new();
+    let mut site_cells = Vec::new();
+    let (grid_rows, grid_cols);
+    if sums.len() == fields.len() {
+        let ids: Vec<u32> = sums.keys().copied().collect();
+        let xs: Vec<f64> = sums.values().map(|s| s.0 / f64::from(s.2)).collect();
+        let ys: Vec<f64> = sums.values().map(|s| s.1 / f64::from(s.2)).collect();
+        // Two fields are in the same row/column when closer than half a tile.
+        let tile_w = resolution.zip(size_x).map(|(r, s)| r * f64::from(s)).unwrap_or(1.0);
+        let tile_h = resolution.zip(size_y).map(|(r, s)| r * f64::from(s)).unwrap_or(tile_w);
+        let (rows, nr) = cluster(&ys, tile_h / 2.0);
+        let (cols, nc) = cluster(&xs, tile_w / 2.0);
+        let mut order: Vec<usize> = (0..ids.len()).collect();
+        order.sort_by_key(|&i| (rows[i], cols[i], ids[i]));
+        let mut occupied = BTreeSet::new();
+        for (k, &i) in order.iter().enumerate() {
+            let site = k as u32 + 1;
+            if !occupied.insert((rows[i], cols[i])) {
+                warnings.push(format!("field {} shares grid cell ({}, {}) with another field", ids[i], rows[i], cols[i]));
+            }
+            field_to_site.insert(ids[i], site);
+            site_cells.push(SiteCell { site, row: rows[i], col: cols[i] });
+        }
+        grid_rows = nr;
+        grid_cols = nc;
+    } else {
+        warnings.push("some fields have no PositionX/PositionY; sites follow FieldID order in one row".into());
+        for (k, f) in fields.iter().enumerate() {
+            field_to_site.insert(*f, k as u32 + 1);
+            site_cells.push(SiteCell { site: k as u32 + 1, row: 0, col: k as u32 });
+        }
+        grid_rows = 1;
+        grid_cols = fields.len() as u32;
+    }
+
+    let mut images = Vec::new();
+    let mut missing = Vec::new();
+    let mut stage: BTreeMap<(String, u32), (f64, f64)> = BTreeMap::new();
+    let mut channel_names = BTreeMap::new();
+    let mut seen = BTreeSet::new();
+    for e in &entries {
+        let Some(well) = well_name(e.row, e.col) else {
+            warnings.push(format!("Image {:?}: row {} / column {} is not a well", e.id, e.row, e.col));
+            continue;
+        };
+        let site = field_to_site.get(&e.field).copied().unwrap_or(0);
+        let t = e.timepoint0 + 1;
+        if let Some(n) = &e.channel_name {
+            channel_names.entry(e.channel).or_insert_with(|| n.clone());
+        }
+        if let (Some(x), Some(y)) = (e.pos_x_um, e.pos_y_um) {
+            stage.entry((well.clone(), site)).or_insert((sx * x, sy * y));
+        }
+        let miss = |path: Option<PathBuf>, reason: &str| MissingImage {
+            well: well.clone(),
+            site,
+            channel: e.channel,
+            z_index: e.plane,
+            timepoint: t,
+            path,
+            reason: reason.to_string(),
+        };
+        if !seen.insert((well.clone(), site, e.channel, e.plane, t)) {
+            warnings.push(format!("Image {:?}: duplicate entry for well {well} field {} channel {} plane {} t {t}; ignored", e.id, e.field, e.channel, e.plane));
+            continue;
+        }
+        if e.url.is_empty() {
+            missing.push(miss(None, "empty URL in the index"));
+            continue;
+        }
+        if e.url.contains("://") {
+            missing.push(miss(None, &format!("remote URL not supported: {}", e.url)));
+            continue;
+        }
+        let mut file = index_dir.join(&e.url);
+        if !file.is_file() && !in_images {
+            let alt = root.join("Images").join(&e.url);
+            if alt.is_file() {
+                file = alt;
+            }
+        }
+        if !file.is_file() {
+            missing.push(miss(Some(file), "file not found"));
+            continue;
+        }
+        let fname = Path::new(&e.url).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        if let Some(p) = parse_phenix_name(&fname) {
+            if (p.row, p.col, p.field, p.plane, p.channel, p.sk) != (e.row, e.col, e.field, e.plane, e.channel, t) {
+                warnings.push(format!("{fname}: file name disagrees with its index entry {:?}; the index is used", e.id));
+            }
+        }
+        images.push(ImageRecord { well, site, channel: e.channel, z_index: e.plane, timepoint: t, path: file });
+    }
+    if images.is_empty() {
+        return Err(PlateError::NoImages {
+            path: root.clone(),
+            detail: format!("{} index entries, {} missing", entries.len(), missing.len()),
+        });
+    }
+
+    let plate_num = |k: &str| plate_el.and_then(|p| text(p, k)).and_then(|t| t.parse::<u32>().ok());
+    let mut acquired: Vec<String> = child(root_el, "Wells")
+        .map(|w| {
+            w.children()
+                .filter(|c| c.is_element() && c.tag_name().name() == "Well")
+                .filter_map(|c| {
+                    let r = text(c, "Row")?.parse().ok()?;
+                    let col = text(c, "Col")?.parse().ok()?;
+                    well_name(r, col)
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    if acquired.is_empty() {
+        acquired = entries.iter().filter_map(|e| well_name(e.row, e.col)).collect();
+    }
+    let max_intensity = entries.iter().find_map(|e| e.max_intensity);
+    let bit_depth = max_intensity.map(|m| (m.max(1.0) + 1.0).log2().ceil() as u32);
+    let channels: BTreeSet<u32> = entries.iter().map(|e| e.channel).collect();
+    let metadata = PlateMetadata {
+        name: plate_el.and_then(|p| text(p, "Name")).unwrap_or("").to_string(),
+        plate_rows: plate_num("PlateRows").unwrap_or(0),
+        plate_columns: plate_num("PlateColumns").unwrap_or(0),
+        acquired_wells: acquired,
+        grid_rows,
+        grid_cols,
+        site_cells,
+        field_to_site,
+        pixel_size_um: resolution,
+        stage_positions: stage
+            .into_iter()
+            .map(|((well, site), (x_um, y_um))| StagePosition { well, site, x_um, y_um })
+            .collect(),
+        channel_names,
+        bit_depth,
+        image_width: size_x,
+        image_height: size_y,
+        dtype: bit_depth.map(|b| if b <= 8 { DType::U8 } else { DType::U16 }),
+        sites: fields.len() as u32,
+        channels: channels.len() as u32,
+        z_planes: entries.iter().map(|e| e.plane).max().unwrap_or(0),
+        timepoints: entries.iter().map(|e| e.timepoint0 + 1).max().unwrap_or(0),
+    };
+    Ok(Plate {
+        format: Format::OperaPhenix,
+        root,
+        descriptor: index,
+        metadata,
+        images,
+        projections: Vec::new(),
+        missing,
+        warnings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phenix_names() {
+        let n = parse_phenix_name("r01c02f03p04-ch2sk5fk1fl1.tiff").unwrap();
+        assert_eq!((n.row, n.col, n.field, n.plane, n.channel, n.sk), (1, 2, 3, 4, 2, 5));
+        assert_eq!(parse_phenix_name("R16C24F101P01-CH1SK1FK1FL1.TIF").map(|n| n.field), Some(101));
+        for bad in ["r1c02f03p04-ch2sk5fk1fl1.tiff", "r01c02f03p04-ch2sk5fk1fl1.png", "r01c02f03p04-ch2sk5fk1.tiff", "x.tiff"] {
+            assert_eq!(parse_phenix_name(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn orientation_matrix() {
+        let m = parse_orientation("[[0.99,0,0,25.2],[0,-0.99,0,18.8],[0,0,-1,0]]").unwrap();
+        assert_eq!(m.len(), 3);
+        assert_eq!(m[1][1], -0.99);
+        assert!(parse_orientation("[[a,b]]").is_none());
+        assert!(parse_orientation("").is_none());
+    }
+
+    #[test]
+    fn clustering_groups_close_values() {
+        let (c, n) = cluster(&[10.0, 0.2, 5.1, 0.0, 9.8, 5.0], 1.0);
+        assert_eq!(n, 3);
+        assert_eq!(c, [2, 0, 1, 0, 2, 1]);
+    }
+}
