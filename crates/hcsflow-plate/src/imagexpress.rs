@@ -20,7 +20,7 @@ use rayon::prelude::*;
 
 use crate::well::{parse_well, well_name};
 use crate::{
-    io_err, list_dir, metaseries_props, tiffio, Format, ImageRecord, MissingImage, Plate,
+    io_err, list_dir, metaseries_props, Format, ImageRecord, MissingImage, Plate,
     PlateError, PlateMetadata, SiteCell, StagePosition,
 };
 
@@ -576,9 +576,9 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
         reps.entry((img.well.clone(), img.site)).or_insert(img);
     }
     let reps: Vec<(&(String, u32), &&ImageRecord)> = reps.iter().collect();
-    let infos: Vec<Result<(String, u32, tiffio::TiffInfo), tiffio::TiffIoError>> = reps
+    let infos: Vec<Result<(String, u32, hcsflow_tiff::TiffInfo), hcsflow_tiff::TiffError>> = reps
         .par_iter()
-        .map(|((w, s), img)| tiffio::read_info(&img.path).map(|i| (w.clone(), *s, i)))
+        .map(|((w, s), img)| hcsflow_tiff::read_info(&img.path).map(|i| (w.clone(), *s, i)))
         .collect();
     let mut metadata = PlateMetadata {
         name: htd_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
@@ -602,8 +602,8 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
             Err(e) => failures.push(e.to_string()),
             Ok((well, site, info)) => {
                 if metadata.image_width.is_none() {
-                    metadata.image_width = Some(info.width);
-                    metadata.image_height = Some(info.height);
+                    metadata.image_width = Some(info.width as u32);
+                    metadata.image_height = Some(info.height as u32);
                     metadata.dtype = Some(info.dtype);
                     metadata.bit_depth = Some(info.dtype.size_bytes() as u32 * 8);
                 }

@@ -33,7 +33,6 @@ use serde::{Deserialize, Serialize};
 pub mod imagexpress;
 pub mod phenix;
 mod summary;
-pub mod tiffio;
 pub mod well;
 
 pub use summary::summary_text;
