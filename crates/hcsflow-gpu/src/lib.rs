@@ -1,1 +1,24 @@
+//! The GPU runtime of hcsflow: CubeCL kernels on wgpu (Vulkan, Metal, DX12).
+//!
+//! - [`discover_adapters`]: every adapter wgpu can see, as [`AdapterInfo`]
+//!   (`gpu:N` numbering used by `--device`).
+//! - [`GpuContext::get`]: one shared CubeCL client per adapter per process
+//!   (kernels JIT-compile on first launch; sharing keeps that cost once).
+//! - [`WgpuArray`]: a stack in GPU memory, the [`MemoryType::Wgpu`] array;
+//!   [`register`] adds host ↔ wgpu converters and the GPU implementations
+//!   of registered functions.
+//!
+//! Pixel storage on the device: wgpu shaders have no 8/16-bit integer
+//! storage everywhere, so u8 and u16 planes are stored packed into 32-bit
+//! words (4 or 2 pixels per word, little-endian), each plane padded to a
+//! whole number of words; f32 planes are stored as is.
 
+mod array;
+mod context;
+mod kernels;
+
+pub use array::{download, upload, upload_stack, WgpuArray};
+pub use context::{discover_adapters, GpuContext, GpuError};
+pub use kernels::register;
+
+pub use hcsflow_core::{AdapterInfo, MemoryType};

@@ -1,1 +1,15 @@
+//! Host implementations of hcsflow's functions.
+//!
+//! Each public function is a plain Rust function on [`Stack`]s with a
+//! numerical contract tested against an independent reference; [`register`]
+//! declares them (spec, contract, arguments) in a [`Registry`]. GPU crates add
+//! their implementations to the same logical functions afterwards.
 
+pub mod projection;
+
+use hcsflow_core::Registry;
+
+/// Declares every host function in `registry`.
+pub fn register(registry: &mut Registry) {
+    projection::register(registry);
+}

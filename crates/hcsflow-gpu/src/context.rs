@@ -1,0 +1,177 @@
+//! Adapter discovery and the per-process GPU contexts.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use cubecl::client::Client;
+use cubecl::wgpu::{
+    try_init_setup, wgpu, AutoGraphicsApi, RuntimeOptions, WgpuBackend, WgpuDevice,
+    WgpuDeviceKind,
+};
+use hcsflow_core::{AdapterInfo, AdapterKind, Device};
+
+/// A GPU could not be used.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum GpuError {
+    #[error("there is no GPU adapter gpu:{0} (`hcsflow doctor` lists the adapters)")]
+    NoSuchAdapter(usize),
+    #[error("{device} is not a GPU device")]
+    NotAGpu { device: Device },
+    #[error("could not initialise {adapter}: {message}")]
+    Init { adapter: String, message: String },
+    #[error("{what} needs {bytes} bytes in one GPU buffer, more than {adapter} allows ({limit} bytes per binding); use a smaller stack or --device cpu")]
+    TooLarge { what: String, bytes: u64, limit: u64, adapter: String },
+    #[error("GPU {operation} failed on {adapter}: {message}")]
+    Runtime { operation: String, adapter: String, message: String },
+}
+
+/// The wgpu adapter behind a `gpu:N` index, kept with what cubecl needs to reach it.
+#[derive(Debug, Clone)]
+struct Discovered {
+    info: AdapterInfo,
+    device: WgpuDevice,
+    max_binding_bytes: u64,
+}
+
+fn kind_of(t: wgpu::DeviceType) -> AdapterKind {
+    match t {
+        wgpu::DeviceType::DiscreteGpu => AdapterKind::DiscreteGpu,
+        wgpu::DeviceType::IntegratedGpu => AdapterKind::IntegratedGpu,
+        wgpu::DeviceType::VirtualGpu => AdapterKind::VirtualGpu,
+        wgpu::DeviceType::Cpu => AdapterKind::Software,
+        wgpu::DeviceType::Other => AdapterKind::Other,
+    }
+}
+
+fn backend_of(b: wgpu::Backend) -> WgpuBackend {
+    match b {
+        wgpu::Backend::Vulkan => WgpuBackend::Vulkan,
+        wgpu::Backend::Metal => WgpuBackend::Metal,
+        wgpu::Backend::Dx12 => WgpuBackend::Dx12,
+        wgpu::Backend::Gl => WgpuBackend::Gl,
+        wgpu::Backend::BrowserWebGpu => WgpuBackend::WebGpu,
+        _ => WgpuBackend::Auto,
+    }
+}
+
+/// Enumerates adapters once per process. Creating and dropping Vulkan
+/// instances concurrently crashes some loaders, so this runs exactly once.
+fn discovered() -> &'static [Discovered] {
+    static ADAPTERS: OnceLock<Vec<Discovered>> = OnceLock::new();
+    ADAPTERS.get_or_init(|| {
+        let backends = wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12;
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
+            backends,
+            ..wgpu::InstanceDescriptor::new_without_display_handle()
+        });
+        let adapters = cubecl::future::block_on(instance.enumerate_adapters(backends));
+        // cubecl addresses an adapter by (backend, device type, index among that type).
+        let mut counters: HashMap<(wgpu::Backend, u8), usize> = HashMap::new();
+        adapters
+            .iter()
+            .enumerate()
+            .map(|(index, adapter)| {
+                let info = adapter.get_info();
+                let slot = counters.entry((info.backend, info.device_type as u8)).or_insert(0);
+                let n = *slot;
+                *slot += 1;
+                let kind = match info.device_type {
+                    wgpu::DeviceType::DiscreteGpu => WgpuDeviceKind::DiscreteGpu(n),
+                    wgpu::DeviceType::IntegratedGpu => WgpuDeviceKind::IntegratedGpu(n),
+                    wgpu::DeviceType::VirtualGpu => WgpuDeviceKind::VirtualGpu(n),
+                    wgpu::DeviceType::Cpu => WgpuDeviceKind::Cpu,
+                    wgpu::DeviceType::Other => WgpuDeviceKind::Other(n),
+                };
+                let limits = adapter.limits();
+                Discovered {
+                    info: AdapterInfo {
+                        index,
+                        name: info.name.clone(),
+                        backend: format!("{:?}", info.backend),
+                        kind: kind_of(info.device_type),
+                        driver: info.driver.clone(),
+                        driver_info: info.driver_info.clone(),
+                    },
+                    device: WgpuDevice::new(kind).on(backend_of(info.backend)),
+                    max_binding_bytes: u64::from(limits.max_storage_buffer_binding_size)
+                        .min(limits.max_buffer_size),
+                }
+            })
+            .collect()
+    })
+}
+
+/// Every GPU adapter wgpu can see (Vulkan, Metal, DX12), numbered `gpu:0..`.
+/// Empty when no driver answers. Never panics.
+pub fn discover_adapters() -> Vec<AdapterInfo> {
+    discovered().iter().map(|d| d.info.clone()).collect()
+}
+
+/// One initialised GPU: the CubeCL client of an adapter. Shared per process.
+pub struct GpuContext {
+    pub info: AdapterInfo,
+    pub device: Device,
+    client: Client,
+    max_binding_bytes: u64,
+}
+
+impl std::fmt::Debug for GpuContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "GpuContext({})", self.info)
+    }
+}
+
+impl GpuContext {
+    /// The context of `device` (`gpu:N`), initialised on first use and shared after.
+    pub fn get(device: Device) -> Result<Arc<GpuContext>, GpuError> {
+        static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<GpuContext>>>> = OnceLock::new();
+        let Device::Gpu(index) = device else {
+            return Err(GpuError::NotAGpu { device });
+        };
+        let found = discovered().get(index).ok_or(GpuError::NoSuchAdapter(index))?;
+        let contexts = CONTEXTS.get_or_init(|| Mutex::new(HashMap::new()));
+        let mut map = contexts.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(ctx) = map.get(&index) {
+            return Ok(ctx.clone());
+        }
+        let init_error = |message: String| GpuError::Init { adapter: found.info.to_string(), message };
+        let options = RuntimeOptions::try_default().map_err(|e| init_error(e.to_string()))?;
+        try_init_setup::<AutoGraphicsApi>(&found.device, options)
+            .map_err(|e| init_error(e.to_string()))?;
+        let client = cubecl::Device::from(found.device.clone()).client();
+        tracing::info!(adapter = %found.info, "GPU context initialised");
+        let ctx = Arc::new(GpuContext {
+            info: found.info.clone(),
+            device,
+            client,
+            max_binding_bytes: found.max_binding_bytes,
+        });
+        map.insert(index, ctx.clone());
+        Ok(ctx)
+    }
+
+    pub(crate) fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Fails with a clear message if one buffer of `bytes` exceeds the binding limit.
+    pub(crate) fn check_size(&self, what: &str, bytes: u64) -> Result<(), GpuError> {
+        if bytes > self.max_binding_bytes {
+            return Err(GpuError::TooLarge {
+                what: what.to_string(),
+                bytes,
+                limit: self.max_binding_bytes,
+                adapter: self.info.name.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    pub(crate) fn runtime_error(&self, operation: &str, message: impl ToString) -> GpuError {
+        GpuError::Runtime {
+            operation: operation.to_string(),
+            adapter: self.info.name.clone(),
+            message: message.to_string(),
+        }
+    }
+}
