@@ -7,7 +7,7 @@ use std::path::Path;
 
 use hcsflow_core::{DType, Pixel, Stack};
 use ndarray::{Array3, Axis};
-use tiff::decoder::{Decoder, Limits};
+use tiff::decoder::{ChunkType, Decoder, DecodingResult, Limits};
 use tiff::tags::{PhotometricInterpretation, SampleFormat, Tag, Type};
 use tiff::ColorType;
 
@@ -288,10 +288,60 @@ fn read_pages<T: Pixel>(dec: &mut Dec, path: &Path, pages: &[PageMeta]) -> Resul
             guarded(path, Some(z), || dec.next_image())?;
         }
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(out);
-        guarded(path, Some(z), || dec.read_image_bytes(bytes))?;
+        if dec.get_chunk_type() == ChunkType::Tile {
+            read_tiled(dec, path, z, bytes, width, height)?;
+        } else {
+            guarded(path, Some(z), || dec.read_image_bytes(bytes))?;
+        }
     }
     Array3::from_shape_vec((pages.len(), height, width), data)
         .map_err(|e| TiffError::corrupt(path, None, e))
+}
+
+/// Decodes a tiled page tile by tile into `out` (`height` rows of `width`
+/// pixels).
+///
+/// `read_image_bytes` would decode edge tiles row by row in pieces of the
+/// visible width, and in `tiff` 0.11.3 that path fails on valid LZW tiles
+/// ("no lzw end code found") when the stream's last codes are already
+/// buffered. Decoding each tile with its full padded row stride reads the
+/// tile in one piece, like a strip; the visible part is then copied out.
+fn read_tiled(
+    dec: &mut Dec,
+    path: &Path,
+    page: usize,
+    out: &mut [u8],
+    width: usize,
+    height: usize,
+) -> Result<(), TiffError> {
+    let corrupt = |what: &str| TiffError::corrupt(path, Some(page), what);
+    let pixel = out.len() / (width * height);
+    let (tile_w, tile_h) = dec.chunk_dimensions();
+    let (tile_w, tile_h) = (tile_w as usize, tile_h as usize);
+    let tiles_across = width.div_ceil(tile_w);
+    let tiles = guarded(path, Some(page), || dec.tile_count())? as usize;
+    if tiles != tiles_across * height.div_ceil(tile_h) {
+        return Err(corrupt("tile count does not match the image and tile sizes"));
+    }
+    let tile_row = tile_w * pixel;
+    let mut buf = DecodingResult::U8(Vec::new());
+    for t in 0..tiles {
+        guarded(path, Some(page), || dec.read_chunk_to_buffer(&mut buf, t as u32, tile_row))?;
+        let (x0, y0) = ((t % tiles_across) * tile_w, (t / tiles_across) * tile_h);
+        let (w, h) = (tile_w.min(width - x0), tile_h.min(height - y0));
+        let tile = buf.as_buffer(0);
+        let tile = tile.as_bytes();
+        for r in 0..h {
+            let src = tile.get(r * tile_row..r * tile_row + w * pixel);
+            let start = ((y0 + r) * width + x0) * pixel;
+            let dst = out.get_mut(start..start + w * pixel);
+            match (src, dst) {
+                (Some(src), Some(dst)) => dst.copy_from_slice(src),
+                _ => return Err(corrupt("a tile decoded to fewer bytes than its size")),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The decoder inverts `WhiteIsZero` integer pages; invert them back so the

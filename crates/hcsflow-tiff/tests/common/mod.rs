@@ -1,0 +1,76 @@
+//! Helpers shared by the integration tests: a fixed-seed PRNG and stack
+//! generators. Not every test file uses every helper.
+#![allow(dead_code)]
+
+use hcsflow_core::Stack;
+use ndarray::Array3;
+
+/// SplitMix64: tiny, fixed-seed, good enough to spread test values.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next_u64() as u8).collect()
+    }
+}
+
+/// A stack of `dtype` with values spread over the whole range of the type,
+/// including its extremes; f32 stacks include NaN, ±inf, -0.0 and subnormals.
+pub fn random_stack(dtype: hcsflow_core::DType, shape: [usize; 3], seed: u64) -> Stack {
+    let mut rng = Rng::new(seed);
+    let n = shape[0] * shape[1] * shape[2];
+    match dtype {
+        hcsflow_core::DType::U8 => {
+            let mut v: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
+            v[0] = 0;
+            v[n - 1] = u8::MAX;
+            Stack::U8(Array3::from_shape_vec(shape, v).expect("shape"))
+        }
+        hcsflow_core::DType::U16 => {
+            let mut v: Vec<u16> = (0..n).map(|_| rng.next_u64() as u16).collect();
+            v[0] = 0;
+            v[n - 1] = u16::MAX;
+            Stack::U16(Array3::from_shape_vec(shape, v).expect("shape"))
+        }
+        hcsflow_core::DType::F32 => {
+            let mut v: Vec<f32> =
+                (0..n).map(|_| (rng.next_u64() as i64 as f64 / i64::MAX as f64 * 1e4) as f32).collect();
+            let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, f32::MIN_POSITIVE / 4.0, f32::MAX];
+            for (i, s) in special.iter().enumerate().take(n) {
+                v[i] = *s;
+            }
+            Stack::F32(Array3::from_shape_vec(shape, v).expect("shape"))
+        }
+    }
+}
+
+/// A smooth, compressible image (like a real micrograph, unlike noise).
+pub fn smooth_u16(shape: [usize; 3]) -> Stack {
+    Stack::U16(Array3::from_shape_fn(shape, |(z, y, x)| {
+        (1000.0 + 500.0 * ((x as f32 / 17.0).sin() * (y as f32 / 23.0).cos()) + 100.0 * z as f32) as u16
+    }))
+}
+
+/// Byte-exact equality (so NaN payloads and -0.0 count).
+pub fn assert_same(a: &Stack, b: &Stack) {
+    assert_eq!(a.dtype(), b.dtype(), "dtype");
+    assert_eq!(a.shape(), b.shape(), "shape");
+    assert!(a.as_bytes() == b.as_bytes(), "pixel bytes differ");
+}

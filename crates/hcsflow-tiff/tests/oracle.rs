@@ -1,0 +1,230 @@
+//! tifffile (Python) as an independent oracle, in both directions:
+//! files we write must be read by tifffile with identical pixels and
+//! metadata, and files tifffile writes must be read by us identically.
+//!
+//! Needs `python3` with `pip install tifffile numpy imagecodecs`. Without
+//! them these tests fail, unless `HCSFLOW_SKIP_ORACLES=1` is set.
+
+mod common;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::{assert_same, random_stack, smooth_u16};
+use hcsflow_core::{DType, Stack};
+use hcsflow_tiff::{read_info, read_stack, write_stack, Compression, WriteOptions};
+use ndarray::Array3;
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/tiff_oracle.py")
+}
+
+/// `true` if the oracle can run; panics with install instructions if it
+/// cannot and skipping was not asked for.
+fn oracle_available() -> bool {
+    let probe = Command::new("python3").args(["-c", "import tifffile, numpy, imagecodecs"]).output();
+    let ok = matches!(&probe, Ok(out) if out.status.success());
+    if ok {
+        return true;
+    }
+    if std::env::var("HCSFLOW_SKIP_ORACLES").as_deref() == Ok("1") {
+        eprintln!("SKIPPED: tifffile oracle not available (HCSFLOW_SKIP_ORACLES=1)");
+        return false;
+    }
+    let detail = match probe {
+        Ok(out) => String::from_utf8_lossy(&out.stderr).into_owned(),
+        Err(e) => format!("python3 could not be started: {e}"),
+    };
+    panic!(
+        "the tifffile oracle needs python3 with tifffile, numpy and imagecodecs: \
+         run `pip install tifffile numpy imagecodecs` (or set HCSFLOW_SKIP_ORACLES=1 to skip). \
+         Probe said: {detail}"
+    );
+}
+
+/// Runs the oracle script and returns its stdout.
+fn run(args: &[&str]) -> String {
+    let out = Command::new("python3")
+        .arg(script())
+        .args(args)
+        .output()
+        .expect("run python3");
+    assert!(
+        out.status.success(),
+        "oracle {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
+/// Reads `tif` with tifffile: its `key=value` report and the pixel bytes.
+fn oracle_read(tif: &Path) -> (HashMap<String, String>, Vec<u8>) {
+    let raw = tif.with_extension("oracle.raw");
+    let report = run(&["read", path_str(tif), path_str(&raw)]);
+    let map = report
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    (map, std::fs::read(&raw).expect("raw pixels"))
+}
+
+fn path_str(p: &Path) -> &str {
+    p.to_str().expect("utf-8 temp path")
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+#[test]
+fn tifffile_reads_what_we_write() {
+    if !oracle_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let description = "hcsflow oracle test\nwith µm and a second line";
+    let harmony = "<Image><Unit>µm</Unit></Image>";
+    for (i, dtype) in DType::ALL.into_iter().enumerate() {
+        for compression in [Compression::None, Compression::Deflate] {
+            for shape in [[1, 19, 23], [3, 37, 53]] {
+                let stack = random_stack(dtype, shape, 100 + i as u64);
+                let path = dir.path().join(format!("ours-{dtype}-{compression:?}-{}.tif", shape[0]));
+                let options = WriteOptions {
+                    compression,
+                    description: Some(description.into()),
+                    pixel_size_um: Some(0.325),
+                    extra_ascii_tags: vec![(65500, harmony.into())],
+                };
+                write_stack(&path, &stack, &options).expect("write");
+                let (report, pixels) = oracle_read(&path);
+                let case = format!("{dtype} {compression:?} {shape:?}");
+                assert!(pixels == stack.as_bytes(), "{case}: tifffile sees different pixels");
+                let numpy_dtype = match dtype {
+                    DType::U8 => "uint8",
+                    DType::U16 => "uint16",
+                    DType::F32 => "float32",
+                };
+                assert_eq!(report["dtype"], numpy_dtype, "{case}");
+                assert_eq!(report["pages"], shape[0].to_string(), "{case}");
+                assert_eq!(report["shape"], format!("{},{},{}", shape[0], shape[1], shape[2]), "{case}");
+                let code = if compression == Compression::None { "1" } else { "8" };
+                assert_eq!(report["compression"], code, "{case}");
+                assert_eq!(report["description_hex"], hex(description.as_bytes()), "{case}");
+                assert_eq!(report["tag65500_hex"], hex(harmony.as_bytes()), "{case}");
+                assert_eq!(report["ResolutionUnit"], "3", "{case}: centimetre");
+                let um: f64 = report["pixel_size_um"].parse().expect("pixel size");
+                assert!((um - 0.325).abs() < 1e-9, "{case}: tifffile says {um} µm");
+            }
+        }
+    }
+}
+
+#[test]
+fn tifffile_reads_a_large_smooth_deflate_stack() {
+    if !oracle_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let stack = smooth_u16([2, 1500, 700]);
+    let path = dir.path().join("smooth.tif");
+    write_stack(&path, &stack, &WriteOptions { compression: Compression::Deflate, ..Default::default() })
+        .expect("write");
+    let (report, pixels) = oracle_read(&path);
+    assert!(pixels == stack.as_bytes());
+    assert_eq!(report["predictor"], "2", "horizontal predictor");
+}
+
+/// One file tifffile writes and we read; `args` are the oracle's write keys.
+fn check_tifffile_file(dir: &Path, name: &str, args: &[&str]) {
+    let tif = dir.join(format!("{name}.tif"));
+    let raw = dir.join(format!("{name}.raw"));
+    let mut all = vec!["write", path_str(&tif), path_str(&raw)];
+    all.extend_from_slice(args);
+    run(&all);
+
+    let opts: HashMap<&str, &str> = args.iter().filter_map(|a| a.split_once('=')).collect();
+    let dims: Vec<usize> = opts["shape"].split(',').map(|v| v.parse().expect("dim")).collect();
+    let [z, y, x] = [dims[0], dims[1], dims[2]];
+    let expected_bytes = std::fs::read(&raw).expect("raw");
+    let expected = match opts["dtype"] {
+        "uint8" => Stack::U8(Array3::from_shape_vec((z, y, x), expected_bytes).expect("shape")),
+        "uint16" => Stack::U16(
+            Array3::from_shape_vec((z, y, x), expected_bytes.chunks_exact(2).map(|c| u16::from_ne_bytes([c[0], c[1]])).collect()).expect("shape"),
+        ),
+        "float32" => Stack::F32(
+            Array3::from_shape_vec((z, y, x), expected_bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()).expect("shape"),
+        ),
+        other => panic!("dtype {other}"),
+    };
+
+    let ours = read_stack(&tif).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_same(&ours, &expected);
+
+    let info = read_info(&tif).unwrap_or_else(|e| panic!("{name}: {e}"));
+    assert_eq!((info.pages, info.height, info.width), (z, y, x), "{name}");
+    assert_eq!(info.dtype, expected.dtype(), "{name}");
+    let compression = match opts.get("compression").copied().unwrap_or("1") {
+        "1" => "none",
+        "5" => "lzw",
+        "8" => "deflate",
+        "32773" => "packbits",
+        "32946" => "deflate-old",
+        other => panic!("compression {other}"),
+    };
+    assert_eq!(info.compression, compression, "{name}");
+    assert_eq!(info.description.as_deref(), opts.get("description").copied(), "{name}");
+}
+
+#[test]
+fn we_read_what_tifffile_writes() {
+    if !oracle_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    for dtype in ["uint8", "uint16", "float32"] {
+        for (cname, code) in [("none", "1"), ("lzw", "5"), ("zlib", "8"), ("deflate-old", "32946"), ("packbits", "32773")] {
+            let dt = format!("dtype={dtype}");
+            let c = format!("compression={code}");
+            // Single page, default strips.
+            check_tifffile_file(d, &format!("{dtype}-{cname}-1"), &[&dt, &c, "shape=1,41,47", "seed=3"]);
+            // Multi-page, several strips per page, with a description.
+            check_tifffile_file(
+                d,
+                &format!("{dtype}-{cname}-3"),
+                &[&dt, &c, "shape=3,37,53", "rowsperstrip=5", "seed=4", "description=from tifffile"],
+            );
+            // Tiled with partial edge tiles.
+            check_tifffile_file(d, &format!("{dtype}-{cname}-tiled"), &[&dt, &c, "shape=2,37,53", "tile=16,16", "seed=5"]);
+            // Big-endian.
+            check_tifffile_file(d, &format!("{dtype}-{cname}-be"), &[&dt, &c, "shape=2,21,17", "byteorder=>", "seed=6"]);
+        }
+    }
+}
+
+#[test]
+fn we_read_tifffile_special_layouts() {
+    if !oracle_available() {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = dir.path();
+    let cases: &[(&str, &[&str])] = &[
+        ("bigtiff-u16", &["dtype=uint16", "shape=3,33,35", "bigtiff=1"]),
+        ("bigtiff-f32-zlib-tiled", &["dtype=float32", "shape=2,40,40", "bigtiff=1", "compression=8", "tile=16,32"]),
+        ("bigtiff-be-u8", &["dtype=uint8", "shape=2,9,11", "bigtiff=1", "byteorder=>"]),
+        ("lzw-predictor-u16", &["dtype=uint16", "shape=2,37,53", "compression=5", "predictor=1"]),
+        ("zlib-predictor-u8-be", &["dtype=uint8", "shape=2,37,53", "compression=8", "predictor=1", "byteorder=>"]),
+        ("zlib-float-predictor", &["dtype=float32", "shape=2,37,53", "compression=8", "predictor=1"]),
+        ("lzw-float-predictor-be-tiled", &["dtype=float32", "shape=2,37,53", "compression=5", "predictor=1", "byteorder=>", "tile=16,16"]),
+        ("miniswhite-u16", &["dtype=uint16", "shape=2,13,17", "photometric=miniswhite"]),
+        ("miniswhite-u8-lzw", &["dtype=uint8", "shape=1,13,17", "photometric=miniswhite", "compression=5"]),
+        ("one-row-strips", &["dtype=uint16", "shape=2,31,7", "rowsperstrip=1"]),
+        ("one-pixel", &["dtype=float32", "shape=1,1,1"]),
+    ];
+    for (name, args) in cases {
+        check_tifffile_file(d, name, args);
+    }
+}
