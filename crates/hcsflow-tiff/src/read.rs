@@ -53,7 +53,8 @@ pub fn read_stack(path: &Path) -> Result<Stack, TiffError> {
     let first = pages[0];
     check_budget(path, &pages, file_len)?;
     if pages.len() > 1 {
-        dec.seek_to_image(0).map_err(|e| TiffError::from_decoder(path, Some(0), e))?;
+        dec.seek_to_image(0)
+            .map_err(|e| TiffError::from_decoder(path, Some(0), e))?;
     }
     let mut stack = match first.dtype {
         DType::U8 => Stack::U8(read_pages::<u8>(&mut dec, path, &pages)?),
@@ -80,7 +81,8 @@ pub fn read_info(path: &Path) -> Result<TiffInfo, TiffError> {
         .unwrap_or(1);
     let mut pages = 1;
     while dec.more_images() {
-        dec.next_image().map_err(|e| TiffError::from_decoder(path, Some(pages), e))?;
+        dec.next_image()
+            .map_err(|e| TiffError::from_decoder(path, Some(pages), e))?;
         pages += 1;
     }
     Ok(TiffInfo {
@@ -118,9 +120,13 @@ fn open(path: &Path) -> Result<(Dec, u64), TiffError> {
     let file = File::open(path).map_err(|e| TiffError::io(path, e))?;
     let file_len = file.metadata().map_err(|e| TiffError::io(path, e))?.len();
     if file_len == 0 {
-        return Err(TiffError::Empty { path: path.to_path_buf() });
+        return Err(TiffError::Empty {
+            path: path.to_path_buf(),
+        });
     }
-    let dec = guarded(path, None, || Decoder::new(BufReader::with_capacity(64 * 1024, file)))?;
+    let dec = guarded(path, None, || {
+        Decoder::new(BufReader::with_capacity(64 * 1024, file))
+    })?;
     Ok((dec.with_limits(limits()), file_len))
 }
 
@@ -148,7 +154,11 @@ fn guarded<T>(
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(TiffError::from_decoder(path, page, e)),
-        Err(_) => Err(TiffError::corrupt(path, page, "the TIFF decoder failed on malformed data")),
+        Err(_) => Err(TiffError::corrupt(
+            path,
+            page,
+            "the TIFF decoder failed on malformed data",
+        )),
     }
 }
 
@@ -177,7 +187,11 @@ fn scan_pages(dec: &mut Dec, path: &Path) -> Result<Vec<PageMeta>, TiffError> {
 /// The facts of the decoder's current page; errors if it is not a
 /// supported grayscale image.
 fn page_meta(dec: &mut Dec, path: &Path, page: usize) -> Result<PageMeta, TiffError> {
-    let unsupported = |what: String| TiffError::Unsupported { path: path.to_path_buf(), page, what };
+    let unsupported = |what: String| TiffError::Unsupported {
+        path: path.to_path_buf(),
+        page,
+        what,
+    };
     let (width, height) = guarded(path, Some(page), || dec.dimensions())?;
     let color = guarded(path, Some(page), || dec.colortype())?;
     let bits = match color {
@@ -212,10 +226,14 @@ fn page_meta(dec: &mut Dec, path: &Path, page: usize) -> Result<PageMeta, TiffEr
     let white_is_zero = photometric == Some(PhotometricInterpretation::WhiteIsZero.to_u16());
     if white_is_zero && dtype == DType::F32 {
         // The decoder maps v to 1 - v, which cannot be undone exactly.
-        return Err(unsupported("32-bit float with WhiteIsZero photometric interpretation".into()));
+        return Err(unsupported(
+            "32-bit float with WhiteIsZero photometric interpretation".into(),
+        ));
     }
-    let compression =
-        guarded(path, Some(page), || dec.find_tag_unsigned::<u16>(Tag::Compression))?.unwrap_or(1);
+    let compression = guarded(path, Some(page), || {
+        dec.find_tag_unsigned::<u16>(Tag::Compression)
+    })?
+    .unwrap_or(1);
     let meta = PageMeta {
         width: width as usize,
         height: height as usize,
@@ -223,7 +241,11 @@ fn page_meta(dec: &mut Dec, path: &Path, page: usize) -> Result<PageMeta, TiffEr
         white_is_zero,
         compressed: compression != 1,
     };
-    if width == 0 || height == 0 || layout.planes != 1 || layout.complete_len as u128 != meta.decoded_bytes() {
+    if width == 0
+        || height == 0
+        || layout.planes != 1
+        || layout.complete_len as u128 != meta.decoded_bytes()
+    {
         return Err(TiffError::corrupt(
             path,
             Some(page),
@@ -265,21 +287,31 @@ fn check_budget(path: &Path, pages: &[PageMeta], file_len: u64) -> Result<(), Ti
     }
     let total = raw + compressed;
     if usize::try_from(total).is_err() {
-        return Err(TiffError::TooLarge { path: path.to_path_buf(), what: "the stack".into(), bytes: total });
+        return Err(TiffError::TooLarge {
+            path: path.to_path_buf(),
+            what: "the stack".into(),
+            bytes: total,
+        });
     }
     Ok(())
 }
 
 /// Decodes all pages, starting at the decoder's current page (page 0), into
 /// one `[Z, Y, X]` array.
-fn read_pages<T: Pixel>(dec: &mut Dec, path: &Path, pages: &[PageMeta]) -> Result<Array3<T>, TiffError> {
+fn read_pages<T: Pixel>(
+    dec: &mut Dec,
+    path: &Path,
+    pages: &[PageMeta],
+) -> Result<Array3<T>, TiffError> {
     let (height, width) = (pages[0].height, pages[0].width);
     let plane = height * width;
-    let total = plane.checked_mul(pages.len()).ok_or_else(|| TiffError::TooLarge {
-        path: path.to_path_buf(),
-        what: "the stack".into(),
-        bytes: pages[0].decoded_bytes() * pages.len() as u128,
-    })?;
+    let total = plane
+        .checked_mul(pages.len())
+        .ok_or_else(|| TiffError::TooLarge {
+            path: path.to_path_buf(),
+            what: "the stack".into(),
+            bytes: pages[0].decoded_bytes() * pages.len() as u128,
+        })?;
     // Zero-initialised through the allocator (calloc), so untouched pages
     // cost nothing until the decoder writes them.
     let mut data = vec![T::zeroed(); total];
@@ -321,12 +353,16 @@ fn read_tiled(
     let tiles_across = width.div_ceil(tile_w);
     let tiles = guarded(path, Some(page), || dec.tile_count())? as usize;
     if tiles != tiles_across * height.div_ceil(tile_h) {
-        return Err(corrupt("tile count does not match the image and tile sizes"));
+        return Err(corrupt(
+            "tile count does not match the image and tile sizes",
+        ));
     }
     let tile_row = tile_w * pixel;
     let mut buf = DecodingResult::U8(Vec::new());
     for t in 0..tiles {
-        guarded(path, Some(page), || dec.read_chunk_to_buffer(&mut buf, t as u32, tile_row))?;
+        guarded(path, Some(page), || {
+            dec.read_chunk_to_buffer(&mut buf, t as u32, tile_row)
+        })?;
         let (x0, y0) = ((t % tiles_across) * tile_w, (t / tiles_across) * tile_h);
         let (w, h) = (tile_w.min(width - x0), tile_h.min(height - y0));
         let tile = buf.as_buffer(0);
@@ -363,12 +399,20 @@ fn undo_white_is_zero(stack: &mut Stack, pages: &[PageMeta]) {
 /// Reads an ASCII tag of the current page as text, leniently: non-UTF-8
 /// bytes are replaced, the text ends at the first NUL, a tag of a non-text
 /// type counts as absent.
-fn read_text_tag(dec: &mut Dec, path: &Path, tag: Tag, file_len: u64) -> Result<Option<String>, TiffError> {
+fn read_text_tag(
+    dec: &mut Dec,
+    path: &Path,
+    tag: Tag,
+    file_len: u64,
+) -> Result<Option<String>, TiffError> {
     let mut ifd = dec.image_ifd();
     let Some(entry) = ifd.find_entry(tag) else {
         return Ok(None);
     };
-    if !matches!(entry.field_type(), Type::ASCII | Type::BYTE | Type::UNDEFINED) {
+    if !matches!(
+        entry.field_type(),
+        Type::ASCII | Type::BYTE | Type::UNDEFINED
+    ) {
         return Ok(None);
     }
     let len = entry.count();

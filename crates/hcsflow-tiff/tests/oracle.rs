@@ -23,7 +23,9 @@ fn script() -> PathBuf {
 /// `true` if the oracle can run; panics with install instructions if it
 /// cannot and skipping was not asked for.
 fn oracle_available() -> bool {
-    let probe = Command::new("python3").args(["-c", "import tifffile, numpy, imagecodecs"]).output();
+    let probe = Command::new("python3")
+        .args(["-c", "import tifffile, numpy, imagecodecs"])
+        .output();
     let ok = matches!(&probe, Ok(out) if out.status.success());
     if ok {
         return true;
@@ -90,7 +92,9 @@ fn tifffile_reads_what_we_write() {
         for compression in [Compression::None, Compression::Deflate] {
             for shape in [[1, 19, 23], [3, 37, 53]] {
                 let stack = random_stack(dtype, shape, 100 + i as u64);
-                let path = dir.path().join(format!("ours-{dtype}-{compression:?}-{}.tif", shape[0]));
+                let path = dir
+                    .path()
+                    .join(format!("ours-{dtype}-{compression:?}-{}.tif", shape[0]));
                 let options = WriteOptions {
                     compression,
                     description: Some(description.into()),
@@ -100,7 +104,10 @@ fn tifffile_reads_what_we_write() {
                 write_stack(&path, &stack, &options).expect("write");
                 let (report, pixels) = oracle_read(&path);
                 let case = format!("{dtype} {compression:?} {shape:?}");
-                assert!(pixels == stack.as_bytes(), "{case}: tifffile sees different pixels");
+                assert!(
+                    pixels == stack.as_bytes(),
+                    "{case}: tifffile sees different pixels"
+                );
                 let numpy_dtype = match dtype {
                     DType::U8 => "uint8",
                     DType::U16 => "uint16",
@@ -108,10 +115,22 @@ fn tifffile_reads_what_we_write() {
                 };
                 assert_eq!(report["dtype"], numpy_dtype, "{case}");
                 assert_eq!(report["pages"], shape[0].to_string(), "{case}");
-                assert_eq!(report["shape"], format!("{},{},{}", shape[0], shape[1], shape[2]), "{case}");
-                let code = if compression == Compression::None { "1" } else { "8" };
+                assert_eq!(
+                    report["shape"],
+                    format!("{},{},{}", shape[0], shape[1], shape[2]),
+                    "{case}"
+                );
+                let code = if compression == Compression::None {
+                    "1"
+                } else {
+                    "8"
+                };
                 assert_eq!(report["compression"], code, "{case}");
-                assert_eq!(report["description_hex"], hex(description.as_bytes()), "{case}");
+                assert_eq!(
+                    report["description_hex"],
+                    hex(description.as_bytes()),
+                    "{case}"
+                );
                 assert_eq!(report["tag65500_hex"], hex(harmony.as_bytes()), "{case}");
                 assert_eq!(report["ResolutionUnit"], "3", "{case}: centimetre");
                 let um: f64 = report["pixel_size_um"].parse().expect("pixel size");
@@ -129,8 +148,15 @@ fn tifffile_reads_a_large_smooth_deflate_stack() {
     let dir = tempfile::tempdir().expect("tempdir");
     let stack = smooth_u16([2, 1500, 700]);
     let path = dir.path().join("smooth.tif");
-    write_stack(&path, &stack, &WriteOptions { compression: Compression::Deflate, ..Default::default() })
-        .expect("write");
+    write_stack(
+        &path,
+        &stack,
+        &WriteOptions {
+            compression: Compression::Deflate,
+            ..Default::default()
+        },
+    )
+    .expect("write");
     let (report, pixels) = oracle_read(&path);
     assert!(pixels == stack.as_bytes());
     assert_eq!(report["predictor"], "2", "horizontal predictor");
@@ -145,16 +171,33 @@ fn check_tifffile_file(dir: &Path, name: &str, args: &[&str]) {
     run(&all);
 
     let opts: HashMap<&str, &str> = args.iter().filter_map(|a| a.split_once('=')).collect();
-    let dims: Vec<usize> = opts["shape"].split(',').map(|v| v.parse().expect("dim")).collect();
+    let dims: Vec<usize> = opts["shape"]
+        .split(',')
+        .map(|v| v.parse().expect("dim"))
+        .collect();
     let [z, y, x] = [dims[0], dims[1], dims[2]];
     let expected_bytes = std::fs::read(&raw).expect("raw");
     let expected = match opts["dtype"] {
         "uint8" => Stack::U8(Array3::from_shape_vec((z, y, x), expected_bytes).expect("shape")),
         "uint16" => Stack::U16(
-            Array3::from_shape_vec((z, y, x), expected_bytes.chunks_exact(2).map(|c| u16::from_ne_bytes([c[0], c[1]])).collect()).expect("shape"),
+            Array3::from_shape_vec(
+                (z, y, x),
+                expected_bytes
+                    .chunks_exact(2)
+                    .map(|c| u16::from_ne_bytes([c[0], c[1]]))
+                    .collect(),
+            )
+            .expect("shape"),
         ),
         "float32" => Stack::F32(
-            Array3::from_shape_vec((z, y, x), expected_bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect()).expect("shape"),
+            Array3::from_shape_vec(
+                (z, y, x),
+                expected_bytes
+                    .chunks_exact(4)
+                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
+                    .collect(),
+            )
+            .expect("shape"),
         ),
         other => panic!("dtype {other}"),
     };
@@ -174,7 +217,11 @@ fn check_tifffile_file(dir: &Path, name: &str, args: &[&str]) {
         other => panic!("compression {other}"),
     };
     assert_eq!(info.compression, compression, "{name}");
-    assert_eq!(info.description.as_deref(), opts.get("description").copied(), "{name}");
+    assert_eq!(
+        info.description.as_deref(),
+        opts.get("description").copied(),
+        "{name}"
+    );
 }
 
 #[test]
@@ -185,21 +232,46 @@ fn we_read_what_tifffile_writes() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     for dtype in ["uint8", "uint16", "float32"] {
-        for (cname, code) in [("none", "1"), ("lzw", "5"), ("zlib", "8"), ("deflate-old", "32946"), ("packbits", "32773")] {
+        for (cname, code) in [
+            ("none", "1"),
+            ("lzw", "5"),
+            ("zlib", "8"),
+            ("deflate-old", "32946"),
+            ("packbits", "32773"),
+        ] {
             let dt = format!("dtype={dtype}");
             let c = format!("compression={code}");
             // Single page, default strips.
-            check_tifffile_file(d, &format!("{dtype}-{cname}-1"), &[&dt, &c, "shape=1,41,47", "seed=3"]);
+            check_tifffile_file(
+                d,
+                &format!("{dtype}-{cname}-1"),
+                &[&dt, &c, "shape=1,41,47", "seed=3"],
+            );
             // Multi-page, several strips per page, with a description.
             check_tifffile_file(
                 d,
                 &format!("{dtype}-{cname}-3"),
-                &[&dt, &c, "shape=3,37,53", "rowsperstrip=5", "seed=4", "description=from tifffile"],
+                &[
+                    &dt,
+                    &c,
+                    "shape=3,37,53",
+                    "rowsperstrip=5",
+                    "seed=4",
+                    "description=from tifffile",
+                ],
             );
             // Tiled with partial edge tiles.
-            check_tifffile_file(d, &format!("{dtype}-{cname}-tiled"), &[&dt, &c, "shape=2,37,53", "tile=16,16", "seed=5"]);
+            check_tifffile_file(
+                d,
+                &format!("{dtype}-{cname}-tiled"),
+                &[&dt, &c, "shape=2,37,53", "tile=16,16", "seed=5"],
+            );
             // Big-endian.
-            check_tifffile_file(d, &format!("{dtype}-{cname}-be"), &[&dt, &c, "shape=2,21,17", "byteorder=>", "seed=6"]);
+            check_tifffile_file(
+                d,
+                &format!("{dtype}-{cname}-be"),
+                &[&dt, &c, "shape=2,21,17", "byteorder=>", "seed=6"],
+            );
         }
     }
 }
@@ -212,16 +284,80 @@ fn we_read_tifffile_special_layouts() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let cases: &[(&str, &[&str])] = &[
-        ("bigtiff-u16", &["dtype=uint16", "shape=3,33,35", "bigtiff=1"]),
-        ("bigtiff-f32-zlib-tiled", &["dtype=float32", "shape=2,40,40", "bigtiff=1", "compression=8", "tile=16,32"]),
-        ("bigtiff-be-u8", &["dtype=uint8", "shape=2,9,11", "bigtiff=1", "byteorder=>"]),
-        ("lzw-predictor-u16", &["dtype=uint16", "shape=2,37,53", "compression=5", "predictor=1"]),
-        ("zlib-predictor-u8-be", &["dtype=uint8", "shape=2,37,53", "compression=8", "predictor=1", "byteorder=>"]),
-        ("zlib-float-predictor", &["dtype=float32", "shape=2,37,53", "compression=8", "predictor=1"]),
-        ("lzw-float-predictor-be-tiled", &["dtype=float32", "shape=2,37,53", "compression=5", "predictor=1", "byteorder=>", "tile=16,16"]),
-        ("miniswhite-u16", &["dtype=uint16", "shape=2,13,17", "photometric=miniswhite"]),
-        ("miniswhite-u8-lzw", &["dtype=uint8", "shape=1,13,17", "photometric=miniswhite", "compression=5"]),
-        ("one-row-strips", &["dtype=uint16", "shape=2,31,7", "rowsperstrip=1"]),
+        (
+            "bigtiff-u16",
+            &["dtype=uint16", "shape=3,33,35", "bigtiff=1"],
+        ),
+        (
+            "bigtiff-f32-zlib-tiled",
+            &[
+                "dtype=float32",
+                "shape=2,40,40",
+                "bigtiff=1",
+                "compression=8",
+                "tile=16,32",
+            ],
+        ),
+        (
+            "bigtiff-be-u8",
+            &["dtype=uint8", "shape=2,9,11", "bigtiff=1", "byteorder=>"],
+        ),
+        (
+            "lzw-predictor-u16",
+            &[
+                "dtype=uint16",
+                "shape=2,37,53",
+                "compression=5",
+                "predictor=1",
+            ],
+        ),
+        (
+            "zlib-predictor-u8-be",
+            &[
+                "dtype=uint8",
+                "shape=2,37,53",
+                "compression=8",
+                "predictor=1",
+                "byteorder=>",
+            ],
+        ),
+        (
+            "zlib-float-predictor",
+            &[
+                "dtype=float32",
+                "shape=2,37,53",
+                "compression=8",
+                "predictor=1",
+            ],
+        ),
+        (
+            "lzw-float-predictor-be-tiled",
+            &[
+                "dtype=float32",
+                "shape=2,37,53",
+                "compression=5",
+                "predictor=1",
+                "byteorder=>",
+                "tile=16,16",
+            ],
+        ),
+        (
+            "miniswhite-u16",
+            &["dtype=uint16", "shape=2,13,17", "photometric=miniswhite"],
+        ),
+        (
+            "miniswhite-u8-lzw",
+            &[
+                "dtype=uint8",
+                "shape=1,13,17",
+                "photometric=miniswhite",
+                "compression=5",
+            ],
+        ),
+        (
+            "one-row-strips",
+            &["dtype=uint16", "shape=2,31,7", "rowsperstrip=1"],
+        ),
         ("one-pixel", &["dtype=float32", "shape=1,1,1"]),
     ];
     for (name, args) in cases {
