@@ -147,7 +147,10 @@ fn two_htd_files_are_ambiguous() {
     assert_eq!(open_plate(&d.path().join("My_Plate.HTD"), None).unwrap().images.len(), 4);
 }
 
-fn index_xml(ns: &str, images: &[(u32, u32, u32, &str, Option<(f64, f64)>)]) -> String {
+/// (FieldID, ChannelID, TimepointID, URL, stage position in metres)
+type Entry<'a> = (u32, u32, u32, &'a str, Option<(f64, f64)>);
+
+fn index_xml(ns: &str, images: &[Entry]) -> String {
     let mut s = format!("<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<EvaluationInputData Version=\"1\" xmlns=\"{ns}\">\n<Plates><Plate><Name>P</Name><PlateRows>16</PlateRows><PlateColumns>24</PlateColumns></Plate></Plates>\n<Images>\n");
     for (i, (field, ch, t0, url, pos)) in images.iter().enumerate() {
         s.push_str(&format!(

@@ -154,7 +154,11 @@ pub fn snake_field_ids(rows: u32, cols: u32, present: &[bool]) -> Vec<Option<u32
     ids
 }
 
-fn validate(cfg: &SynthConfig) -> Result<(u32, u32, Vec<(String, u32, u32)>), SynthError> {
+/// A well: name, 1-based row and column.
+type WellRc = (String, u32, u32);
+
+/// Checks the configuration; returns the plate rows, columns and the wells.
+fn validate(cfg: &SynthConfig) -> Result<(u32, u32, Vec<WellRc>), SynthError> {
     let bad = |m: String| Err(SynthError::InvalidConfig(m));
     let Some((prow, pcol)) = plate_dimensions(cfg.plate_size).filter(|_| matches!(cfg.plate_size, 96 | 384 | 1536)) else {
         return bad(format!("plate_size must be 96, 384 or 1536, not {}", cfg.plate_size));
@@ -286,7 +290,7 @@ pub fn generate(config: &SynthConfig, out: &Path) -> Result<SynthSummary, SynthE
         _ => 2250.0,
     };
     // Image-oriented stage µm of a well-frame pixel coordinate.
-    let stage = |well: &(String, u32, u32), x: f64, y: f64| -> (f64, f64) {
+    let stage = |well: &WellRc, x: f64, y: f64| -> (f64, f64) {
         match cfg.format {
             Format::ImageXpress => (f64::from(well.2 - 1) * pitch_um + x * px, f64::from(well.1 - 1) * pitch_um + y * px),
             Format::OperaPhenix => ((x - frame_w / 2.0) * px, (y - frame_h / 2.0) * px),
@@ -361,7 +365,7 @@ pub fn generate(config: &SynthConfig, out: &Path) -> Result<SynthSummary, SynthE
     let mut missing_idx: Vec<usize> = order[..cfg.missing_planes as usize].to_vec();
     missing_idx.sort_unstable();
     // Phenix: alternate "empty URL" and "URL but no file".
-    let missing_kind = |k: usize| if cfg.format == Format::OperaPhenix && k % 2 == 0 { "empty-url" } else { "no-file" };
+    let missing_kind = |k: usize| if cfg.format == Format::OperaPhenix && k & 1 == 0 { "empty-url" } else { "no-file" };
     let missing: Vec<MissingPlane> = missing_idx
         .iter()
         .enumerate()
