@@ -6,12 +6,17 @@
 //! `ZStep_<z>/` folders (exposed as [`Plate::projections`]).
 //!
 //! File names are parsed from the right (the plate prefix may contain `_`):
-//! `prefix_WELL[_sS][_wW][_thumb][GUID].tif|.TIF|.tiff`. A trailing 36-character
+//! `prefix_WELL[_sS][_wW][_tT][_thumb][GUID].tif|.TIF|.tiff`. A trailing 36-character
 //! GUID (bare, `_`-separated or bracketed) is removed first, so that in
 //! `…_w107447158-AC76-…` the wave is `1` and not `107447158`.
 //!
 //! Sites are numbered 1.. over the TRUE cells of `SiteSelection` in reading
 //! order, which also gives each site's grid cell.
+//!
+//! Stage positions are MetaSeries `stage-position-x/y` as written (µm). We
+//! take MetaXpress stage Y to grow with image rows (no flip); no public source
+//! states the sign, and the synthetic generator writes the same convention.
+//! Only one TIFF header per (well, site) is read (first channel/plane/time).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -287,6 +292,9 @@ pub struct ImageName {
     pub well: String,
     pub site: Option<u32>,
     pub wave: Option<u32>,
+    /// `_t<T>` time point token (Bio-Formats' exact-name lookup accepts it;
+    /// MetaXpress itself uses `TimePoint_<t>/` folders).
+    pub timepoint: Option<u32>,
     /// True for `_thumb` thumbnails (to be skipped).
     pub thumb: bool,
     /// The GUID suffix without brackets, if any.
@@ -351,14 +359,15 @@ pub fn parse_image_name(name: &str) -> Option<ImageName> {
             stem.truncate(i);
         }
     }
-    // 3. wave, then site, from the right
+    // 3. time point, wave, then site, from the right
+    let timepoint = strip_token(&mut stem, 't');
     let wave = strip_token(&mut stem, 'w');
     let site = strip_token(&mut stem, 's');
     // 4. well
     let us = stem.rfind('_')?;
     let well = &stem[us + 1..];
     parse_well(well)?;
-    Some(ImageName { prefix: stem[..us].to_string(), well: well.to_string(), site, wave, thumb, guid })
+    Some(ImageName { prefix: stem[..us].to_string(), well: well.to_string(), site, wave, timepoint, thumb, guid })
 }
 
 /// `.HTD`/`.htd` files directly in `dir`, sorted.
@@ -372,10 +381,11 @@ pub fn find_htd_files(dir: &Path) -> Result<Vec<PathBuf>, PlateError> {
 
 /// Index of a numbered folder like `TimePoint_3` (case-insensitive prefix).
 fn numbered(name: &str, prefix: &str) -> Option<u32> {
-    if name.len() <= prefix.len() || !name[..prefix.len()].eq_ignore_ascii_case(prefix) {
+    let head = name.get(..prefix.len())?;
+    if !head.eq_ignore_ascii_case(prefix) {
         return None;
     }
-    name[prefix.len()..].parse().ok().filter(|n| *n > 0)
+    name.get(prefix.len()..)?.parse().ok().filter(|n| *n > 0)
 }
 
 struct Found {
@@ -424,7 +434,10 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
             }
             match parse_image_name(n) {
                 Some(name) if name.thumb => {}
-                Some(name) => found.push(Found { name, path: dir.join(n), t, z }),
+                Some(name) => {
+                    let t = name.timepoint.unwrap_or(t);
+                    found.push(Found { name, path: dir.join(n), t, z })
+                }
                 None => unknown.push(dir.join(n)),
             }
         }
@@ -688,6 +701,8 @@ mod tests {
         assert_eq!((n.well.as_str(), n.site, n.wave), ("AF48", Some(12), Some(4)));
         let n = name("X_s1_H12.tif");
         assert_eq!((n.prefix.as_str(), n.well.as_str(), n.site, n.wave), ("X_s1", "H12", None, None));
+        let n = name("Plate_B07_s2_w3_t4.tif");
+        assert_eq!((n.well.as_str(), n.site, n.wave, n.timepoint), ("B07", Some(2), Some(3), Some(4)));
         // a well in row W is not mistaken for a wave token
         let n = name("Plate_W01_s2.tif");
         assert_eq!((n.well.as_str(), n.site, n.wave), ("W01", Some(2), None));
@@ -698,6 +713,16 @@ mod tests {
         for bad in ["Plate.HTD", "Plate_A01_s1_w1.png", "notes.tif", "Plate_A1_s1.tif", "Plate_a01.tif", "A01.tif"] {
             assert_eq!(parse_image_name(bad), None, "{bad}");
         }
+    }
+
+    #[test]
+    fn numbered_folders() {
+        assert_eq!(numbered("TimePoint_12", "TimePoint_"), Some(12));
+        assert_eq!(numbered("timepoint_3", "TimePoint_"), Some(3));
+        assert_eq!(numbered("TimePoint_0", "TimePoint_"), None);
+        assert_eq!(numbered("TimePoint_", "TimePoint_"), None);
+        assert_eq!(numbered("TimePoinµ_1", "TimePoint_"), None); // multi-byte at the boundary
+        assert_eq!(numbered("ZStep_x", "ZStep_"), None);
     }
 
     #[test]
