@@ -27,3 +27,8 @@ pub use read::{read_info, read_stack, TiffInfo};
 pub use write::{write_stack, Compression, WriteOptions};
 
 pub use hcsflow_core::{DType, Stack};
+
+// Not called directly: depending on flate2 with its `zlib-rs` feature makes
+// the `tiff` crate's Deflate use zlib-rs instead of miniz_oxide (about six
+// times faster at level 6, and faster to decode).
+use flate2 as _;
