@@ -595,6 +595,7 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
         .collect();
     let mut metadata = PlateMetadata {
         name: htd_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
+        description: htd.description.clone(),
         plate_rows: htd.y_wells,
         plate_columns: htd.x_wells,
         acquired_wells: wells.clone(),

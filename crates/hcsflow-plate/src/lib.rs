@@ -149,6 +149,8 @@ pub struct SiteCell {
 pub struct PlateMetadata {
     /// Plate name (HTD file stem, Harmony plate Name).
     pub name: String,
+    /// Free-text description (HTD `Description`, decoded leniently).
+    pub description: Option<String>,
     pub plate_rows: u32,
     pub plate_columns: u32,
     /// Wells the acquisition selected, numeric order.

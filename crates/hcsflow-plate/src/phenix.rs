@@ -380,6 +380,7 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
     let channels: BTreeSet<u32> = entries.iter().map(|e| e.channel).collect();
     let metadata = PlateMetadata {
         name: plate_el.and_then(|p| text(p, "Name")).unwrap_or("").to_string(),
+        description: None,
         plate_rows: plate_num("PlateRows").unwrap_or(0),
         plate_columns: plate_num("PlateColumns").unwrap_or(0),
         acquired_wells: acquired,

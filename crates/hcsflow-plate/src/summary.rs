@@ -21,6 +21,9 @@ pub fn summary_text(plate: &Plate) -> String {
     if !m.name.is_empty() {
         let _ = writeln!(s, "Name:        {}", m.name);
     }
+    if let Some(d) = m.description.as_deref().filter(|d| !d.is_empty()) {
+        let _ = writeln!(s, "Description: {d}");
+    }
     let _ = writeln!(s, "Plate size:  {} rows x {} columns", m.plate_rows, m.plate_columns);
     let wells = plate.wells();
     let _ = writeln!(

@@ -86,6 +86,9 @@ pub struct SynthConfig {
     pub read_noise: f64,
     /// Vignetting: the flat-field falls from 1 at its centre to about 1 − strength in the corners.
     pub flatfield_strength: f64,
+    /// Also write the noise-free well-frame signal per well and channel
+    /// (`ground_truth/truth_<well>_ch<c>.tif`, f32).
+    pub truth_images: bool,
     // --- edge cases ---
     /// Number of planes to leave out (chosen by the seed). ImageXpress: no file.
     /// Phenix: alternately an empty URL and a URL whose file was not written.
@@ -140,6 +143,7 @@ impl Default for SynthConfig {
             dark_offset: 100.0,
             read_noise: 3.0,
             flatfield_strength: 0.3,
+            truth_images: false,
             missing_planes: 0,
             thumbnails: false,
             guid_style: GuidStyle::None,

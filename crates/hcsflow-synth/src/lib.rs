@@ -17,6 +17,9 @@
 //!   the stage frame), radius, per-channel sigma and amplitude;
 //! - `focus.json`: focus plane, z step, defocus per plane;
 //! - `missing.csv`: the planes left out on purpose;
+//! - with `truth_images`, `truth_<well>_ch<c>.tif`: the noise-free, in-focus,
+//!   un-vignetted signal of the whole well frame (f32), which tile (x_px, y_px)
+//!   windows cut from — the reference for stitching and correction tests;
 //! - `synth_config.json`: the configuration (re-running it gives the same bytes).
 //!
 //! Pixel model (u16): `dark_offset + Poisson(flatfield · signal) + N(0, read_noise²)`,
@@ -388,7 +391,8 @@ pub fn generate(config: &SynthConfig, out: &Path) -> Result<SynthSummary, SynthE
     let spec_for = |job: &Job, seed_tag: u64| TileSpec {
         x0: tiles[job.well * cells.len() + job.cell].x_px,
         y0: tiles[job.well * cells.len() + job.cell].y_px,
-        size,
+        width: size,
+        height: size,
         channel: (job.channel - 1) as usize,
         defocus: cfg.defocus_px_per_plane * (f64::from(job.z) - z_focus).abs(),
         background: cfg.background,
@@ -648,6 +652,37 @@ pub fn generate(config: &SynthConfig, out: &Path) -> Result<SynthSummary, SynthE
     write_file(&gt.join("focus.json"), focus.to_string().as_bytes())?;
     let ff = Stack::F32(Array3::from_shape_vec((1, size, size), flat.clone()).unwrap_or_else(|_| Array3::zeros((1, size, size))));
     write_stack(&gt.join("flatfield.tif"), &ff, &WriteOptions::default())?;
+    if cfg.truth_images {
+        let (fw, fh) = (frame_w.ceil() as usize, frame_h.ceil() as usize);
+        let res: Vec<Result<(), SynthError>> = (0..wells.len())
+            .flat_map(|wi| (1..=cfg.channels).map(move |c| (wi, c)))
+            .collect::<Vec<_>>()
+            .par_iter()
+            .map(|&(wi, c)| {
+                let spec = TileSpec {
+                    x0: 0.0,
+                    y0: 0.0,
+                    width: fw,
+                    height: fh,
+                    channel: (c - 1) as usize,
+                    defocus: 0.0,
+                    background: cfg.background,
+                    dark_offset: 0.0,
+                    read_noise: 0.0,
+                    flatfield: &[],
+                    seed: 0,
+                };
+                let sig = render::render_signal(&indexes[wi], &spec);
+                let stack = Stack::F32(Array3::from_shape_vec((1, fh, fw), sig).unwrap_or_else(|_| Array3::zeros((1, fh, fw))));
+                let path = gt.join(format!("truth_{}_ch{c}.tif", wells[wi].0));
+                write_stack(&path, &stack, &WriteOptions { pixel_size_um: Some(px), ..WriteOptions::default() })?;
+                Ok(())
+            })
+            .collect();
+        for r in res {
+            r?;
+        }
+    }
     let cfg_json = serde_json::to_string_pretty(cfg).map_err(|e| SynthError::InvalidConfig(e.to_string()))?;
     write_file(&gt.join("synth_config.json"), cfg_json.as_bytes())?;
 

@@ -108,7 +108,8 @@ pub struct TileSpec<'a> {
     /// True top-left corner of the tile in the well frame (fractional).
     pub x0: f64,
     pub y0: f64,
-    pub size: usize,
+    pub width: usize,
+    pub height: usize,
     /// 0-based channel index.
     pub channel: usize,
     /// Extra blur sigma from defocus, pixels.
@@ -122,11 +123,11 @@ pub struct TileSpec<'a> {
 
 /// The noise-free signal (before flat-field, offset and noise).
 pub fn render_signal(index: &NucleusIndex, spec: &TileSpec) -> Vec<f32> {
-    let n = spec.size;
-    let mut sig = vec![spec.background as f32; n * n];
+    let (w, h) = (spec.width, spec.height);
+    let mut sig = vec![spec.background as f32; w * h];
     let reach_pad = 4.0 * (index.nuclei.iter().map(|n| n.sigma.get(spec.channel).copied().unwrap_or(0.0)).fold(0.0, f64::max).powi(2) + spec.defocus.powi(2)).sqrt();
     let (x0, y0) = (spec.x0, spec.y0);
-    let (x1, y1) = (x0 + n as f64, y0 + n as f64);
+    let (x1, y1) = (x0 + w as f64, y0 + h as f64);
     let mut gx = Vec::new();
     let mut gy = Vec::new();
     for nuc in index.within(x0 - reach_pad, y0 - reach_pad, x1 + reach_pad, y1 + reach_pad) {
@@ -140,9 +141,9 @@ pub fn render_signal(index: &NucleusIndex, spec: &TileSpec) -> Vec<f32> {
         let reach = 4.0 * se2.sqrt();
         // pixel (i, j) of the tile sits at well coordinates (x0 + i, y0 + j)
         let i0 = ((nuc.x - reach - x0).floor().max(0.0)) as usize;
-        let i1 = ((nuc.x + reach - x0).ceil().min(n as f64 - 1.0)).max(-1.0);
+        let i1 = ((nuc.x + reach - x0).ceil().min(w as f64 - 1.0)).max(-1.0);
         let j0 = ((nuc.y - reach - y0).floor().max(0.0)) as usize;
-        let j1 = ((nuc.y + reach - y0).ceil().min(n as f64 - 1.0)).max(-1.0);
+        let j1 = ((nuc.y + reach - y0).ceil().min(h as f64 - 1.0)).max(-1.0);
         if i1 < 0.0 || j1 < 0.0 || i0 > i1 as usize || j0 > j1 as usize {
             continue;
         }
@@ -159,7 +160,7 @@ pub fn render_signal(index: &NucleusIndex, spec: &TileSpec) -> Vec<f32> {
             (amp * (k * d * d).exp()) as f32
         }));
         for (j, &wy) in (j0..=j1).zip(gy.iter()) {
-            let row = &mut sig[j * n + i0..=j * n + i1];
+            let row = &mut sig[j * w + i0..=j * w + i1];
             for (p, &wx) in row.iter_mut().zip(gx.iter()) {
                 *p += wy * wx;
             }
@@ -211,7 +212,7 @@ mod tests {
     }
 
     fn spec(ff: &[f32], x0: f64, y0: f64, defocus: f64) -> TileSpec<'_> {
-        TileSpec { x0, y0, size: 64, channel: 0, defocus, background: 0.0, dark_offset: 0.0, read_noise: 0.0, flatfield: ff, seed: 1 }
+        TileSpec { x0, y0, width: 64, height: 64, channel: 0, defocus, background: 0.0, dark_offset: 0.0, read_noise: 0.0, flatfield: ff, seed: 1 }
     }
 
     #[test]

@@ -138,6 +138,8 @@ fn roundtrip(cfg: &SynthConfig) -> (tempfile::TempDir, SynthSummary, Plate) {
 #[test]
 fn imagexpress_default_layout() {
     let (_d, _s, p) = roundtrip(&small(Format::ImageXpress));
+    // the Windows-1252 description (en dash, micro sign) decodes
+    assert_eq!(p.metadata.description.as_deref(), Some("Synthetic plate \u{2013} 0.65 \u{b5}m/px"));
     assert!(p.warnings.is_empty(), "{:?}", p.warnings);
     assert!(p.images[0].path.to_string_lossy().contains("TimePoint_1"));
 }
@@ -373,5 +375,46 @@ fn invalid_configs_are_errors() {
             Err(hcsflow_synth::SynthError::InvalidConfig(_)) => {}
             other => panic!("{cfg:?}: expected InvalidConfig, got {other:?}"),
         }
+    }
+}
+
+/// Pearson correlation of two equally long slices.
+fn corr(a: &[f64], b: &[f64]) -> f64 {
+    let n = a.len() as f64;
+    let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
+    let cov: f64 = a.iter().zip(b).map(|(x, y)| (x - ma) * (y - mb)).sum();
+    let va: f64 = a.iter().map(|x| (x - ma).powi(2)).sum();
+    let vb: f64 = b.iter().map(|y| (y - mb).powi(2)).sum();
+    cov / (va * vb).sqrt()
+}
+
+#[test]
+fn tiles_are_flatfield_times_truth_window_at_the_true_position() {
+    // integer positions (no jitter, 25 % overlap of 64 px = 48 px steps)
+    let cfg = SynthConfig { jitter_px: 0.0, overlap: 0.25, truth_images: true, channels: 1, nuclei_density: 4000.0, wells: vec!["C04".into()], ..small(Format::OperaPhenix) };
+    let (d, s, p) = roundtrip(&cfg);
+    let gt = d.path().join("plate/ground_truth");
+    let truth = match hcsflow_tiff::read_stack(&gt.join("truth_C04_ch1.tif")).unwrap() {
+        Stack::F32(a) => a,
+        other => panic!("{:?}", other.dtype()),
+    };
+    let ff = hcsflow_synth::render::flatfield(64, cfg.flatfield_strength);
+    for t in &s.tiles {
+        let img = hcsflow_tiff::read_stack(&p.image("C04", t.site, 1, 1, 1).unwrap().path).unwrap().to_f32();
+        let (x0, y0) = (t.x_px as usize, t.y_px as usize);
+        assert_eq!((x0 as f64, y0 as f64), (t.x_px, t.y_px));
+        let tile: Vec<f64> = img.iter().map(|&v| f64::from(v)).collect();
+        let window = |x: usize| -> Vec<f64> {
+            (0..64 * 64).map(|k| f64::from(truth[[0, y0 + k / 64, x + k % 64]]) * f64::from(ff[k]) + cfg.dark_offset).collect()
+        };
+        let exact = window(x0);
+        let c = corr(&tile, &exact);
+        assert!(c > 0.95, "site {}: correlation {c}", t.site);
+        // the mean intensity matches dark + flatfield * truth (noise is zero-mean)
+        let diff = tile.iter().zip(&exact).map(|(a, b)| a - b).sum::<f64>() / tile.len() as f64;
+        assert!(diff.abs() < 1.5, "site {}: mean residual {diff}", t.site);
+        // a window 3 px off matches clearly worse: the test can tell positions apart
+        let off = if x0 >= 3 { x0 - 3 } else { x0 + 3 };
+        assert!(corr(&tile, &window(off)) < c - 0.1, "site {}", t.site);
     }
 }
