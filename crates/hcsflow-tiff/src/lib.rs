@@ -7,8 +7,9 @@
 //! - [`read_stack`]: every page of a file becomes one plane. Pages must share
 //!   width, height and dtype. Supported: u8, u16 and f32 single-sample
 //!   grayscale; strips or tiles; uncompressed, LZW, Deflate (Adobe and old
-//!   style), PackBits (and JPEG for 8-bit, via the `tiff` crate); horizontal
-//!   and floating-point predictors; either byte order; classic TIFF and BigTIFF.
+//!   style) and PackBits; horizontal and floating-point predictors; either
+//!   byte order; classic TIFF and BigTIFF. (Other codecs of the `tiff` crate,
+//!   such as JPEG, may decode but are not tested.)
 //! - [`read_info`]: page count, size, dtype, description and compression
 //!   without decoding pixels.
 //! - [`write_stack`]: one page per plane, optionally Deflate-compressed, with

@@ -28,7 +28,8 @@ pub enum Compression {
     None,
     /// Deflate (zlib, TIFF compression 8, level 6), with the horizontal
     /// predictor for u8/u16 (lossless; it typically shrinks microscopy
-    /// images by a further third). Strips of about 1 MB.
+    /// images by a further third). f32 gets no predictor: the encoder has no
+    /// floating-point predictor. Strips of about 1 MB.
     Deflate,
 }
 
@@ -73,6 +74,7 @@ const RESERVED_TAGS: &[u16] = &[
 /// outright can leave the hidden temporary behind, never a partial `path`.)
 /// The data is not fsync'ed: that would cost more than the write itself on
 /// network file systems, and durability across power loss is not promised.
+/// If `path` is a symbolic link, the link itself is replaced by the file.
 ///
 /// Files are little- or big-endian as the machine is, classic TIFF unless the
 /// pixel data approaches 4 GiB, then BigTIFF (which tifffile, ImageJ and
