@@ -234,11 +234,12 @@ pub fn parse_htd(bytes: &[u8], path: &Path) -> Result<HtdInfo, PlateError> {
     if x_wells == 0 || y_wells == 0 {
         return Err(bad(0, "XWells and YWells (plate columns and rows) are required and must be positive".into()));
     }
-    let sites = boolean("Sites", false)?;
+    // When an on/off key is absent, the counts decide (some exporters omit them).
+    let sites = boolean("Sites", num("XSites", 1)?.max(1) * num("YSites", 1)?.max(1) > 1)?;
     let (x_sites, y_sites) = if sites { (num("XSites", 1)?.max(1), num("YSites", 1)?.max(1)) } else { (1, 1) };
-    let z_series = boolean("ZSeries", false)?;
-    let waves = boolean("Waves", false)?;
+    let z_series = boolean("ZSeries", num("ZSteps", 1)? > 1)?;
     let n_wavelengths = num("NWavelengths", 1)?.max(1);
+    let waves = boolean("Waves", n_wavelengths > 1)?;
     let mut wave_names = BTreeMap::new();
     let mut wave_collect = BTreeMap::new();
     for w in 1..=n_wavelengths {
@@ -739,6 +740,17 @@ mod tests {
         let h = parse_htd(htd, Path::new("p.HTD")).unwrap();
         let cells: Vec<(u32, u32, u32)> = h.site_cells().iter().map(|c| (c.site, c.row, c.col)).collect();
         assert_eq!(cells, [(1, 0, 1), (2, 0, 2), (3, 1, 0), (4, 1, 2)]);
+    }
+
+    #[test]
+    fn absent_switches_follow_the_counts() {
+        let htd = b"\"HTSInfoFile\", Version 1.0\r\n\"XWells\", 24\r\n\"YWells\", 16\r\n\"XSites\", 2\r\n\"YSites\", 2\r\n\"ZSteps\", 4\r\n\"NWavelengths\", 3\r\n\"EndFile\"\r\n";
+        let h = parse_htd(htd, Path::new("p.HTD")).unwrap();
+        assert!(h.sites && h.z_series && h.waves);
+        assert_eq!((h.site_cells().len(), h.z_steps, h.channels()), (4, 4, vec![1, 2, 3]));
+        assert!(h.has_end);
+        let h = parse_htd(b"\"HTSInfoFile\", Version 1.0\r\n\"XWells\", 12\r\n\"YWells\", 8\r\n", Path::new("p.HTD")).unwrap();
+        assert!(!h.sites && !h.z_series && !h.waves && !h.has_end);
     }
 
     #[test]
