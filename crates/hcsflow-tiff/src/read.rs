@@ -42,19 +42,20 @@ pub struct TiffInfo {
 /// thumbnails or reduced-resolution pages in the main IFD chain are therefore
 /// rejected rather than silently mixed). Pixel values are returned as stored:
 /// for `WhiteIsZero` integer images that means the raw values, as tifffile
-/// and ImageJ report them, not an inverted image.
+/// reports them, not an inverted image.
 ///
-/// Pixels are decoded straight into the stack's buffer, one page after the
-/// other; there is no per-pixel conversion unless the file's byte order
-/// differs from the machine's or a predictor has to be undone.
+/// Strip-organised pages (what cameras and most writers produce) are decoded
+/// straight into the stack's buffer, one page after the other; tiled pages go
+/// through one tile-sized buffer. There is no per-pixel conversion unless the
+/// file's byte order differs from the machine's or a predictor has to be
+/// undone.
 pub fn read_stack(path: &Path) -> Result<Stack, TiffError> {
     let (mut dec, file_len) = open(path)?;
     let pages = scan_pages(&mut dec, path)?;
     let first = pages[0];
     check_budget(path, &pages, file_len)?;
     if pages.len() > 1 {
-        dec.seek_to_image(0)
-            .map_err(|e| TiffError::from_decoder(path, Some(0), e))?;
+        guarded(path, Some(0), || dec.seek_to_image(0))?;
     }
     let mut stack = match first.dtype {
         DType::U8 => Stack::U8(read_pages::<u8>(&mut dec, path, &pages)?),
@@ -75,14 +76,13 @@ pub fn read_info(path: &Path) -> Result<TiffInfo, TiffError> {
     let (mut dec, file_len) = open(path)?;
     let first = page_meta(&mut dec, path, 0)?;
     let description = read_text_tag(&mut dec, path, Tag::ImageDescription, file_len)?;
-    let compression = dec
-        .find_tag_unsigned::<u16>(Tag::Compression)
-        .map_err(|e| TiffError::from_decoder(path, Some(0), e))?
-        .unwrap_or(1);
+    let compression = guarded(path, Some(0), || {
+        dec.find_tag_unsigned::<u16>(Tag::Compression)
+    })?
+    .unwrap_or(1);
     let mut pages = 1;
     while dec.more_images() {
-        dec.next_image()
-            .map_err(|e| TiffError::from_decoder(path, Some(pages), e))?;
+        guarded(path, Some(pages), || dec.next_image())?;
         pages += 1;
     }
     Ok(TiffInfo {
