@@ -50,31 +50,57 @@ fn oracle_available() -> bool {
     );
 }
 
-/// Runs the oracle script and returns its stdout.
-fn run(args: &[&str]) -> String {
+/// Runs the oracle script once for all `commands` (each a list of
+/// arguments) and returns each command's stdout.
+fn run_batch(dir: &Path, commands: &[Vec<String>]) -> Vec<String> {
+    let list = dir.join("oracle-commands.txt");
+    let text: String = commands.iter().map(|c| c.join("\t") + "\n").collect();
+    std::fs::write(&list, text).expect("command list");
     let out = Command::new("python3")
         .arg(script())
-        .args(args)
+        .args(["batch", path_str(&list)])
         .output()
         .expect("run python3");
+    let stdout = String::from_utf8(out.stdout).expect("utf-8 output");
     assert!(
         out.status.success(),
-        "oracle {args:?} failed:\n{}",
+        "oracle batch failed:\n{}\nafter:\n{stdout}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8(out.stdout).expect("utf-8 output")
+    (0..commands.len())
+        .map(|i| {
+            let begin = format!("### begin {i}\n");
+            let end = format!("### end {i}\n");
+            let from = stdout.find(&begin).expect("begin marker") + begin.len();
+            let to = stdout[from..].find(&end).expect("end marker") + from;
+            stdout[from..to].to_string()
+        })
+        .collect()
 }
 
-/// Reads `tif` with tifffile: its `key=value` report and the pixel bytes.
-fn oracle_read(tif: &Path) -> (HashMap<String, String>, Vec<u8>) {
-    let raw = tif.with_extension("oracle.raw");
-    let report = run(&["read", path_str(tif), path_str(&raw)]);
-    let map = report
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
+/// Reads each file with tifffile: its `key=value` report and pixel bytes.
+fn oracle_read_all(dir: &Path, tifs: &[PathBuf]) -> Vec<(HashMap<String, String>, Vec<u8>)> {
+    let raws: Vec<PathBuf> = tifs
+        .iter()
+        .map(|t| t.with_extension("oracle.raw"))
         .collect();
-    (map, std::fs::read(&raw).expect("raw pixels"))
+    let commands: Vec<Vec<String>> = tifs
+        .iter()
+        .zip(&raws)
+        .map(|(t, r)| vec!["read".into(), path_str(t).into(), path_str(r).into()])
+        .collect();
+    run_batch(dir, &commands)
+        .into_iter()
+        .zip(&raws)
+        .map(|(report, raw)| {
+            let map = report
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            (map, std::fs::read(raw).expect("raw pixels"))
+        })
+        .collect()
 }
 
 fn path_str(p: &Path) -> &str {
@@ -93,6 +119,7 @@ fn tifffile_reads_what_we_write() {
     let dir = tempfile::tempdir().expect("tempdir");
     let description = "hcsflow oracle test\nwith µm and a second line";
     let harmony = "<Image><Unit>µm</Unit></Image>";
+    let mut cases = Vec::new();
     for (i, dtype) in DType::ALL.into_iter().enumerate() {
         for compression in [Compression::None, Compression::Deflate] {
             for shape in [[1, 19, 23], [3, 37, 53]] {
@@ -107,41 +134,46 @@ fn tifffile_reads_what_we_write() {
                     extra_ascii_tags: vec![(65500, harmony.into())],
                 };
                 write_stack(&path, &stack, &options).expect("write");
-                let (report, pixels) = oracle_read(&path);
-                let case = format!("{dtype} {compression:?} {shape:?}");
-                assert!(
-                    pixels == stack.as_bytes(),
-                    "{case}: tifffile sees different pixels"
-                );
-                let numpy_dtype = match dtype {
-                    DType::U8 => "uint8",
-                    DType::U16 => "uint16",
-                    DType::F32 => "float32",
-                };
-                assert_eq!(report["dtype"], numpy_dtype, "{case}");
-                assert_eq!(report["pages"], shape[0].to_string(), "{case}");
-                assert_eq!(
-                    report["shape"],
-                    format!("{},{},{}", shape[0], shape[1], shape[2]),
-                    "{case}"
-                );
-                let code = if compression == Compression::None {
-                    "1"
-                } else {
-                    "8"
-                };
-                assert_eq!(report["compression"], code, "{case}");
-                assert_eq!(
-                    report["description_hex"],
-                    hex(description.as_bytes()),
-                    "{case}"
-                );
-                assert_eq!(report["tag65500_hex"], hex(harmony.as_bytes()), "{case}");
-                assert_eq!(report["ResolutionUnit"], "3", "{case}: centimetre");
-                let um: f64 = report["pixel_size_um"].parse().expect("pixel size");
-                assert!((um - 0.325).abs() < 1e-9, "{case}: tifffile says {um} µm");
+                cases.push((path, stack, compression, shape));
             }
         }
+    }
+    let paths: Vec<PathBuf> = cases.iter().map(|c| c.0.clone()).collect();
+    let reports = oracle_read_all(dir.path(), &paths);
+    for ((_, stack, compression, shape), (report, pixels)) in cases.iter().zip(reports) {
+        let dtype = stack.dtype();
+        let case = format!("{dtype} {compression:?} {shape:?}");
+        assert!(
+            pixels == stack.as_bytes(),
+            "{case}: tifffile sees different pixels"
+        );
+        let numpy_dtype = match dtype {
+            DType::U8 => "uint8",
+            DType::U16 => "uint16",
+            DType::F32 => "float32",
+        };
+        assert_eq!(report["dtype"], numpy_dtype, "{case}");
+        assert_eq!(report["pages"], shape[0].to_string(), "{case}");
+        assert_eq!(
+            report["shape"],
+            format!("{},{},{}", shape[0], shape[1], shape[2]),
+            "{case}"
+        );
+        let code = if *compression == Compression::None {
+            "1"
+        } else {
+            "8"
+        };
+        assert_eq!(report["compression"], code, "{case}");
+        assert_eq!(
+            report["description_hex"],
+            hex(description.as_bytes()),
+            "{case}"
+        );
+        assert_eq!(report["tag65500_hex"], hex(harmony.as_bytes()), "{case}");
+        assert_eq!(report["ResolutionUnit"], "3", "{case}: centimetre");
+        let um: f64 = report["pixel_size_um"].parse().expect("pixel size");
+        assert!((um - 0.325).abs() < 1e-9, "{case}: tifffile says {um} µm");
     }
 }
 
@@ -162,18 +194,36 @@ fn tifffile_reads_a_large_smooth_deflate_stack() {
         },
     )
     .expect("write");
-    let (report, pixels) = oracle_read(&path);
+    let (report, pixels) = oracle_read_all(dir.path(), &[path]).remove(0);
     assert!(pixels == stack.as_bytes());
     assert_eq!(report["predictor"], "2", "horizontal predictor");
 }
 
-/// One file tifffile writes and we read; `args` are the oracle's write keys.
-fn check_tifffile_file(dir: &Path, name: &str, args: &[&str]) {
+/// Files tifffile writes (in one batch) and we read; each case is a file
+/// name and the oracle's write keys.
+fn check_tifffile_files(dir: &Path, cases: &[(String, Vec<String>)]) {
+    let commands: Vec<Vec<String>> = cases
+        .iter()
+        .map(|(name, args)| {
+            let mut c = vec![
+                "write".to_string(),
+                path_str(&dir.join(format!("{name}.tif"))).to_string(),
+                path_str(&dir.join(format!("{name}.raw"))).to_string(),
+            ];
+            c.extend(args.iter().cloned());
+            c
+        })
+        .collect();
+    run_batch(dir, &commands);
+    for (name, args) in cases {
+        check_tifffile_file(dir, name, args);
+    }
+}
+
+/// One file tifffile wrote: we must read exactly its pixels and metadata.
+fn check_tifffile_file(dir: &Path, name: &str, args: &[String]) {
     let tif = dir.join(format!("{name}.tif"));
     let raw = dir.join(format!("{name}.raw"));
-    let mut all = vec!["write", path_str(&tif), path_str(&raw)];
-    all.extend_from_slice(args);
-    run(&all);
 
     let opts: HashMap<&str, &str> = args.iter().filter_map(|a| a.split_once('=')).collect();
     let dims: Vec<usize> = opts["shape"]
@@ -235,7 +285,8 @@ fn we_read_what_tifffile_writes() {
         return;
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let d = dir.path();
+    let mut cases: Vec<(String, Vec<String>)> = Vec::new();
+    let args = |list: &[&str]| -> Vec<String> { list.iter().map(|a| a.to_string()).collect() };
     for dtype in ["uint8", "uint16", "float32"] {
         for (cname, code) in [
             ("none", "1"),
@@ -246,39 +297,37 @@ fn we_read_what_tifffile_writes() {
         ] {
             let dt = format!("dtype={dtype}");
             let c = format!("compression={code}");
+            let (dt, c) = (dt.as_str(), c.as_str());
             // Single page, default strips.
-            check_tifffile_file(
-                d,
-                &format!("{dtype}-{cname}-1"),
-                &[&dt, &c, "shape=1,41,47", "seed=3"],
-            );
+            cases.push((
+                format!("{dtype}-{cname}-1"),
+                args(&[dt, c, "shape=1,41,47", "seed=3"]),
+            ));
             // Multi-page, several strips per page, with a description.
-            check_tifffile_file(
-                d,
-                &format!("{dtype}-{cname}-3"),
-                &[
-                    &dt,
-                    &c,
+            cases.push((
+                format!("{dtype}-{cname}-3"),
+                args(&[
+                    dt,
+                    c,
                     "shape=3,37,53",
                     "rowsperstrip=5",
                     "seed=4",
                     "description=from tifffile",
-                ],
-            );
+                ]),
+            ));
             // Tiled with partial edge tiles.
-            check_tifffile_file(
-                d,
-                &format!("{dtype}-{cname}-tiled"),
-                &[&dt, &c, "shape=2,37,53", "tile=16,16", "seed=5"],
-            );
+            cases.push((
+                format!("{dtype}-{cname}-tiled"),
+                args(&[dt, c, "shape=2,37,53", "tile=16,16", "seed=5"]),
+            ));
             // Big-endian.
-            check_tifffile_file(
-                d,
-                &format!("{dtype}-{cname}-be"),
-                &[&dt, &c, "shape=2,21,17", "byteorder=>", "seed=6"],
-            );
+            cases.push((
+                format!("{dtype}-{cname}-be"),
+                args(&[dt, c, "shape=2,21,17", "byteorder=>", "seed=6"]),
+            ));
         }
     }
+    check_tifffile_files(dir.path(), &cases);
 }
 
 #[test]
@@ -365,7 +414,9 @@ fn we_read_tifffile_special_layouts() {
         ),
         ("one-pixel", &["dtype=float32", "shape=1,1,1"]),
     ];
-    for (name, args) in cases {
-        check_tifffile_file(d, name, args);
-    }
+    let cases: Vec<(String, Vec<String>)> = cases
+        .iter()
+        .map(|(n, a)| (n.to_string(), a.iter().map(|v| v.to_string()).collect()))
+        .collect();
+    check_tifffile_files(d, &cases);
 }

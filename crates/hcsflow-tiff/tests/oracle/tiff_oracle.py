@@ -11,6 +11,10 @@ Usage:
   tiff_oracle.py read IN.tif OUT.raw
       Reads every page with tifffile, writes the stacked pixels as raw
       C-order native bytes and prints key=value lines describing the file.
+  tiff_oracle.py batch COMMANDS.txt
+      Runs one command per line (arguments separated by tabs) in this one
+      process, framing the output of command i by "### begin i" and
+      "### end i" lines. Saves the interpreter start-up per file.
 """
 
 import sys
@@ -100,8 +104,19 @@ def read(in_tif, out_raw):
         f.write(np.ascontiguousarray(data).astype(data.dtype.newbyteorder("="), copy=False).tobytes())
 
 
+def batch(path):
+    with open(path, encoding="utf-8") as f:
+        commands = [line.rstrip("\n").split("\t") for line in f if line.strip()]
+    for i, command in enumerate(commands):
+        print(f"### begin {i}")
+        main(command)
+        print(f"### end {i}")
+
+
 def main(argv):
-    if len(argv) >= 3 and argv[0] == "write":
+    if len(argv) == 2 and argv[0] == "batch":
+        batch(argv[1])
+    elif len(argv) >= 3 and argv[0] == "write":
         write(argv[1], argv[2], argv[3:])
     elif len(argv) == 3 and argv[0] == "read":
         read(argv[1], argv[2])
