@@ -401,10 +401,15 @@ pub fn generate(config: &SynthConfig, out: &Path) -> Result<SynthSummary, SynthE
         flatfield: &flat,
         seed: derive(cfg.seed, &[seed_tag, job.well as u64, job.cell as u64, u64::from(job.channel), u64::from(job.z), u64::from(job.t)]),
     };
-    let plane = |job: &Job| -> Stack {
-        let v = render::render_tile(&indexes[job.well], &spec_for(job, 4));
-        Stack::U16(Array3::from_shape_vec((1, size, size), v).unwrap_or_else(|_| Array3::zeros((1, size, size))))
+    // Renders into a worker's reused buffers (scratch signal, u16 stack).
+    let plane_into = |job: &Job, sig: &mut Vec<f32>, stack: &mut Stack| {
+        if let Stack::U16(a) = stack {
+            if let Some(px) = a.as_slice_mut() {
+                render::render_tile_into(&indexes[job.well], &spec_for(job, 4), sig, px);
+            }
+        }
     };
+    let new_buffers = || (Vec::<f32>::new(), Stack::U16(Array3::zeros((1, size, size))));
 
     let channel_names: Vec<String> = (1..=cfg.channels).map(|c| cfg.channel_name(c)).collect();
     let ext = if cfg.upper_case_tif { "TIF" } else { "tif" };
@@ -460,8 +465,9 @@ pub fn generate(config: &SynthConfig, out: &Path) -> Result<SynthSummary, SynthE
         .par_iter()
         .enumerate()
         .filter(|(j, _)| !missing_set.contains(j))
-        .map(|(j, job)| {
-            let stack = plane(job);
+        .map_init(new_buffers, |(sig, stack), (j, job)| {
+            plane_into(job, sig, stack);
+            let stack = &*stack;
             let tile = tile_of(job);
             let (path, opts) = match cfg.format {
                 Format::ImageXpress => {

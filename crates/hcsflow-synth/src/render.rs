@@ -123,8 +123,16 @@ pub struct TileSpec<'a> {
 
 /// The noise-free signal (before flat-field, offset and noise).
 pub fn render_signal(index: &NucleusIndex, spec: &TileSpec) -> Vec<f32> {
+    let mut sig = Vec::new();
+    render_signal_into(index, spec, &mut sig);
+    sig
+}
+
+/// [`render_signal`] into a reused buffer (resized to width × height).
+pub fn render_signal_into(index: &NucleusIndex, spec: &TileSpec, sig: &mut Vec<f32>) {
     let (w, h) = (spec.width, spec.height);
-    let mut sig = vec![spec.background as f32; w * h];
+    sig.clear();
+    sig.resize(w * h, spec.background as f32);
     let reach_pad = 4.0 * (index.nuclei.iter().map(|n| n.sigma.get(spec.channel).copied().unwrap_or(0.0)).fold(0.0, f64::max).powi(2) + spec.defocus.powi(2)).sqrt();
     let (x0, y0) = (spec.x0, spec.y0);
     let (x1, y1) = (x0 + w as f64, y0 + h as f64);
@@ -166,12 +174,21 @@ pub fn render_signal(index: &NucleusIndex, spec: &TileSpec) -> Vec<f32> {
             }
         }
     }
-    sig
 }
 
 /// A full tile plane as u16: flat-field × signal, Poisson, + dark offset + read noise.
 pub fn render_tile(index: &NucleusIndex, spec: &TileSpec) -> Vec<u16> {
-    let sig = render_signal(index, spec);
+    let mut sig = Vec::new();
+    let mut out = vec![0u16; spec.width * spec.height];
+    render_tile_into(index, spec, &mut sig, &mut out);
+    out
+}
+
+/// [`render_tile`] with reused buffers: `sig` is scratch, `out` must hold
+/// width × height pixels. Per-tile allocations of several MB cost more in page
+/// faults than the rendering itself on large plates.
+pub fn render_tile_into(index: &NucleusIndex, spec: &TileSpec, sig: &mut Vec<f32>, out: &mut [u16]) {
+    render_signal_into(index, spec, sig);
     let mut rng = Rng::new(spec.seed);
     let table = crate::rng::normal_table();
     let read2 = (spec.read_noise * spec.read_noise) as f32;
@@ -189,8 +206,7 @@ pub fn render_tile(index: &NucleusIndex, spec: &TileSpec) -> Vec<u16> {
         bits >>= 16;
         v
     };
-    let mut out = Vec::with_capacity(sig.len());
-    for (&s, &f) in sig.iter().zip(spec.flatfield.iter()) {
+    for ((&s, &f), o) in sig.iter().zip(spec.flatfield.iter()).zip(out.iter_mut()) {
         let lam = s * f;
         let v = if lam >= 30.0 {
             // Poisson(λ) + N(0, read²) ≈ N(λ, λ + read²) at these counts
@@ -198,9 +214,8 @@ pub fn render_tile(index: &NucleusIndex, spec: &TileSpec) -> Vec<u16> {
         } else {
             rng.poisson(f64::from(lam)) as f32 + read * normal(&mut rng)
         };
-        out.push((v + dark).round().clamp(0.0, 65535.0) as u16);
+        *o = (v + dark).round().clamp(0.0, 65535.0) as u16;
     }
-    out
 }
 
 #[cfg(test)]
