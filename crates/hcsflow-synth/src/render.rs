@@ -214,7 +214,8 @@ pub fn render_tile_into(index: &NucleusIndex, spec: &TileSpec, sig: &mut Vec<f32
         } else {
             rng.poisson(f64::from(lam)) as f32 + read * normal(&mut rng)
         };
-        *o = (v + dark).round().clamp(0.0, 65535.0) as u16;
+        // round half up after clamping: `as` truncates, and avoids a libm call
+        *o = ((v + dark).clamp(0.0, 65535.0) + 0.5) as u16;
     }
 }
 
