@@ -91,6 +91,21 @@ fn missing_images_are_listed() {
     let p = open_plate(d.path(), None).unwrap();
     assert_eq!(p.missing.len(), 1);
     assert_eq!((p.missing[0].site, p.missing[0].channel), (2, 2));
+    let text = hcsflow_plate::summary_text(&p);
+    for want in [
+        "Format:      imagexpress",
+        "Wells:       1 with images, 1 acquired (A01)",
+        "Sites:       2 (grid 1 rows x 2 columns)",
+        "Channels:    2 (1=DAPI, 2=FITC, 488)",
+        "Image:       8 x 8 px, u16 (16-bit)",
+        "Images:      3",
+        "Missing:     1",
+        "  A01 site 2 channel 2 z 1 t 1: no image file found",
+        "Pixel size:  unknown",
+    ] {
+        assert!(text.contains(want), "{want:?} not in\n{text}");
+    }
+    assert!(text.contains(&format!("Warnings:    {}", p.warnings.len())));
 }
 
 #[test]

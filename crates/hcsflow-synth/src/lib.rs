@@ -303,9 +303,12 @@ pub fn generate(config: &SynthConfig, out: &Path) -> Result<SynthSummary, SynthE
     // Truth: tiles and nuclei per well.
     let half = f64::from(cfg.size) / 2.0;
     let mut tiles = Vec::new();
-    for (wi, w) in wells.iter().enumerate() {
-        for (ci, c) in cells.iter().enumerate() {
-            let mut r = Rng::new(derive(cfg.seed, &[1, wi as u64, ci as u64, u64::from(w.1), u64::from(w.2)]));
+    for w in &wells {
+        for c in &cells {
+            // seeded by well position and grid cell, not list index: a well
+            // looks the same whichever other wells are generated with it
+            let cell_id = u64::from(c.row * cfg.grid_cols + c.col);
+            let mut r = Rng::new(derive(cfg.seed, &[1, u64::from(w.1), u64::from(w.2), cell_id]));
             let nx = margin + f64::from(c.col) * step;
             let ny = margin + f64::from(c.row) * step;
             let x = nx + r.range(-cfg.jitter_px, cfg.jitter_px);
@@ -399,7 +402,18 @@ pub fn generate(config: &SynthConfig, out: &Path) -> Result<SynthSummary, SynthE
         dark_offset: cfg.dark_offset,
         read_noise: cfg.read_noise,
         flatfield: &flat,
-        seed: derive(cfg.seed, &[seed_tag, job.well as u64, job.cell as u64, u64::from(job.channel), u64::from(job.z), u64::from(job.t)]),
+        seed: derive(
+            cfg.seed,
+            &[
+                seed_tag,
+                u64::from(wells[job.well].1),
+                u64::from(wells[job.well].2),
+                u64::from(cells[job.cell].row * cfg.grid_cols + cells[job.cell].col),
+                u64::from(job.channel),
+                u64::from(job.z),
+                u64::from(job.t),
+            ],
+        ),
     };
     // Renders into a worker's reused buffers (scratch signal, u16 stack).
     let plane_into = |job: &Job, sig: &mut Vec<f32>, stack: &mut Stack| {

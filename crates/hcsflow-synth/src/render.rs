@@ -256,6 +256,19 @@ mod tests {
     }
 
     #[test]
+    fn pixels_saturate_and_clip_instead_of_wrapping() {
+        let ff = vec![1.0; 64 * 64];
+        let idx = NucleusIndex::new(vec![Nucleus { x: 32.0, y: 32.0, radius: 8.0, sigma: vec![4.0], amplitude: vec![1e6] }], 64.0, 64.0);
+        let mut s = spec(&ff, 0.0, 0.0, 0.0);
+        s.read_noise = 50.0; // noise around 0 must clip at 0, not wrap to 65535
+        let t = render_tile(&idx, &s);
+        assert_eq!(t[32 * 64 + 32], 65535);
+        assert_eq!(t[0], 0);
+        let zeros = t.iter().filter(|&&v| v == 0).count();
+        assert!(zeros > 1000, "{zeros}");
+    }
+
+    #[test]
     fn flatfield_is_one_near_centre_and_darker_in_corners() {
         let ff = flatfield(100, 0.3);
         let max = ff.iter().cloned().fold(0.0f32, f32::max);

@@ -418,3 +418,18 @@ fn tiles_are_flatfield_times_truth_window_at_the_true_position() {
         assert!(corr(&tile, &window(off)) < c - 0.1, "site {}", t.site);
     }
 }
+
+#[test]
+fn a_well_is_the_same_whichever_wells_come_with_it() {
+    let a = SynthConfig { wells: vec!["B02".into()], ..small(Format::ImageXpress) };
+    let b = SynthConfig { wells: vec!["A01".into(), "B02".into(), "H12".into()], ..small(Format::ImageXpress) };
+    let (da, sa, pa) = roundtrip(&a);
+    let (db, sb, pb) = roundtrip(&b);
+    let bytes = |p: &Plate, d: &Path| {
+        let img = p.image("B02", 5, 2, 1, 1).unwrap();
+        std::fs::read(d.join("plate").join(img.path.strip_prefix(&p.root).unwrap())).unwrap()
+    };
+    assert_eq!(bytes(&pa, da.path()), bytes(&pb, db.path()));
+    let tiles_b02 = |s: &SynthSummary| s.tiles.iter().filter(|t| t.well == "B02").cloned().collect::<Vec<_>>();
+    assert_eq!(tiles_b02(&sa), tiles_b02(&sb));
+}
