@@ -516,10 +516,10 @@ pub fn generate(config: &SynthConfig, out: &Path) -> Result<SynthSummary, SynthE
                     (out.join("Images").join(phenix_name(job)), opts)
                 }
             };
-            write_stack(&path, &stack, &opts)?;
+            write_stack(&path, stack, &opts)?;
             let mut bytes = (size * size * 2) as u64;
             if cfg.format == Format::ImageXpress && cfg.thumbnails && job.z == 1 {
-                let thumb = downsample(&stack, 8);
+                let thumb = downsample(stack, 8);
                 let tpath = ix_dir(job.t, Some(job.z)).join(format!("{}_thumb{}.{ext}", ix_stem(job), guid_of(j, 6)));
                 write_stack(&tpath, &thumb, &WriteOptions::default())?;
                 bytes += thumb.nbytes() as u64;
