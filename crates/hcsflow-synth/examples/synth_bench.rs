@@ -1,6 +1,6 @@
 //! Times `generate` on the benchmark plate: 96 wells × 3×3 sites × 2 channels, 1024².
 //!
-//! `cargo run --release -p hcsflow-synth --example synth_bench -- OUT [SIZE] [FORMAT]`
+//! `cargo run --release -p hcsflow-synth --example synth_bench -- OUT [SIZE] [FORMAT] [PLATE]`
 //! OUT must not exist (or be a previous synthetic plate, which is replaced).
 
 use std::path::PathBuf;
@@ -10,13 +10,14 @@ use hcsflow_synth::{generate, SynthConfig};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
-    let out = PathBuf::from(args.next().ok_or("usage: synth_bench OUT [SIZE] [FORMAT]")?);
+    let out = PathBuf::from(args.next().ok_or("usage: synth_bench OUT [SIZE] [FORMAT] [PLATE]")?);
     let size: u32 = args.next().map(|s| s.parse()).transpose()?.unwrap_or(1024);
     let format = args.next().map(|s| s.parse()).transpose()?.unwrap_or(hcsflow_plate::Format::ImageXpress);
+    let plate_size: u32 = args.next().map(|s| s.parse()).transpose()?.unwrap_or(96);
     let cfg = SynthConfig {
         format,
         wells: Vec::new(),
-        plate_size: 96,
+        plate_size,
         grid_rows: 3,
         grid_cols: 3,
         channels: 2,

@@ -54,6 +54,8 @@ pub enum SynthError {
     InvalidConfig(String),
     #[error("{path}: folder exists and is not empty; set overwrite to replace a previous synthetic plate")]
     NotEmpty { path: PathBuf },
+    #[error("{path}: exists and is not a folder")]
+    NotADirectory { path: PathBuf },
     #[error("{path}: refusing to overwrite: not a synthetic plate (no ground_truth/synth_config.json)")]
     NotSynthetic { path: PathBuf },
     #[error("{path}: {source}")]
@@ -235,7 +237,7 @@ fn validate(cfg: &SynthConfig) -> Result<(u32, u32, Vec<WellRc>), SynthError> {
 fn prepare_out(cfg: &SynthConfig, out: &Path) -> Result<(), SynthError> {
     if out.exists() {
         if !out.is_dir() {
-            return Err(SynthError::NotEmpty { path: out.to_path_buf() });
+            return Err(SynthError::NotADirectory { path: out.to_path_buf() });
         }
         let non_empty = std::fs::read_dir(out).map_err(io(out))?.next().is_some();
         if non_empty {

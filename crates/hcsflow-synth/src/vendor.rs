@@ -180,9 +180,14 @@ pub fn harmony_index(plate_name: &str, v6: bool, plate_rows: u32, plate_cols: u3
         let _ = writeln!(s, "      <Well id=\"{r:02}{c:02}\" />");
     }
     let _ = writeln!(s, "    </Plate>\n  </Plates>\n  <Wells>");
+    // group once: a full 1536-well plate has hundreds of thousands of images
+    let mut by_well: std::collections::BTreeMap<(u32, u32), Vec<&IndexImage>> = std::collections::BTreeMap::new();
+    for img in images {
+        by_well.entry((img.row, img.col)).or_default().push(img);
+    }
     for (r, c) in wells {
         let _ = writeln!(s, "    <Well>\n      <id>{r:02}{c:02}</id>\n      <Row>{r}</Row>\n      <Col>{c}</Col>");
-        for img in images.iter().filter(|i| (i.row, i.col) == (*r, *c)) {
+        for img in by_well.get(&(*r, *c)).map(Vec::as_slice).unwrap_or(&[]) {
             let _ = writeln!(s, "      <Image id=\"{}\" />", img.id());
         }
         let _ = writeln!(s, "    </Well>");

@@ -345,6 +345,7 @@ fn refuses_non_empty_folder_and_foreign_overwrite() {
     let over = SynthConfig { overwrite: true, ..cfg.clone() };
     assert!(matches!(generate(&over, dir.path()), Err(hcsflow_synth::SynthError::NotSynthetic { .. })));
     assert!(dir.path().join("precious.txt").exists());
+    assert!(matches!(generate(&over, &dir.path().join("precious.txt")), Err(hcsflow_synth::SynthError::NotADirectory { .. })));
     // a previous synthetic plate may be replaced
     let out = dir.path().join("p");
     generate(&cfg, &out).unwrap();
