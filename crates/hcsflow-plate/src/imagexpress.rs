@@ -76,6 +76,8 @@ pub struct HtdInfo {
     pub unique_id: Option<String>,
     /// False when the file does not end with `"EndFile"` (possibly truncated).
     pub has_end: bool,
+    /// Records that could not be parsed and were skipped ("line N: why").
+    pub skipped_lines: Vec<String>,
 }
 
 impl HtdInfo {
@@ -155,20 +157,36 @@ pub fn parse_htd(bytes: &[u8], path: &Path) -> Result<HtdInfo, PlateError> {
     let mut entries: BTreeMap<String, (usize, Vec<String>)> = BTreeMap::new();
     let mut first = true;
     let mut has_end = false;
+    let mut skipped = Vec::new();
     for (i, raw) in text.split('\n').enumerate() {
         let lineno = i + 1;
         let line = raw.trim_end_matches('\r').trim();
         if line.is_empty() {
             continue;
         }
-        let Some(after) = line.strip_prefix('"') else {
-            return Err(bad(lineno, format!("expected a line starting with a quoted key, found {:?}", clip(line))));
+        // Parse one record; a malformed record is fatal on the first line (the
+        // file is not an HTD at all) and skipped with a warning afterwards (a
+        // multi-line Description must not make a plate unreadable).
+        let record = (|| {
+            let after = line.strip_prefix('"').ok_or_else(|| format!("expected a line starting with a quoted key, found {:?}", clip(line)))?;
+            let end = after.find('"').ok_or_else(|| "unterminated quoted key".to_string())?;
+            let key = &after[..end];
+            let rest = after[end + 1..].trim_start();
+            let values = match rest.strip_prefix(',') {
+                Some(v) => split_values(v),
+                None if rest.is_empty() => Vec::new(),
+                None => return Err(format!("expected ',' after key {key:?}")),
+            };
+            Ok((key.to_string(), values))
+        })();
+        let (key, values) = match record {
+            Ok(r) => r,
+            Err(m) if first => return Err(bad(lineno, m)),
+            Err(m) => {
+                skipped.push(format!("line {lineno}: {m}"));
+                continue;
+            }
         };
-        let Some(end) = after.find('"') else {
-            return Err(bad(lineno, "unterminated quoted key".into()));
-        };
-        let key = &after[..end];
-        let rest = after[end + 1..].trim_start();
         if first {
             if key != "HTSInfoFile" {
                 return Err(bad(lineno, format!("first record must be \"HTSInfoFile\", found {key:?}")));
@@ -180,12 +198,7 @@ pub fn parse_htd(bytes: &[u8], path: &Path) -> Result<HtdInfo, PlateError> {
             has_end = true;
             break;
         }
-        let values = match rest.strip_prefix(',') {
-            Some(v) => split_values(v),
-            None if rest.is_empty() => Vec::new(),
-            None => return Err(bad(lineno, format!("expected ',' after key {key:?}"))),
-        };
-        entries.insert(key.to_string(), (lineno, values));
+        entries.insert(key, (lineno, values));
     }
     if first {
         return Err(bad(1, "empty file (no \"HTSInfoFile\" record)".into()));
@@ -270,6 +283,7 @@ pub fn parse_htd(bytes: &[u8], path: &Path) -> Result<HtdInfo, PlateError> {
         wave_collect,
         unique_id: get("UniquePlateIdentifier").map(str::to_string),
         has_end,
+        skipped_lines: skipped,
     })
 }
 
@@ -416,6 +430,9 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
     let bytes = std::fs::read(&htd_path).map_err(io_err(&htd_path))?;
     let htd = parse_htd(&bytes, &htd_path)?;
     let mut warnings = Vec::new();
+    for l in &htd.skipped_lines {
+        warnings.push(format!("{}: skipped malformed record at {l}", htd_path.display()));
+    }
     if !htd.has_end {
         warnings.push(format!("{}: no \"EndFile\" record (file may be truncated)", htd_path.display()));
     }
@@ -751,6 +768,15 @@ mod tests {
         assert!(h.has_end);
         let h = parse_htd(b"\"HTSInfoFile\", Version 1.0\r\n\"XWells\", 12\r\n\"YWells\", 8\r\n", Path::new("p.HTD")).unwrap();
         assert!(!h.sites && !h.z_series && !h.waves && !h.has_end);
+    }
+
+    #[test]
+    fn malformed_records_after_the_header_are_skipped_not_fatal() {
+        let htd = b"\"HTSInfoFile\", Version 1.0\r\n\"Description\", \"two\r\nlines\"\r\n\"XWells\", 12\r\n\"YWells\", 8\r\n\"Bad\" 3\r\n\"EndFile\"\r\n";
+        let h = parse_htd(htd, Path::new("p.HTD")).unwrap();
+        assert_eq!((h.x_wells, h.y_wells), (12, 8));
+        assert_eq!(h.skipped_lines.len(), 2, "{:?}", h.skipped_lines);
+        assert!(h.skipped_lines[0].starts_with("line 3:"));
     }
 
     #[test]
