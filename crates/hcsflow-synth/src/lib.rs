@@ -24,6 +24,19 @@
 //!
 //! Pixel model (u16): `dark_offset + Poisson(flatfield · signal) + N(0, read_noise²)`,
 //! rounded and clipped; `signal = background + Σ blobs`.
+//!
+//! ```
+//! use hcsflow_synth::{generate, SynthConfig};
+//! use hcsflow_plate::{open_plate, Format};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let cfg = SynthConfig { format: Format::OperaPhenix, size: 64, z_planes: 3, ..SynthConfig::default() };
+//! let summary = generate(&cfg, &dir.path().join("plate"))?;
+//! let plate = open_plate(&dir.path().join("plate"), None)?;
+//! assert_eq!(plate.images.len(), summary.images_written); // 2 wells x 9 sites x 2 channels x 3 z
+//! println!("{}", hcsflow_plate::summary_text(&plate));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
