@@ -1,0 +1,61 @@
+//! `hcsflow functions`.
+
+use anyhow::Context;
+use clap::Args;
+use hcsflow_core::registry::ArgKind;
+use serde::Serialize;
+
+use crate::{engine, CliResult};
+
+#[derive(Args)]
+pub struct FunctionsArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct FunctionListing<'a> {
+    name: &'a str,
+    doc: &'a str,
+    contract: hcsflow_core::Contract,
+    memory_types: Vec<hcsflow_core::MemoryType>,
+    args: Vec<hcsflow_core::ArgSpec>,
+}
+
+pub fn run(a: FunctionsArgs) -> CliResult {
+    let (registry, _) = engine::builtin();
+    let listing: Vec<FunctionListing> = registry
+        .functions()
+        .map(|f| FunctionListing {
+            name: f.spec.name,
+            doc: f.spec.doc,
+            contract: f.spec.contract,
+            memory_types: f.memory_types(),
+            args: f.all_args(),
+        })
+        .collect();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&listing).context("serialising the function list")?);
+        return Ok(());
+    }
+    for f in &listing {
+        let mems: Vec<_> = f.memory_types.iter().map(|m| m.name()).collect();
+        println!("{}  [{}; {}]", f.name, f.contract, mems.join(", "));
+        println!("    {}", f.doc);
+        for arg in &f.args {
+            let range = match &arg.kind {
+                ArgKind::Int { min, max } => range(min.map(|v| v.to_string()), max.map(|v| v.to_string())),
+                ArgKind::Float { min, max } => range(min.map(|v| v.to_string()), max.map(|v| v.to_string())),
+                ArgKind::Bool => "bool".into(),
+                ArgKind::Choice { choices } => choices.join("|"),
+            };
+            println!("    --arg {}={}  ({range})  {}", arg.name, arg.default, arg.doc);
+        }
+    }
+    Ok(())
+}
+
+fn range(min: Option<String>, max: Option<String>) -> String {
+    format!("{}..{}", min.unwrap_or_default(), max.unwrap_or_default())
+}

@@ -1,0 +1,84 @@
+//! `hcsflow`: the command-line front of the engine. A thin layer: argument
+//! parsing, logging, human errors and exit codes; the work is in the library crates.
+
+mod apply;
+mod doctor;
+mod engine;
+mod functions;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Exit codes (also in the README):
+/// 0 success; 1 failure while running (I/O, a function failed);
+/// 2 usage or validation error found before any pixel is read
+/// (bad arguments, unknown function, bad device string);
+/// 3 the requested device is not available.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exit {
+    Failure = 1,
+    Usage = 2,
+    DeviceUnavailable = 3,
+}
+
+/// An error with the exit code it maps to.
+#[derive(Debug)]
+pub struct CliError {
+    pub exit: Exit,
+    pub error: anyhow::Error,
+}
+
+impl CliError {
+    pub fn new(exit: Exit, error: impl Into<anyhow::Error>) -> Self {
+        CliError { exit, error: error.into() }
+    }
+}
+
+impl From<anyhow::Error> for CliError {
+    fn from(error: anyhow::Error) -> Self {
+        CliError { exit: Exit::Failure, error }
+    }
+}
+
+pub type CliResult = Result<(), CliError>;
+
+#[derive(Parser)]
+#[command(name = "hcsflow", version, about = "High-content-screening image processing: fast, reproducible, GPU-first.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Report CPU, SIMD, memory, GPU adapters, CUDA driver and the default device (and why).
+    Doctor(doctor::DoctorArgs),
+    /// List registered functions: memory types, contract, arguments with defaults and docs.
+    Functions(functions::FunctionsArgs),
+    /// Run one function on a single- or multi-page TIFF and write the result as TIFF.
+    Apply(apply::ApplyArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Doctor(a) => doctor::run(a),
+        Command::Functions(a) => functions::run(a),
+        Command::Apply(a) => apply::run(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {:#}", e.error);
+            ExitCode::from(e.exit as u8)
+        }
+    }
+}
