@@ -1,18 +1,12 @@
-//! GPU kernels and their registration as wgpu implementations.
-//!
-//! Each kernel mirrors the host implementation of the same function in
-//! `hcsflow-ops` operation for operation (same accumulation order and
-//! precision), so results are bit-exact where IEEE arithmetic allows; the
-//! tests compare them on lavapipe.
+//! Projections over the stack axis (max, mean).
 
 use std::sync::Arc;
 
 use cubecl::prelude::*;
-use hcsflow_core::{Array, Conversions, DType, FunctionError, Implementation, MemoryType, Registry};
+use hcsflow_core::{Array, DType, FunctionError};
 
-use crate::array::{as_wgpu, words_for, Download, Upload, WgpuArray};
-
-const BLOCK: u32 = 256;
+use super::{grid, wgpu_input, BLOCK};
+use crate::array::{words_for, WgpuArray};
 
 /// Max over planes of u16 pixels packed two per word.
 #[cube(launch)]
@@ -156,25 +150,6 @@ fn mean_projection_f32(input: &[f32], output: &mut [f32], planes: u32, plane_wor
     }
 }
 
-/// A launch grid covering `n` threads in blocks of [`BLOCK`], split over two
-/// dimensions when one would exceed the 65,535-workgroup limit.
-fn grid(n: usize) -> CubeCount {
-    let blocks = n.div_ceil(BLOCK as usize).max(1) as u32;
-    if blocks <= 65_535 {
-        CubeCount::Static(blocks, 1, 1)
-    } else {
-        CubeCount::Static(65_535, blocks.div_ceil(65_535), 1)
-    }
-}
-
-fn wgpu_input<'a>(function: &str, array: &'a Array) -> Result<&'a WgpuArray, FunctionError> {
-    as_wgpu(array).ok_or_else(|| FunctionError::WrongMemory {
-        function: function.to_string(),
-        expected: MemoryType::Wgpu,
-        got: array.memory_type(),
-    })
-}
-
 fn projection_shape(input: &WgpuArray) -> Result<(u32, u32, Vec<usize>), FunctionError> {
     let shape = hcsflow_core::DeviceBuffer::shape(input);
     let planes = u32::try_from(input.planes()).map_err(|_| FunctionError::failed("projection", "too many planes"))?;
@@ -182,7 +157,7 @@ fn projection_shape(input: &WgpuArray) -> Result<(u32, u32, Vec<usize>), Functio
     Ok((planes, words, vec![1, shape[shape.len() - 2], shape[shape.len() - 1]]))
 }
 
-fn max_projection(array: Array) -> Result<Array, FunctionError> {
+pub(super) fn max_projection(array: Array) -> Result<Array, FunctionError> {
     let input = wgpu_input("max_projection", &array)?;
     let ctx = input.context().clone();
     let dtype = hcsflow_core::DeviceBuffer::dtype(input);
@@ -208,7 +183,7 @@ fn max_projection(array: Array) -> Result<Array, FunctionError> {
     Ok(Array::Device(Arc::new(WgpuArray::from_parts(ctx.clone(), out, out_shape, dtype))))
 }
 
-fn mean_projection(array: Array) -> Result<Array, FunctionError> {
+pub(super) fn mean_projection(array: Array) -> Result<Array, FunctionError> {
     let input = wgpu_input("mean_projection", &array)?;
     let ctx = input.context().clone();
     let dtype = hcsflow_core::DeviceBuffer::dtype(input);
@@ -235,21 +210,4 @@ fn mean_projection(array: Array) -> Result<Array, FunctionError> {
         }
     }
     Ok(Array::Device(Arc::new(WgpuArray::from_parts(ctx.clone(), out, out_shape, DType::F32))))
-}
-
-/// Adds the host ↔ wgpu converters and the wgpu implementations of the
-/// functions the host registry already declares (`hcsflow_ops::register`
-/// must run first; a function it does not know is skipped with a warning).
-pub fn register(registry: &mut Registry, conversions: &mut Conversions) {
-    conversions.register(MemoryType::Host, MemoryType::Wgpu, Arc::new(Upload));
-    conversions.register(MemoryType::Wgpu, MemoryType::Host, Arc::new(Download));
-    let kernels: [(&str, fn(Array) -> Result<Array, FunctionError>); 2] =
-        [("max_projection", max_projection), ("mean_projection", mean_projection)];
-    for (name, kernel) in kernels {
-        let implementation =
-            Implementation::array(MemoryType::Wgpu, MemoryType::Wgpu, Arc::new(move |a, _args| kernel(a)));
-        if !registry.add_implementation(name, implementation) {
-            tracing::warn!(function = name, "no host declaration for this GPU kernel; not registered");
-        }
-    }
 }

@@ -1,0 +1,63 @@
+//! GPU kernels and their registration as wgpu implementations.
+//!
+//! Each kernel mirrors the host implementation of the same function in
+//! `hcsflow-ops` operation for operation (same accumulation order and
+//! precision), so results are bit-exact where IEEE arithmetic allows; the
+//! tests compare them on lavapipe. One file per family of functions.
+
+mod projection;
+
+use std::sync::Arc;
+
+use cubecl::prelude::*;
+use hcsflow_core::{Array, Conversions, FunctionError, Implementation, MemoryType, Registry};
+
+use crate::array::{as_wgpu, Download, Upload, WgpuArray};
+
+/// Threads per workgroup for element-wise kernels.
+pub(crate) const BLOCK: u32 = 256;
+
+/// A GPU kernel as registered: whole array in, array out, with the call's arguments.
+type Kernel = fn(Array, &hcsflow_core::Args) -> Result<Array, FunctionError>;
+
+/// Every wgpu implementation: (function name, kernel). Add new families here.
+fn kernels() -> Vec<(&'static str, Kernel)> {
+    vec![
+        ("max_projection", |a, _| projection::max_projection(a)),
+        ("mean_projection", |a, _| projection::mean_projection(a)),
+    ]
+}
+
+/// A launch grid covering `n` threads in blocks of [`BLOCK`], split over two
+/// dimensions when one would exceed the 65,535-workgroup limit.
+pub(crate) fn grid(n: usize) -> CubeCount {
+    let blocks = n.div_ceil(BLOCK as usize).max(1) as u32;
+    if blocks <= 65_535 {
+        CubeCount::Static(blocks, 1, 1)
+    } else {
+        CubeCount::Static(65_535, blocks.div_ceil(65_535), 1)
+    }
+}
+
+pub(crate) fn wgpu_input<'a>(function: &str, array: &'a Array) -> Result<&'a WgpuArray, FunctionError> {
+    as_wgpu(array).ok_or_else(|| FunctionError::WrongMemory {
+        function: function.to_string(),
+        expected: MemoryType::Wgpu,
+        got: array.memory_type(),
+    })
+}
+
+/// Adds the host ↔ wgpu converters and the wgpu implementations of the
+/// functions the host registry already declares (`hcsflow_ops::register`
+/// must run first; a function it does not know is skipped with a warning).
+pub fn register(registry: &mut Registry, conversions: &mut Conversions) {
+    conversions.register(MemoryType::Host, MemoryType::Wgpu, Arc::new(Upload));
+    conversions.register(MemoryType::Wgpu, MemoryType::Host, Arc::new(Download));
+    for (name, kernel) in kernels() {
+        let implementation =
+            Implementation::array(MemoryType::Wgpu, MemoryType::Wgpu, Arc::new(kernel));
+        if !registry.add_implementation(name, implementation) {
+            tracing::warn!(function = name, "no host declaration for this GPU kernel; not registered");
+        }
+    }
+}
