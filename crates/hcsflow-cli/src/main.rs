@@ -5,6 +5,8 @@ mod apply;
 mod doctor;
 mod engine;
 mod functions;
+mod inspect;
+mod synth;
 
 use std::process::ExitCode;
 
@@ -58,6 +60,10 @@ enum Command {
     Functions(functions::FunctionsArgs),
     /// Run one function on a single- or multi-page TIFF and write the result as TIFF.
     Apply(apply::ApplyArgs),
+    /// Generate a synthetic ImageXpress or Opera Phenix plate with ground truth.
+    Synth(synth::SynthArgs),
+    /// Describe a plate: format, wells, sites, channels, z, timepoints, grid, pixel size, missing images.
+    Inspect(inspect::InspectArgs),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +79,8 @@ fn main() -> ExitCode {
         Command::Doctor(a) => doctor::run(a),
         Command::Functions(a) => functions::run(a),
         Command::Apply(a) => apply::run(a),
+        Command::Synth(a) => synth::run(a),
+        Command::Inspect(a) => inspect::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
