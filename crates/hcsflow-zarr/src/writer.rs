@@ -1,0 +1,477 @@
+//! [`PlateWriter`]: creates the plate hierarchy, writes planes (all pyramid
+//! levels at once) from any number of threads, and writes the plate and well
+//! metadata at `finish`.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use hcsflow_core::{DType, Pixel, Stack};
+use rayon::prelude::*;
+use serde_json::{json, Map, Value};
+use zarrs::array::codec::{BytesCodec, ZstdCodec};
+use zarrs::array::{data_type, Array, ArrayBuilder, ArrayMetadata, ArrayMetadataV2, Element};
+use zarrs::metadata::Endianness;
+
+use crate::error::ZarrError;
+use crate::metadata::{self, HCSFLOW_FORMAT, HCSFLOW_KEY};
+use crate::pyramid::downsample;
+use crate::spec::{NgffVersion, PlateSpec, WellPos, ZarrCompression};
+use crate::store::AtomicFsStore;
+
+type LevelArray = Array<AtomicFsStore>;
+
+/// Writes one OME-Zarr HCS plate.
+///
+/// Layout: `ROOT/{row}/{column}/{field}/{level}` — e.g. `plate.zarr/A/1/0/0` is
+/// level 0 of field 0 of well A01. Each level array is `[t, c, z, y, x]` with
+/// one chunk per `(t, c, z)` plane; pixels never written read as 0 (the fill
+/// value). Field groups and their arrays are created on the first write to the
+/// field; `finish` lists in the well and plate metadata only the fields and
+/// wells that exist, so readers never open a path that is not there.
+///
+/// `write_plane` and `write_field` take `&self` and may be called concurrently
+/// from several threads, for different planes (writing the same plane twice
+/// from two threads leaves one of the two, whole). Every file is written to a
+/// temporary name and renamed, so an interrupted run leaves no partial file.
+#[derive(Debug)]
+pub struct PlateWriter {
+    root: PathBuf,
+    spec: PlateSpec,
+    store: Arc<AtomicFsStore>,
+    /// Grid position → index in `spec.wells`.
+    well_index: HashMap<WellPos, usize>,
+    /// Fields whose group and arrays exist, keyed by (well index, field).
+    fields: Mutex<HashMap<(usize, usize), Arc<Vec<LevelArray>>>>,
+    /// Row and well groups already written by this writer.
+    groups: Mutex<HashSet<String>>,
+}
+
+/// A plane's pixels, borrowed, with their type.
+enum PlaneRef<'a> {
+    U8(&'a [u8]),
+    U16(&'a [u16]),
+    F32(&'a [f32]),
+}
+
+impl PlateWriter {
+    /// Creates a new plate at `root` (created if missing; must be empty if it
+    /// exists). Writes the root group, with the spec stored under the `hcsflow`
+    /// attribute so [`open_existing`](Self::open_existing) can resume.
+    pub fn create(root: &Path, spec: PlateSpec) -> Result<PlateWriter, ZarrError> {
+        spec.validate()?;
+        match std::fs::read_dir(root) {
+            Ok(mut entries) => {
+                if entries.next().is_some() {
+                    let hint = match metadata::read_group_attributes(root) {
+                        Ok(Some((_, attrs))) if attrs.contains_key(HCSFLOW_KEY) => {
+                            "it is an hcsflow plate: use PlateWriter::open_existing to resume it, \
+                             or choose a new directory"
+                        }
+                        _ => "choose a new or empty directory",
+                    };
+                    return Err(ZarrError::RootNotEmpty { root: root.to_path_buf(), hint: hint.into() });
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                std::fs::create_dir_all(root).map_err(|e| ZarrError::io(root, e))?;
+            }
+            Err(e) => return Err(ZarrError::io(root, e)),
+        }
+        let writer = PlateWriter::new(root, spec)?;
+        let mut extra = Map::new();
+        extra.insert(
+            HCSFLOW_KEY.into(),
+            json!({"format": HCSFLOW_FORMAT, "spec": serde_json::to_value(&writer.spec)
+                .map_err(|e| ZarrError::Json { path: root.to_path_buf(), message: e.to_string() })?}),
+        );
+        metadata::write_group(root, writer.spec.version, Map::new(), extra)?;
+        Ok(writer)
+    }
+
+    /// Reopens a plate created by [`create`](Self::create) (finished or not) to
+    /// write more planes — the resume path. The spec is the one stored in the
+    /// plate; check [`spec`](Self::spec) or use
+    /// [`create_or_resume`](Self::create_or_resume) to compare with yours.
+    pub fn open_existing(root: &Path) -> Result<PlateWriter, ZarrError> {
+        let not_plate = |reason: &str| ZarrError::NotAPlate { root: root.to_path_buf(), reason: reason.into() };
+        let (_, attrs) = metadata::read_group_attributes(root)?
+            .ok_or_else(|| not_plate("no zarr.json or .zattrs at the root"))?;
+        let stored = attrs
+            .get(HCSFLOW_KEY)
+            .ok_or_else(|| not_plate("the root has no 'hcsflow' attribute (not written by hcsflow)"))?;
+        if stored.get("format").and_then(Value::as_u64) != Some(HCSFLOW_FORMAT) {
+            return Err(not_plate(&format!(
+                "unsupported hcsflow plate format {:?} (this version writes {HCSFLOW_FORMAT})",
+                stored.get("format")
+            )));
+        }
+        let spec: PlateSpec = stored
+            .get("spec")
+            .cloned()
+            .ok_or_else(|| not_plate("the 'hcsflow' attribute has no spec"))
+            .and_then(|v| serde_json::from_value(v).map_err(|e| not_plate(&format!("stored spec: {e}"))))?;
+        spec.validate().map_err(|e| not_plate(&format!("stored spec: {e}")))?;
+        PlateWriter::new(root, spec)
+    }
+
+    /// Resumes `root` if it is an hcsflow plate with exactly `spec`, creates it
+    /// if it is missing or empty, and fails otherwise (different spec, foreign
+    /// content). The entry point for `--resume`.
+    pub fn create_or_resume(root: &Path, spec: PlateSpec) -> Result<PlateWriter, ZarrError> {
+        let empty = match std::fs::read_dir(root) {
+            Ok(mut e) => e.next().is_none(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+            Err(e) => return Err(ZarrError::io(root, e)),
+        };
+        if empty {
+            return PlateWriter::create(root, spec);
+        }
+        let writer = PlateWriter::open_existing(root)?;
+        if writer.spec != spec {
+            let detail = format!("stored {:?}, requested {:?}", writer.spec, spec);
+            return Err(ZarrError::SpecMismatch { root: root.to_path_buf(), detail });
+        }
+        Ok(writer)
+    }
+
+    fn new(root: &Path, spec: PlateSpec) -> Result<PlateWriter, ZarrError> {
+        let mut well_index = HashMap::new();
+        for (i, w) in spec.wells.iter().enumerate() {
+            let pos = spec
+                .locate(w)
+                .ok_or_else(|| ZarrError::InvalidSpec(format!("well '{w}' is not in the plate grid")))?;
+            well_index.insert(pos, i);
+        }
+        Ok(PlateWriter {
+            root: root.to_path_buf(),
+            store: Arc::new(AtomicFsStore::new(root.to_path_buf())),
+            spec,
+            well_index,
+            fields: Mutex::new(HashMap::new()),
+            groups: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// The plate's spec (as given to `create`, or as stored when reopened).
+    pub fn spec(&self) -> &PlateSpec {
+        &self.spec
+    }
+
+    /// The plate root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The path of a well inside the plate, e.g. `A/1` for `"A01"`.
+    pub fn well_path(&self, well: &str) -> Result<String, ZarrError> {
+        let pos = self.locate(well)?;
+        Ok(format!("{}/{}", self.spec.rows[pos.row], self.spec.columns[pos.col]))
+    }
+
+    fn locate(&self, well: &str) -> Result<WellPos, ZarrError> {
+        self.spec
+            .locate(well)
+            .filter(|p| self.well_index.contains_key(p))
+            .ok_or_else(|| ZarrError::UnknownWell {
+                root: self.root.clone(),
+                well: well.to_string(),
+                known: self.spec.wells.join(", "),
+            })
+    }
+
+    /// Writes plane `(t, c, z)` of `field` (0-based) of `well`: level 0 and
+    /// every pyramid level (downsampling is in y and x only, so a plane's
+    /// pyramid depends on that plane alone and is written with it).
+    ///
+    /// `plane` must be `[1, Y, X]` with the plate's Y, X and dtype. Rewriting a
+    /// plane replaces it. Errors name the well, field and indices.
+    pub fn write_plane(
+        &self,
+        well: &str,
+        field: usize,
+        t: usize,
+        c: usize,
+        z: usize,
+        plane: &Stack,
+    ) -> Result<(), ZarrError> {
+        let pos = self.check_indices(well, field, t, c, z)?;
+        let s = self.spec.shape;
+        let expected = [1, s.y, s.x];
+        if plane.dtype() != self.spec.dtype {
+            return Err(ZarrError::PlaneDType {
+                well: well.into(),
+                field,
+                t,
+                c,
+                z,
+                expected: self.spec.dtype,
+                got: plane.dtype(),
+            });
+        }
+        if plane.shape() != expected {
+            return Err(ZarrError::PlaneShape { well: well.into(), field, t, c, z, expected, got: plane.shape() });
+        }
+        let levels = self.field_arrays(pos, field)?;
+        with_plane(plane, 0, |p| self.store_plane(&levels, well, field, [t, c, z], p))
+    }
+
+    /// Writes a whole field: `data` holds `t * c` stacks indexed `[t][c]`
+    /// (i.e. `data[t * C + c]`), each `[Z, Y, X]`. Everything is checked before
+    /// anything is written; planes are then written in parallel (rayon).
+    pub fn write_field(&self, well: &str, field: usize, data: &[Stack]) -> Result<(), ZarrError> {
+        let s = self.spec.shape;
+        let pos = self.check_indices(well, field, 0, 0, 0)?;
+        if data.len() != s.t * s.c {
+            return Err(ZarrError::FieldStackCount { well: well.into(), field, expected: s.t * s.c, got: data.len() });
+        }
+        let expected = [s.z, s.y, s.x];
+        for (i, stack) in data.iter().enumerate() {
+            let (t, c) = (i / s.c, i % s.c);
+            if stack.dtype() != self.spec.dtype {
+                return Err(ZarrError::PlaneDType {
+                    well: well.into(),
+                    field,
+                    t,
+                    c,
+                    z: 0,
+                    expected: self.spec.dtype,
+                    got: stack.dtype(),
+                });
+            }
+            if stack.shape() != expected {
+                return Err(ZarrError::StackShape { well: well.into(), field, t, c, expected, got: stack.shape() });
+            }
+        }
+        let levels = self.field_arrays(pos, field)?;
+        (0..data.len() * s.z).into_par_iter().try_for_each(|k| {
+            let (i, z) = (k / s.z, k % s.z);
+            let (t, c) = (i / s.c, i % s.c);
+            with_plane(&data[i], z, |p| self.store_plane(&levels, well, field, [t, c, z], p))
+        })
+    }
+
+    fn check_indices(&self, well: &str, field: usize, t: usize, c: usize, z: usize) -> Result<WellPos, ZarrError> {
+        let pos = self.locate(well)?;
+        if field >= self.spec.fields_per_well {
+            return Err(ZarrError::FieldOutOfRange {
+                well: well.into(),
+                field,
+                fields_per_well: self.spec.fields_per_well,
+            });
+        }
+        let s = self.spec.shape;
+        for (axis, index, size) in [('t', t, s.t), ('c', c, s.c), ('z', z, s.z)] {
+            if index >= size {
+                return Err(ZarrError::IndexOutOfRange { well: well.into(), field, axis, index, size });
+            }
+        }
+        Ok(pos)
+    }
+
+    /// The level arrays of a field, creating the row/well/field groups and the
+    /// array metadata on first use (idempotent: a resumed writer rewrites the
+    /// same metadata).
+    fn field_arrays(&self, pos: WellPos, field: usize) -> Result<Arc<Vec<LevelArray>>, ZarrError> {
+        let wi = self.well_index[&pos];
+        let mut fields = self.fields.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(a) = fields.get(&(wi, field)) {
+            return Ok(a.clone());
+        }
+        let row = &self.spec.rows[pos.row];
+        let well_key = format!("{row}/{}", self.spec.columns[pos.col]);
+        {
+            let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
+            for key in [row.clone(), well_key.clone()] {
+                if groups.insert(key.clone()) && !self.group_exists(&key) {
+                    metadata::write_group(&self.root.join(&key), self.spec.version, Map::new(), Map::new())?;
+                }
+            }
+        }
+        let field_key = format!("{well_key}/{field}");
+        let field_dir = self.root.join(&field_key);
+        let mut levels = Vec::with_capacity(self.spec.pyramid_levels);
+        for k in 0..self.spec.pyramid_levels {
+            levels.push(self.create_level_array(&format!("{field_key}/{k}"), k)?);
+        }
+        let name = format!("{} {} field {}", self.spec.name, self.spec.wells[wi], field);
+        metadata::write_group(&field_dir, self.spec.version, metadata::image(&self.spec, &name), Map::new())?;
+        let levels = Arc::new(levels);
+        fields.insert((wi, field), levels.clone());
+        Ok(levels)
+    }
+
+    fn group_exists(&self, key: &str) -> bool {
+        let dir = self.root.join(key);
+        dir.join("zarr.json").exists() || dir.join(".zgroup").exists()
+    }
+
+    /// Builds the zarrs array of pyramid level `k` at `key` and writes its
+    /// metadata (atomically, by us: zarrs validates and serialises it).
+    fn create_level_array(&self, key: &str, k: usize) -> Result<LevelArray, ZarrError> {
+        let s = self.spec.shape;
+        let (ly, lx) = self.spec.level_yx(k);
+        let shape = vec![s.t as u64, s.c as u64, s.z as u64, ly as u64, lx as u64];
+        let chunks = vec![1u64, 1, 1, ly as u64, lx as u64];
+        let dir = self.root.join(key);
+        let store = self.store.clone();
+        match self.spec.version {
+            NgffVersion::V05 => {
+                let dt = match self.spec.dtype {
+                    DType::U8 => data_type::uint8(),
+                    DType::U16 => data_type::uint16(),
+                    DType::F32 => data_type::float32(),
+                };
+                let mut builder = match self.spec.dtype {
+                    DType::U8 => ArrayBuilder::new(shape, chunks, dt, 0u8),
+                    DType::U16 => ArrayBuilder::new(shape, chunks, dt, 0u16),
+                    DType::F32 => ArrayBuilder::new(shape, chunks, dt, 0f32),
+                };
+                builder
+                    .array_to_bytes_codec(Arc::new(BytesCodec::new(Some(Endianness::Little))))
+                    .dimension_names(Some(["t", "c", "z", "y", "x"]));
+                if let ZarrCompression::Zstd(level) = self.spec.compression {
+                    builder.bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(level, false))]);
+                }
+                let array = builder.build(store, &format!("/{key}")).map_err(|e| ZarrError::zarr(&dir, e))?;
+                let doc = match array.metadata() {
+                    ArrayMetadata::V3(m) => serde_json::to_value(m),
+                    ArrayMetadata::V2(m) => serde_json::to_value(m),
+                }
+                .map_err(|e| ZarrError::Json { path: dir.join("zarr.json"), message: e.to_string() })?;
+                metadata::write_json(&dir.join("zarr.json"), &doc)?;
+                Ok(array)
+            }
+            NgffVersion::V04 => {
+                let (dtype, fill) = match self.spec.dtype {
+                    DType::U8 => ("|u1", json!(0)),
+                    DType::U16 => ("<u2", json!(0)),
+                    DType::F32 => ("<f4", json!(0.0)),
+                };
+                let compressor = match self.spec.compression {
+                    ZarrCompression::None => Value::Null,
+                    ZarrCompression::Zstd(level) => json!({"id": "zstd", "level": level}),
+                };
+                // NGFF 0.4 requires the "/" dimension separator.
+                let doc = json!({
+                    "zarr_format": 2,
+                    "shape": shape,
+                    "chunks": chunks,
+                    "dtype": dtype,
+                    "compressor": compressor,
+                    "fill_value": fill,
+                    "order": "C",
+                    "filters": null,
+                    "dimension_separator": "/",
+                });
+                let path = dir.join(".zarray");
+                let meta: ArrayMetadataV2 = serde_json::from_value(doc.clone())
+                    .map_err(|e| ZarrError::Json { path: path.clone(), message: e.to_string() })?;
+                let array = Array::new_with_metadata(store, &format!("/{key}"), ArrayMetadata::V2(meta))
+                    .map_err(|e| ZarrError::zarr(&dir, e))?;
+                metadata::write_json(&path, &doc)?;
+                Ok(array)
+            }
+        }
+    }
+
+    fn store_plane(&self, levels: &[LevelArray], well: &str, field: usize, tcz: [usize; 3], plane: PlaneRef<'_>) -> Result<(), ZarrError> {
+        match plane {
+            PlaneRef::U8(p) => self.store_typed(levels, well, field, tcz, p),
+            PlaneRef::U16(p) => self.store_typed(levels, well, field, tcz, p),
+            PlaneRef::F32(p) => self.store_typed(levels, well, field, tcz, p),
+        }
+    }
+
+    fn store_typed<T: Pixel + Element>(
+        &self,
+        levels: &[LevelArray],
+        well: &str,
+        field: usize,
+        [t, c, z]: [usize; 3],
+        plane: &[T],
+    ) -> Result<(), ZarrError> {
+        let (h, w) = (self.spec.shape.y, self.spec.shape.x);
+        let idx = [t as u64, c as u64, z as u64, 0, 0];
+        let err = |k: usize, e: zarrs::array::ArrayError| {
+            let key = self.well_path(well).unwrap_or_else(|_| well.to_string());
+            ZarrError::zarr(self.root.join(format!("{key}/{field}/{k}")), format!("plane t={t} c={c} z={z}: {e}"))
+        };
+        if let Some(l0) = levels.first() {
+            l0.store_chunk(&idx, plane).map_err(|e| err(0, e))?;
+        }
+        for (k, (data, _, _)) in downsample(plane, h, w, levels.len()).iter().enumerate() {
+            levels[k + 1].store_chunk(&idx, data.as_slice()).map_err(|e| err(k + 1, e))?;
+        }
+        Ok(())
+    }
+
+    /// Writes the well metadata of every well with at least one field and the
+    /// plate metadata listing those wells, then returns the plate root.
+    ///
+    /// What exists is read from the directory, so `finish` is correct after a
+    /// partial run, after a resume, and when called again. Wells without any
+    /// field are left out of the plate's `wells` (their rows and columns stay
+    /// in the grid); missing planes of existing fields read as 0.
+    pub fn finish(self) -> Result<PathBuf, ZarrError> {
+        let image_file = match self.spec.version {
+            NgffVersion::V05 => "zarr.json",
+            NgffVersion::V04 => ".zattrs",
+        };
+        let mut present = Vec::new();
+        let mut field_count = 0;
+        for w in &self.spec.wells {
+            let pos = self.locate(w)?;
+            let key = format!("{}/{}", self.spec.rows[pos.row], self.spec.columns[pos.col]);
+            let fields: Vec<usize> = (0..self.spec.fields_per_well)
+                .filter(|f| self.root.join(format!("{key}/{f}/{image_file}")).exists())
+                .collect();
+            if fields.is_empty() {
+                continue;
+            }
+            field_count = field_count.max(fields.len());
+            metadata::write_group(&self.root.join(&key), self.spec.version, metadata::well(&fields), Map::new())?;
+            present.push((pos.row, pos.col));
+        }
+        // Rows are groups too; make sure each present row has its group file.
+        for &(r, _) in &present {
+            let row = &self.spec.rows[r];
+            if !self.group_exists(row) {
+                metadata::write_group(&self.root.join(row), self.spec.version, Map::new(), Map::new())?;
+            }
+        }
+        let (_, attrs) = metadata::read_group_attributes(&self.root)?.ok_or_else(|| ZarrError::NotAPlate {
+            root: self.root.clone(),
+            reason: "the root group metadata disappeared".into(),
+        })?;
+        let mut extra = Map::new();
+        if let Some(h) = attrs.get(HCSFLOW_KEY) {
+            extra.insert(HCSFLOW_KEY.into(), h.clone());
+        }
+        metadata::write_group(&self.root, self.spec.version, metadata::plate(&self.spec, &present, field_count), extra)?;
+        Ok(self.root)
+    }
+}
+
+/// Calls `f` with plane `z` of `stack` as a typed slice (no copy when the
+/// stack is in standard layout, which `Stack` normally guarantees).
+fn with_plane<R>(stack: &Stack, z: usize, f: impl FnOnce(PlaneRef<'_>) -> R) -> R {
+    let [_, h, w] = stack.shape();
+    let n = h * w;
+    macro_rules! go {
+        ($a:expr, $v:ident) => {
+            match $a.as_slice() {
+                Some(s) => f(PlaneRef::$v(&s[z * n..(z + 1) * n])),
+                None => {
+                    let owned = $a.index_axis(ndarray::Axis(0), z).iter().copied().collect::<Vec<_>>();
+                    f(PlaneRef::$v(&owned))
+                }
+            }
+        };
+    }
+    match stack {
+        Stack::U8(a) => go!(a, U8),
+        Stack::U16(a) => go!(a, U16),
+        Stack::F32(a) => go!(a, F32),
+    }
+}
