@@ -1,0 +1,168 @@
+//! zarr-python and ome-zarr-py as independent readers of our plates: every
+//! field must load with the right shape, axes, scale, channel names and
+//! pixels, in both NGFF versions, also for a partially written plate.
+//!
+//! Needs `python3` with `pip install zarr ome-zarr`. Without them this test
+//! fails, unless `HCSFLOW_SKIP_ORACLES=1` is set (then it prints SKIPPED).
+//! Run with `--nocapture` to see the oracle's report.
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+use hcsflow_core::DType;
+use hcsflow_zarr::{NgffVersion, PlateSpec, PlateWriter};
+use serde_json::json;
+
+const PIP: &str = "pip install zarr ome-zarr";
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/ome_zarr_oracle.py")
+}
+
+/// `true` if the oracle can run; panics with the install command if it cannot
+/// and skipping was not asked for.
+fn oracle_available() -> bool {
+    let probe = Command::new("python3")
+        .args(["-c", "import zarr, ome_zarr, numpy; assert int(zarr.__version__.split('.')[0]) >= 3, zarr.__version__"])
+        .output();
+    if matches!(&probe, Ok(out) if out.status.success()) {
+        return true;
+    }
+    if std::env::var("HCSFLOW_SKIP_ORACLES").as_deref() == Ok("1") {
+        let _ = writeln!(
+            std::io::stderr(),
+            "SKIPPED: zarr/ome-zarr oracle test (python3 with zarr>=3 and ome-zarr not available, HCSFLOW_SKIP_ORACLES=1)"
+        );
+        return false;
+    }
+    let detail = match probe {
+        Ok(out) => String::from_utf8_lossy(&out.stderr).into_owned(),
+        Err(e) => format!("python3 could not be started: {e}"),
+    };
+    panic!(
+        "the OME-Zarr oracle needs python3 with zarr (>= 3) and ome-zarr: run `{PIP}` \
+         (or set HCSFLOW_SKIP_ORACLES=1 to skip). Probe said: {detail}"
+    );
+}
+
+/// Writes `expected.json` and the expected pixels of every present
+/// (well, field, level) for the oracle.
+fn write_expected(dir: &Path, spec: &PlateSpec, present: &[(&str, &str, Vec<usize>)]) {
+    std::fs::create_dir_all(dir).unwrap();
+    let s = spec.shape;
+    let unit = |known: bool| if known { json!("micrometer") } else { json!(null) };
+    let (py, px) = spec.pixel_size_um.unwrap_or((1.0, 1.0));
+    let pz = spec.z_step_um.unwrap_or(1.0);
+    let levels: Vec<_> = (0..spec.pyramid_levels)
+        .map(|k| {
+            let (ly, lx) = spec.level_yx(k);
+            let f = (1u64 << k) as f64;
+            json!({"shape": [s.t, s.c, s.z, ly, lx], "scale": [1.0, 1.0, pz, py * f, px * f]})
+        })
+        .collect();
+    let doc = json!({
+        "version": spec.version.as_str(),
+        "dtype": match spec.dtype { DType::U8 => "uint8", DType::U16 => "uint16", DType::F32 => "float32" },
+        "rows": spec.rows,
+        "columns": spec.columns,
+        "channel_names": spec.channel_names,
+        "field_count": present.iter().map(|p| p.2.len()).max().unwrap_or(0),
+        "axes": [
+            ["t", "time", null],
+            ["c", "channel", null],
+            ["z", "space", unit(spec.z_step_um.is_some())],
+            ["y", "space", unit(spec.pixel_size_um.is_some())],
+            ["x", "space", unit(spec.pixel_size_um.is_some())],
+        ],
+        "levels": levels,
+        "wells": present.iter().map(|(_, path, fields)| json!({"path": path, "fields": fields})).collect::<Vec<_>>(),
+    });
+    std::fs::write(dir.join("expected.json"), serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    assert_eq!(spec.dtype, DType::U16, "expected pixels are written for u16 plates");
+    for (well, path, fields) in present {
+        let (row, col) = path.split_once('/').unwrap();
+        for &field in fields {
+            for k in 0..spec.pyramid_levels {
+                let mut bytes = Vec::new();
+                for t in 0..s.t {
+                    for c in 0..s.c {
+                        let st = stack(spec, seed(well, field), t, c);
+                        for z in 0..s.z {
+                            let plane: Vec<f64> = st.plane(z).to_f32().iter().map(|&v| v as f64).collect();
+                            let (lvl, _, _) = reference_level(&plane, s.y, s.x, k);
+                            for v in lvl {
+                                bytes.extend_from_slice(&(v.round_ties_even() as u16).to_le_bytes());
+                            }
+                        }
+                    }
+                }
+                std::fs::write(dir.join(format!("{row}_{col}_{field}_{k}.bin")), bytes).unwrap();
+            }
+        }
+    }
+}
+
+fn run_oracle(root: &Path, expected: &Path) -> String {
+    let out = Command::new("python3").arg(script()).arg(root).arg(expected).output().expect("run python3");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "oracle failed for {}:\n{stdout}\n{}",
+        root.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{stdout}");
+    stdout
+}
+
+#[test]
+fn zarr_python_and_ome_zarr_read_every_field() {
+    if !oracle_available() {
+        return;
+    }
+    for version in [NgffVersion::V05, NgffVersion::V04] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("plate.zarr");
+        let spec = small_spec(version);
+        let writer = PlateWriter::create(&root, spec.clone()).unwrap();
+        for well in &spec.wells {
+            for field in 0..spec.fields_per_well {
+                writer.write_field(well, field, &field_data(&spec, seed(well, field))).unwrap();
+            }
+        }
+        writer.finish().unwrap();
+        let present = [("A01", "A/1", vec![0, 1]), ("B02", "B/2", vec![0, 1])];
+        write_expected(&dir.path().join("expected"), &spec, &present);
+        let report = run_oracle(&root, &dir.path().join("expected"));
+        assert!(report.contains("ORACLE OK"), "{report}");
+    }
+}
+
+/// A plate where one well has only field 1 and another well was never
+/// written: readers see exactly what exists.
+#[test]
+fn oracle_reads_a_partial_plate() {
+    if !oracle_available() {
+        return;
+    }
+    for version in [NgffVersion::V05, NgffVersion::V04] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("partial.zarr");
+        let mut spec = small_spec(version);
+        spec.wells.push("A03".into());
+        let writer = PlateWriter::create(&root, spec.clone()).unwrap();
+        for field in 0..2 {
+            writer.write_field("A01", field, &field_data(&spec, seed("A01", field))).unwrap();
+        }
+        writer.write_field("B02", 1, &field_data(&spec, seed("B02", 1))).unwrap();
+        writer.finish().unwrap();
+        let present = [("A01", "A/1", vec![0, 1]), ("B02", "B/2", vec![1])];
+        write_expected(&dir.path().join("expected"), &spec, &present);
+        let report = run_oracle(&root, &dir.path().join("expected"));
+        assert!(report.contains("ORACLE OK: NGFF"), "{report}");
+    }
+}
