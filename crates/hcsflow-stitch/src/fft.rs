@@ -1,0 +1,163 @@
+//! 2-D real FFTs of strips, planned once per strip size and shared by all edges.
+//!
+//! Layout: a strip is `h × w` real values, row-major. Its spectrum holds the
+//! `w/2 + 1` non-redundant columns of the 2-D DFT, stored *column-major*
+//! (`spec[u * h + v]`), so that the column FFTs run on contiguous memory and
+//! one `process` call covers all of them. Products of spectra are element-wise,
+//! so the layout never leaks out of this module.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use realfft::{ComplexToReal, RealFftPlanner, RealToComplex};
+use rustfft::num_complex::Complex32;
+use rustfft::{Fft, FftPlanner};
+
+/// Plans for one strip size.
+pub(crate) struct Fft2d {
+    pub h: usize,
+    pub w: usize,
+    /// Number of spectrum columns, `w / 2 + 1`.
+    pub wh: usize,
+    r2c: Arc<dyn RealToComplex<f32>>,
+    c2r: Arc<dyn ComplexToReal<f32>>,
+    col_fwd: Arc<dyn Fft<f32>>,
+    col_inv: Arc<dyn Fft<f32>>,
+}
+
+/// Plans keyed by strip size `(h, w)`. Built before the parallel loop over
+/// edges (planning is the expensive, allocation-heavy part), then read-only.
+pub(crate) struct PlanCache {
+    real: RealFftPlanner<f32>,
+    complex: FftPlanner<f32>,
+    plans: HashMap<(usize, usize), Arc<Fft2d>>,
+}
+
+impl Default for PlanCache {
+    fn default() -> Self {
+        PlanCache { real: RealFftPlanner::new(), complex: FftPlanner::new(), plans: HashMap::new() }
+    }
+}
+
+impl PlanCache {
+    pub fn get_or_plan(&mut self, h: usize, w: usize) -> Arc<Fft2d> {
+        if let Some(p) = self.plans.get(&(h, w)) {
+            return p.clone();
+        }
+        let plan = Arc::new(Fft2d {
+            h,
+            w,
+            wh: w / 2 + 1,
+            r2c: self.real.plan_fft_forward(w),
+            c2r: self.real.plan_fft_inverse(w),
+            col_fwd: self.complex.plan_fft_forward(h),
+            col_inv: self.complex.plan_fft_inverse(h),
+        });
+        self.plans.insert((h, w), plan.clone());
+        plan
+    }
+
+    pub fn get(&self, h: usize, w: usize) -> Option<Arc<Fft2d>> {
+        self.plans.get(&(h, w)).cloned()
+    }
+}
+
+/// Reusable buffers of one worker for one plan size.
+pub(crate) struct Scratch {
+    row_in: Vec<f32>,
+    row_spec: Vec<Complex32>,
+    fft: Vec<Complex32>,
+}
+
+impl Fft2d {
+    pub fn scratch(&self) -> Scratch {
+        let s1 = self.r2c.get_scratch_len().max(self.c2r.get_scratch_len());
+        let s2 = self.col_fwd.get_inplace_scratch_len().max(self.col_inv.get_inplace_scratch_len());
+        Scratch {
+            row_in: vec![0.0; self.w],
+            row_spec: vec![Complex32::default(); self.wh],
+            fft: vec![Complex32::default(); s1.max(s2)],
+        }
+    }
+
+    /// Forward transform of `input` (`h × w`, row-major) into `spec`
+    /// (`wh × h`, column-major). Sizes are the plan's; callers allocate them so.
+    pub fn forward(&self, input: &[f32], spec: &mut [Complex32], s: &mut Scratch) {
+        let (h, w, wh) = (self.h, self.w, self.wh);
+        for y in 0..h {
+            s.row_in.copy_from_slice(&input[y * w..(y + 1) * w]);
+            // Length mismatches are impossible here: buffers come from this plan.
+            let _ = self.r2c.process_with_scratch(&mut s.row_in, &mut s.row_spec, &mut s.fft);
+            for (u, v) in s.row_spec.iter().enumerate() {
+                spec[u * h + y] = *v;
+            }
+        }
+        debug_assert_eq!(spec.len(), wh * h);
+        self.col_fwd.process_with_scratch(spec, &mut s.fft);
+    }
+
+    /// Inverse transform of `spec` (destroyed) into `out` (`h × w`), unnormalised.
+    pub fn inverse(&self, spec: &mut [Complex32], out: &mut [f32], s: &mut Scratch) {
+        let (h, w, wh) = (self.h, self.w, self.wh);
+        self.col_inv.process_with_scratch(spec, &mut s.fft);
+        for y in 0..h {
+            for u in 0..wh {
+                s.row_spec[u] = spec[u * h + y];
+            }
+            // A real signal's DC and Nyquist bins are real; rounding leaves a
+            // tiny imaginary part that realfft would reject.
+            s.row_spec[0].im = 0.0;
+            if w % 2 == 0 {
+                s.row_spec[wh - 1].im = 0.0;
+            }
+            let _ = self.c2r.process_with_scratch(&mut s.row_spec, &mut out[y * w..(y + 1) * w], &mut s.fft);
+        }
+    }
+}
+
+/// The largest `2^a 3^b 5^c` not above `n` (n ≥ 1): strip lengths the FFT
+/// handles at full speed. Cropping a strip by a few pixels costs nothing in
+/// accuracy; a prime length would cost a Bluestein transform.
+pub(crate) fn smooth_floor(n: usize) -> usize {
+    let mut m = n.max(1);
+    loop {
+        let mut k = m;
+        for p in [2, 3, 5] {
+            while k % p == 0 {
+                k /= p;
+            }
+        }
+        if k == 1 {
+            return m;
+        }
+        m -= 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn smooth_floor_values() {
+        assert_eq!(smooth_floor(2048), 2048);
+        assert_eq!(smooth_floor(307), 300);
+        assert_eq!(smooth_floor(1), 1);
+        assert_eq!(smooth_floor(7), 6);
+    }
+
+    #[test]
+    fn roundtrip() {
+        let mut cache = PlanCache::default();
+        let p = cache.get_or_plan(6, 10);
+        let x: Vec<f32> = (0..60).map(|i| ((i * 37) % 11) as f32 - 3.0).collect();
+        let mut spec = vec![Complex32::default(); p.wh * p.h];
+        let mut s = p.scratch();
+        p.forward(&x, &mut spec, &mut s);
+        let mut y = vec![0.0; 60];
+        p.inverse(&mut spec, &mut y, &mut s);
+        for (a, b) in x.iter().zip(&y) {
+            assert!((a - b / 60.0).abs() < 1e-4);
+        }
+    }
+}

@@ -1,0 +1,502 @@
+//! Registration of one pair of overlapping tiles from their overlap strips.
+//!
+//! Steps, per edge:
+//! 1. [`EdgeGeometry`]: from the predicted offset, a window of each tile that
+//!    covers the predicted overlap plus the search margin (clipped to the
+//!    tile), cropped to a length the FFT likes (2^a 3^b 5^c).
+//! 2. [`prepare`]: the window as f32 minus its mean; [`bandpass`] (3×3 mean
+//!    minus a wider box mean) for correlation and score, so vignetting and
+//!    background ramps, which differ between the two tiles, neither bias the
+//!    correlation nor inflate the score.
+//! 3. FFT cross-correlation (real-to-complex FFTs of the periodic components
+//!    of the band-passed strips) searched only inside the allowed shift range
+//!    (prediction ± max shift): the integer peak, then a parabolic fit.
+//! 4. Sub-pixel refinement by Gauss–Newton (Lucas–Kanade) on the overlap,
+//!    translation plus gain and offset. We refine in the image domain rather
+//!    than with an upsampled DFT because it costs one pass over the overlap per
+//!    iteration instead of `O(strip × upsampled points)` complex products, and it
+//!    is not limited to a grid of 1/upsample px: it converges to ~0.01 px on
+//!    textured overlaps in 2–4 iterations.
+//! 5. Score: the normalised cross-correlation (Pearson r) of the high-passed
+//!    overlap at the final shift — 1 for identical content, ~0 for unrelated.
+
+use rustfft::num_complex::Complex32;
+
+use crate::fft::{smooth_floor, Fft2d, Scratch};
+
+/// A rectangle of a tile, in pixels (top-left, size).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Window {
+    pub y0: usize,
+    pub x0: usize,
+    pub h: usize,
+    pub w: usize,
+}
+
+/// Where to cut the two strips of one edge and what shift to expect.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct EdgeGeometry {
+    pub a: Window,
+    pub b: Window,
+    /// Expected shift `(x, y)` of window B's origin relative to window A's,
+    /// in the common frame, for the predicted offset. The measured offset of
+    /// the tiles is `predicted + (s - s0)`.
+    pub s0: (f64, f64),
+}
+
+/// One axis of [`EdgeGeometry::new`]: `(start_a, start_b, len, s0)`.
+fn axis(n: usize, d: f64, m: f64) -> Option<(usize, usize, usize, f64)> {
+    let nf = n as f64;
+    let o0 = d.max(0.0);
+    let o1 = (d + nf).min(nf);
+    let ov = o1 - o0;
+    if ov <= 0.0 {
+        return None;
+    }
+    // Margin so the search range (2m + 1 candidates) fits in the window
+    // without wrapping onto itself.
+    let e = m.max(2.0 * m + 1.0 - ov).ceil();
+    let clip = |v: f64| v.clamp(0.0, nf) as usize;
+    let (a0, a1) = (clip(o0.floor() - e), clip(o1.ceil() + e));
+    let (b0, b1) = (clip((o0 - d).floor() - e), clip((o1 - d).ceil() + e));
+    let len = smooth_floor((a1 - a0).min(b1 - b0));
+    if len < 4 {
+        return None;
+    }
+    // Anchor each window at the side facing the other tile, where the overlap is.
+    let (sa, sb) = if d >= 0.0 { (a1 - len, b0) } else { (a0, b1 - len) };
+    let s0 = (sb as f64 + d) - sa as f64;
+    Some((sa, sb, len, s0))
+}
+
+impl EdgeGeometry {
+    /// Geometry for tiles of `h × w` whose predicted offset (B minus A) is
+    /// `(dx, dy)`, searching ± `max_shift` px around it. `None` if the
+    /// predicted rectangles do not overlap.
+    pub fn new(h: usize, w: usize, dx: f64, dy: f64, max_shift: f64) -> Option<EdgeGeometry> {
+        let (xa, xb, lw, s0x) = axis(w, dx, max_shift)?;
+        let (ya, yb, lh, s0y) = axis(h, dy, max_shift)?;
+        Some(EdgeGeometry {
+            a: Window { y0: ya, x0: xa, h: lh, w: lw },
+            b: Window { y0: yb, x0: xb, h: lh, w: lw },
+            s0: (s0x, s0y),
+        })
+    }
+}
+
+/// Copies `win` of one tile plane (row-major, `tile_w` wide) as f32 minus its mean.
+pub(crate) fn prepare<T: Copy>(plane: &[T], tile_w: usize, win: Window, conv: impl Fn(T) -> f32) -> Vec<f32> {
+    let (h, w) = (win.h, win.w);
+    let mut out = vec![0f32; h * w];
+    for y in 0..h {
+        let src = &plane[(win.y0 + y) * tile_w + win.x0..][..w];
+        for (o, &v) in out[y * w..(y + 1) * w].iter_mut().zip(src) {
+            *o = conv(v);
+        }
+    }
+    let mean = out.iter().map(|&v| f64::from(v)).sum::<f64>() / (h * w).max(1) as f64;
+    out.iter_mut().for_each(|v| *v -= mean as f32);
+    out
+}
+
+/// Box mean of radius `r` (clipped, edge-normalised at the borders).
+fn box_mean(buf: &[f32], h: usize, w: usize, r: usize) -> Vec<f32> {
+    let mut hm = vec![0f32; h * w];
+    let mut prefix = vec![0f64; w + 1];
+    for y in 0..h {
+        let row = &buf[y * w..(y + 1) * w];
+        for x in 0..w {
+            prefix[x + 1] = prefix[x] + f64::from(row[x]);
+        }
+        let out = &mut hm[y * w..(y + 1) * w];
+        for (x, o) in out.iter_mut().enumerate() {
+            let lo = x.saturating_sub(r);
+            let hi = (x + r + 1).min(w);
+            *o = ((prefix[hi] - prefix[lo]) / (hi - lo) as f64) as f32;
+        }
+    }
+    let mut out = vec![0f32; h * w];
+    let mut acc = vec![0f64; w];
+    for row in hm.chunks_exact(w).take(r.min(h)) {
+        for (a, &v) in acc.iter_mut().zip(row) {
+            *a += f64::from(v);
+        }
+    }
+    for y in 0..h {
+        if y + r < h {
+            for (a, &v) in acc.iter_mut().zip(&hm[(y + r) * w..(y + r + 1) * w]) {
+                *a += f64::from(v);
+            }
+        }
+        if y > r {
+            let yy = y - r - 1;
+            for (a, &v) in acc.iter_mut().zip(&hm[yy * w..(yy + 1) * w]) {
+                *a -= f64::from(v);
+            }
+        }
+        let lo = y.saturating_sub(r);
+        let hi = (y + r + 1).min(h);
+        let inv = 1.0 / (hi - lo) as f64;
+        for (o, &a) in out[y * w..(y + 1) * w].iter_mut().zip(&acc) {
+            *o = (a * inv) as f32;
+        }
+    }
+    out
+}
+
+/// Band-pass `box_r1(x) − box_R(x)` (`R = 0`: `box_r1(x)` minus its mean):
+/// removes shading (vignetting, background ramps: blank overlaps then score ~0)
+/// and the pixel-level noise that would dominate a plain high-pass.
+pub(crate) fn bandpass(buf: &[f32], h: usize, w: usize, r: usize) -> Vec<f32> {
+    let mut fine = box_mean(buf, h, w, 1);
+    if r > 1 {
+        let coarse = box_mean(buf, h, w, r);
+        fine.iter_mut().zip(&coarse).for_each(|(f, c)| *f -= c);
+    } else {
+        let mean = fine.iter().map(|&v| f64::from(v)).sum::<f64>() / fine.len().max(1) as f64;
+        fine.iter_mut().for_each(|v| *v -= mean as f32);
+    }
+    fine
+}
+
+/// Result of registering one pair of strips.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct PairResult {
+    /// Measured shift `(x, y)` of B relative to A (compare with `EdgeGeometry::s0`).
+    pub s: (f64, f64),
+    /// Pearson correlation of the aligned, high-passed overlap.
+    pub score: f64,
+    /// The correlation peak sat on the border of the allowed search range and
+    /// rose beyond it.
+    pub at_limit: bool,
+    /// Pixels of the aligned overlap.
+    pub overlap_px: usize,
+}
+
+/// Reusable per-worker buffers.
+pub(crate) struct Work {
+    pub fft: Scratch,
+    spec_a: Vec<Complex32>,
+    spec_b: Vec<Complex32>,
+    corr: Vec<f32>,
+    boundary: Vec<f32>,
+    spec_v: Vec<Complex32>,
+}
+
+impl Work {
+    pub fn new(plan: &Fft2d) -> Work {
+        Work {
+            fft: plan.scratch(),
+            spec_a: vec![Complex32::default(); plan.wh * plan.h],
+            spec_b: vec![Complex32::default(); plan.wh * plan.h],
+            corr: vec![0.0; plan.h * plan.w],
+            boundary: vec![0.0; plan.h * plan.w],
+            spec_v: vec![Complex32::default(); plan.wh * plan.h],
+        }
+    }
+}
+
+/// Registration settings used per pair.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PairSettings {
+    pub max_shift: f64,
+    pub refine_iterations: usize,
+    pub refine_samples: usize,
+    /// Radius of the band-pass's coarse box (shading removal), px.
+    pub highpass_radius: usize,
+}
+
+/// Registers strip `a` against strip `b` (both `plan.h × plan.w`, from
+/// [`prepare`]), searching shifts within `s0 ± max_shift`.
+///
+/// The phase correlation and the score use band-passed strips (shading-free);
+/// the refinement uses the raw strips with a gain and offset, because the
+/// band-pass is computed per strip and differs between the two strips within
+/// its radius of their borders, which would bias a sub-pixel fit on narrow
+/// overlaps, while the shading difference between two tiles is smooth and
+/// close to a gain.
+pub(crate) fn register(a: &[f32], b: &[f32], s0: (f64, f64), plan: &Fft2d, work: &mut Work, set: &PairSettings) -> PairResult {
+    let (h, w) = (plan.h, plan.w);
+    let fa = bandpass(a, h, w, set.highpass_radius);
+    let fb = bandpass(b, h, w, set.highpass_radius);
+    // Periodic component only (Moisan's periodic + smooth decomposition):
+    // the strips are not periodic, and the wrap-around steps at their
+    // borders would correlate at zero shift and can beat the true peak on
+    // narrow overlaps. Unlike a taper, this keeps the overlap, which always
+    // touches a strip border, at full weight.
+    periodic_spectrum(&fa, plan, &mut work.spec_a, &mut work.boundary, &mut work.spec_v, &mut work.fft);
+    periodic_spectrum(&fb, plan, &mut work.spec_b, &mut work.boundary, &mut work.spec_v, &mut work.fft);
+    // Plain cross-correlation of the band-passed strips, not whitened phase
+    // correlation: whitening gives noise-dominated high frequencies the same
+    // weight as the signal and loses narrow, noisy overlaps; the band-pass
+    // already removes the shading that plain correlation would lock onto.
+    // The broader peak only needs to be right to a pixel or two: the
+    // refinement below converges from there.
+    for (x, y) in work.spec_a.iter_mut().zip(&work.spec_b) {
+        *x *= y.conj();
+    }
+    plan.inverse(&mut work.spec_a, &mut work.corr, &mut work.fft);
+    let corr = &work.corr;
+
+    // Integer peak inside the allowed range.
+    let m = set.max_shift;
+    let (xlo, xhi) = ((s0.0 - m).ceil() as i64, (s0.0 + m).floor() as i64);
+    let (ylo, yhi) = ((s0.1 - m).ceil() as i64, (s0.1 + m).floor() as i64);
+    let at = |sx: i64, sy: i64| -> f32 {
+        let ix = sx.rem_euclid(w as i64) as usize;
+        let iy = sy.rem_euclid(h as i64) as usize;
+        corr[iy * w + ix]
+    };
+    let mut best = (f32::NEG_INFINITY, s0.0.round() as i64, s0.1.round() as i64);
+    for sy in ylo..=yhi {
+        for sx in xlo..=xhi {
+            let v = at(sx, sy);
+            let closer = || (sx as f64 - s0.0).abs() + (sy as f64 - s0.1).abs() < (best.1 as f64 - s0.0).abs() + (best.2 as f64 - s0.1).abs();
+            if v > best.0 || (v == best.0 && closer()) {
+                best = (v, sx, sy);
+            }
+        }
+    }
+    let (_, px, py) = best;
+    // On the border of the range with a higher value just outside: the true
+    // peak is probably beyond max_shift.
+    let c = at(px, py);
+    let at_limit = (px == xlo && at(px - 1, py) > c)
+        || (px == xhi && at(px + 1, py) > c)
+        || (py == ylo && at(px, py - 1) > c)
+        || (py == yhi && at(px, py + 1) > c);
+    let parabola = |l: f32, c: f32, r: f32| -> f64 {
+        let den = f64::from(l) - 2.0 * f64::from(c) + f64::from(r);
+        if den < 0.0 {
+            (0.5 * f64::from(l - r) / den).clamp(-0.5, 0.5)
+        } else {
+            0.0
+        }
+    };
+    let fx = parabola(at(px - 1, py), at(px, py), at(px + 1, py));
+    let fy = parabola(at(px, py - 1), at(px, py), at(px, py + 1));
+    let coarse = (px as f64 + fx, py as f64 + fy);
+    // Keep the refinement unless it failed or left the search range. (The
+    // band-passed score is not a fair judge between the two: within its
+    // radius of the strip borders the band-pass differs between strips.)
+    let s = match refine(a, b, h, w, coarse, set) {
+        Some(r) if (r.0 - s0.0).abs() <= m + 1.0 && (r.1 - s0.1).abs() <= m + 1.0 => r,
+        _ => coarse,
+    };
+    let (score, overlap_px) = ncc(&fa, &fb, h, w, s, set.highpass_radius.min(2));
+    PairResult { s, score, at_limit, overlap_px }
+}
+
+/// Spectrum of the periodic component of `u` (`h × w`): `û − v̂ / λ` with
+/// `v` the wrap-around differences at the borders and `λ` the eigenvalues of
+/// the periodic discrete Laplacian (L. Moisan, "Periodic plus smooth image
+/// decomposition", JMIV 2011).
+fn periodic_spectrum(u: &[f32], plan: &Fft2d, spec: &mut [Complex32], v: &mut [f32], spec_v: &mut [Complex32], s: &mut Scratch) {
+    let (h, w) = (plan.h, plan.w);
+    plan.forward(u, spec, s);
+    v.fill(0.0);
+    for x in 0..w {
+        let d = u[(h - 1) * w + x] - u[x];
+        v[x] += d;
+        v[(h - 1) * w + x] -= d;
+    }
+    for y in 0..h {
+        let d = u[y * w + w - 1] - u[y * w];
+        v[y * w] += d;
+        v[y * w + w - 1] -= d;
+    }
+    plan.forward(v, spec_v, s);
+    let cy: Vec<f32> = (0..h).map(|r| 2.0 * (std::f32::consts::TAU * r as f32 / h as f32).cos()).collect();
+    for q in 0..plan.wh {
+        let cx = 2.0 * (std::f32::consts::TAU * q as f32 / w as f32).cos() - 4.0;
+        for r in 0..h {
+            let lambda = cx + cy[r];
+            if q == 0 && r == 0 {
+                continue;
+            }
+            spec[q * h + r] -= spec_v[q * h + r] / lambda;
+        }
+    }
+}
+
+/// Range of integer B coordinates `v` along one axis with `v` in
+/// `[k, n-1-k]` and `v + s` in `[k, n-1-k)` (bilinear needs the next pixel),
+/// `k = max(1, margin)`: central differences need one neighbour, and pixels
+/// closer than the high-pass radius to a strip border were filtered with a
+/// clipped box that differs between the two strips. `None` if empty.
+fn valid_range(n: usize, s: f64, margin: usize) -> Option<(usize, usize)> {
+    let k = margin.max(1) as f64;
+    let lo = (k - s).ceil().max(k);
+    let hi = ((n as f64 - 1.0 - k - s) - 1e-9).floor().min(n as f64 - 1.0 - k);
+    (hi >= lo).then_some((lo as usize, hi as usize))
+}
+
+/// Gauss–Newton refinement of `s` minimising `Σ (A(v + s) − g·B(v) − o)²`
+/// over the overlap (`A` bilinear, `∇A(v+s) ≈ g ∇B(v)`). `None` if the
+/// overlap is too small or flat.
+fn refine(a: &[f32], b: &[f32], h: usize, w: usize, mut s: (f64, f64), set: &PairSettings) -> Option<(f64, f64)> {
+    let (mut g, mut o) = (1.0f64, 0.0f64);
+    for _ in 0..set.refine_iterations {
+        let (xlo, xhi) = valid_range(w, s.0, 1)?;
+        let (ylo, yhi) = valid_range(h, s.1, 1)?;
+        let n = (xhi - xlo + 1) * (yhi - ylo + 1);
+        let stride = ((n as f64 / set.refine_samples.max(1) as f64).sqrt().ceil() as usize).max(1);
+        let (ix, iy) = (s.0.floor() as i64, s.1.floor() as i64);
+        let (fx, fy) = ((s.0 - ix as f64) as f32, (s.1 - iy as f64) as f32);
+        let c = [(1.0 - fx) * (1.0 - fy), fx * (1.0 - fy), (1.0 - fx) * fy, fx * fy];
+        let (gf, of) = (g as f32, o as f32);
+        let mut hm = [0f64; 10];
+        let mut gv = [0f64; 4];
+        for vy in (ylo..=yhi).step_by(stride) {
+            let ay = (vy as i64 + iy) as usize;
+            let a0 = &a[ay * w..(ay + 1) * w];
+            let a1 = &a[(ay + 1) * w..(ay + 2) * w];
+            let bc = &b[vy * w..(vy + 1) * w];
+            let bu = &b[(vy - 1) * w..vy * w];
+            let bd = &b[(vy + 1) * w..(vy + 2) * w];
+            let mut rh = [0f32; 10];
+            let mut rg = [0f32; 4];
+            for vx in (xlo..=xhi).step_by(stride) {
+                let ax = (vx as i64 + ix) as usize;
+                let av = c[0] * a0[ax] + c[1] * a0[ax + 1] + c[2] * a1[ax] + c[3] * a1[ax + 1];
+                let bv = bc[vx];
+                let jx = gf * 0.5 * (bc[vx + 1] - bc[vx - 1]);
+                let jy = gf * 0.5 * (bd[vx] - bu[vx]);
+                let jb = -bv;
+                let r = av - gf * bv - of;
+                rh[0] += jx * jx;
+                rh[1] += jx * jy;
+                rh[2] += jx * jb;
+                rh[3] -= jx;
+                rh[4] += jy * jy;
+                rh[5] += jy * jb;
+                rh[6] -= jy;
+                rh[7] += jb * jb;
+                rh[8] -= jb;
+                rh[9] += 1.0;
+                rg[0] += jx * r;
+                rg[1] += jy * r;
+                rg[2] += jb * r;
+                rg[3] -= r;
+            }
+            for k in 0..10 {
+                hm[k] += f64::from(rh[k]);
+            }
+            for k in 0..4 {
+                gv[k] += f64::from(rg[k]);
+            }
+        }
+        let mat = [
+            [hm[0], hm[1], hm[2], hm[3]],
+            [hm[1], hm[4], hm[5], hm[6]],
+            [hm[2], hm[5], hm[7], hm[8]],
+            [hm[3], hm[6], hm[8], hm[9]],
+        ];
+        let d = solve4(mat, [-gv[0], -gv[1], -gv[2], -gv[3]])?;
+        let step = (d[0].clamp(-1.0, 1.0), d[1].clamp(-1.0, 1.0));
+        s = (s.0 + step.0, s.1 + step.1);
+        g += d[2];
+        o += d[3];
+        if !(g.is_finite() && g > 0.05) {
+            return None;
+        }
+        if step.0.abs() < 1e-3 && step.1.abs() < 1e-3 {
+            break;
+        }
+    }
+    Some(s)
+}
+
+/// Solves a 4×4 system by Gaussian elimination with partial pivoting.
+fn solve4(mut m: [[f64; 4]; 4], mut r: [f64; 4]) -> Option<[f64; 4]> {
+    let scale = m.iter().flatten().fold(0f64, |a, &v| a.max(v.abs()));
+    if !(scale > 0.0 && scale.is_finite()) {
+        return None;
+    }
+    for col in 0..4 {
+        let p = (col..4).max_by(|&i, &j| m[i][col].abs().total_cmp(&m[j][col].abs()))?;
+        if m[p][col].abs() < 1e-12 * scale {
+            return None;
+        }
+        m.swap(col, p);
+        r.swap(col, p);
+        for row in col + 1..4 {
+            let f = m[row][col] / m[col][col];
+            for k in col..4 {
+                m[row][k] -= f * m[col][k];
+            }
+            r[row] -= f * r[col];
+        }
+    }
+    let mut x = [0f64; 4];
+    for row in (0..4).rev() {
+        let mut v = r[row];
+        for k in row + 1..4 {
+            v -= m[row][k] * x[k];
+        }
+        x[row] = v / m[row][row];
+    }
+    x.iter().all(|v| v.is_finite()).then_some(x)
+}
+
+/// Pearson correlation of `A(v + s)` (bilinear) and `B(v)` over their
+/// overlap, and the overlap size in pixels. 0 when undefined.
+pub(crate) fn ncc(a: &[f32], b: &[f32], h: usize, w: usize, s: (f64, f64), margin: usize) -> (f64, usize) {
+    let (Some((xlo, xhi)), Some((ylo, yhi))) = (valid_range(w, s.0, margin), valid_range(h, s.1, margin)) else {
+        return (0.0, 0);
+    };
+    let (ix, iy) = (s.0.floor() as i64, s.1.floor() as i64);
+    let (fx, fy) = ((s.0 - ix as f64) as f32, (s.1 - iy as f64) as f32);
+    let c = [(1.0 - fx) * (1.0 - fy), fx * (1.0 - fy), (1.0 - fx) * fy, fx * fy];
+    let mut t = [0f64; 5];
+    for vy in ylo..=yhi {
+        let ay = (vy as i64 + iy) as usize;
+        let a0 = &a[ay * w..(ay + 1) * w];
+        let a1 = &a[(ay + 1) * w..(ay + 2) * w];
+        let bc = &b[vy * w..(vy + 1) * w];
+        let mut r = [0f32; 5];
+        for vx in xlo..=xhi {
+            let ax = (vx as i64 + ix) as usize;
+            let av = c[0] * a0[ax] + c[1] * a0[ax + 1] + c[2] * a1[ax] + c[3] * a1[ax + 1];
+            let bv = bc[vx];
+            r[0] += av;
+            r[1] += bv;
+            r[2] += av * av;
+            r[3] += bv * bv;
+            r[4] += av * bv;
+        }
+        for k in 0..5 {
+            t[k] += f64::from(r[k]);
+        }
+    }
+    let n = ((xhi - xlo + 1) * (yhi - ylo + 1)) as f64;
+    let va = t[2] - t[0] * t[0] / n;
+    let vb = t[3] - t[1] * t[1] / n;
+    let cov = t[4] - t[0] * t[1] / n;
+    let den = (va * vb).sqrt();
+    let r = if den > 0.0 && den.is_finite() { (cov / den).clamp(-1.0, 1.0) } else { 0.0 };
+    (r, n as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn geometry_horizontal_neighbour() {
+        // 100 px tiles, 20 px overlap, ±5 px search.
+        let g = EdgeGeometry::new(100, 100, 80.0, 0.0, 5.0).unwrap();
+        assert_eq!(g.a.x0 + g.a.w, 100);
+        assert_eq!(g.b.x0, 0);
+        assert!(g.a.w >= 25 && g.a.h == 100);
+        assert!((g.s0.0 - (80.0 - g.a.x0 as f64)).abs() < 1e-12);
+        assert!(EdgeGeometry::new(100, 100, 120.0, 0.0, 5.0).is_none());
+    }
+
+    #[test]
+    fn solve4_identity() {
+        let m = [[2.0, 0.0, 0.0, 0.0], [0.0, 3.0, 0.0, 0.0], [0.0, 0.0, 4.0, 0.0], [0.0, 0.0, 0.0, 5.0]];
+        let x = solve4(m, [2.0, 3.0, 4.0, 5.0]).unwrap();
+        assert_eq!(x, [1.0; 4]);
+    }
+}

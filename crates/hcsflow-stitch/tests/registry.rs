@@ -1,0 +1,35 @@
+//! The registry functions on a synthetic 3x3 grid.
+
+mod support;
+
+use hcsflow_core::{Array, ConversionPolicy, Conversions, Device, MemoryType, Registry, Stack};
+use support::{load, Case};
+
+fn run(r: &Registry, name: &str, args: &[&str], s: &Stack) -> Result<Stack, String> {
+    let conv = Conversions::default();
+    let texts: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let args = r.get(name).map_err(|e| e.to_string())?.parse_args(&texts).map_err(|e| e.to_string())?;
+    let plan = r.plan_call(name, args, MemoryType::Host, Device::Cpu, &conv, ConversionPolicy::default()).map_err(|e| e.to_string())?;
+    r.execute(&plan, Array::from(s.clone()), &conv).map_err(|e| e.to_string())?.into_host_stack().ok_or("not host".into())
+}
+
+#[test]
+fn tile_positions_passes_through_and_assemble_makes_one_plane() {
+    let mut r = Registry::new();
+    hcsflow_stitch::register(&mut r);
+    let dir = tempfile::tempdir().unwrap();
+    let d = load(&Case { density: 1000.0, ..Case::new(3, 3, 128, 0.2, 0.01, 21) }, &dir.path().join("p"));
+    let out = run(&r, "tile_positions", &["overlap=0.2"], &d.tiles).unwrap();
+    assert_eq!(out, d.tiles);
+    for blend in ["linear", "none", "max"] {
+        let m = run(&r, "assemble", &["overlap=0.2", &format!("blend={blend}")], &d.tiles).unwrap();
+        assert_eq!(m.depth(), 1);
+        assert_eq!(m.dtype(), d.tiles.dtype());
+        let [_, h, w] = m.shape();
+        // 128 + 2 steps of ~102.4 px, ± jitter.
+        assert!((325..=340).contains(&h) && (325..=340).contains(&w), "{h}x{w}");
+    }
+    assert!(run(&r, "assemble", &["blend=average"], &d.tiles).unwrap_err().contains("blend"));
+    // 9 tiles in rows of 2: a clear error, not a panic.
+    assert!(run(&r, "assemble", &["grid_cols=2"], &d.tiles).unwrap_err().contains("grid_cols"));
+}
