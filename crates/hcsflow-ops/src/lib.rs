@@ -6,10 +6,12 @@
 //! their implementations to the same logical functions afterwards.
 
 pub mod projection;
+pub mod tophat;
 
 use hcsflow_core::Registry;
 
 /// Declares every host function in `registry`.
 pub fn register(registry: &mut Registry) {
     projection::register(registry);
+    tophat::register(registry);
 }

@@ -1,0 +1,156 @@
+//! Test support for the part-B functions: deterministic inputs and the Python
+//! oracle `tests/oracle/ops_b_oracle.py` (numpy / scipy / scikit-image).
+//!
+//! Missing python3 or packages make the oracle tests FAIL with the pip command,
+//! unless `HCSFLOW_SKIP_ORACLES=1` (then they print a SKIPPED line and pass).
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use hcsflow_core::{DType, Stack};
+use ndarray::{Array3, ArrayD, IxDyn};
+use serde_json::{json, Value};
+
+/// xorshift64 stream.
+pub struct Rng(u64);
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Random pixels over the dtype's range (f32: [-1000, 1000]).
+pub fn random_stack(dtype: DType, shape: [usize; 3], seed: u64) -> Stack {
+    let mut r = Rng::new(seed);
+    let n = shape.iter().product();
+    let f: Vec<f32> = (0..n)
+        .map(|_| match dtype {
+            DType::U8 => (r.next() % 256) as f32,
+            DType::U16 => (r.next() % 65536) as f32,
+            DType::F32 => (r.next() % 2_000_001) as f32 / 1000.0 - 1000.0,
+        })
+        .collect();
+    Stack::from_f32_array(Array3::from_shape_vec(shape, f).unwrap(), dtype)
+}
+
+/// Gaussian "nuclei" of sigma 1.5–4 on a background with noise, scaled to `top`.
+/// Returns the stack and the true centres (y, x) (same on every plane).
+pub fn blobs_stack(dtype: DType, shape: [usize; 3], n_blobs: usize, top: f32, noise: f32, seed: u64) -> (Stack, Vec<(f64, f64)>) {
+    let mut r = Rng::new(seed);
+    let [nz, h, w] = shape;
+    let blobs: Vec<(f64, f64, f64, f64)> = (0..n_blobs)
+        .map(|_| (r.unit() * h as f64, r.unit() * w as f64, 1.5 + 2.5 * r.unit(), 0.5 + 0.5 * r.unit()))
+        .collect();
+    let mut data = vec![0f32; nz * h * w];
+    for z in 0..nz {
+        for y in 0..h {
+            for x in 0..w {
+                let mut v = 0.05f64;
+                for &(by, bx, s, a) in &blobs {
+                    let d2 = (y as f64 - by).powi(2) + (x as f64 - bx).powi(2);
+                    if d2 < 25.0 * s * s {
+                        v += a * (-d2 / (2.0 * s * s)).exp();
+                    }
+                }
+                v += noise as f64 * (r.unit() - 0.5);
+                data[(z * h + y) * w + x] = (v.clamp(0.0, 1.0) * top as f64) as f32;
+            }
+        }
+    }
+    let s = Stack::from_f32_array(Array3::from_shape_vec(shape, data).unwrap(), dtype);
+    (s, blobs.iter().map(|b| (b.0, b.1)).collect())
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/ops_b_oracle.py")
+}
+
+const PIP: &str = "pip install -r .ci/requirements-oracles.txt  (numpy scipy scikit-image)";
+
+/// A batch of reference computations run in one Python process.
+pub struct Oracle {
+    dir: tempfile::TempDir,
+    jobs: Vec<Value>,
+}
+
+impl Oracle {
+    /// `None` when the oracle is unavailable and `HCSFLOW_SKIP_ORACLES=1`
+    /// (prints a SKIPPED line); panics with the pip command otherwise.
+    pub fn new(test: &str) -> Option<Oracle> {
+        let probe = Command::new("python3").args(["-c", "import numpy, scipy, skimage"]).output();
+        if !matches!(&probe, Ok(out) if out.status.success()) {
+            if std::env::var("HCSFLOW_SKIP_ORACLES").as_deref() == Ok("1") {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED: {test} (python3 with numpy/scipy/scikit-image not available, HCSFLOW_SKIP_ORACLES=1)"
+                );
+                return None;
+            }
+            let detail = match probe {
+                Ok(out) => String::from_utf8_lossy(&out.stderr).into_owned(),
+                Err(e) => format!("python3 could not be started: {e}"),
+            };
+            panic!(
+                "{test}: the oracle needs python3 with numpy, scipy and scikit-image: run `{PIP}` \
+                 (or set HCSFLOW_SKIP_ORACLES=1 to skip). Probe said: {detail}"
+            );
+        }
+        Some(Oracle { dir: tempfile::tempdir().expect("tempdir"), jobs: Vec::new() })
+    }
+
+    /// Queues `op` on `input` with keyword `args`; returns the job index.
+    pub fn add(&mut self, op: &str, input: &Stack, args: Value) -> usize {
+        let i = self.jobs.len();
+        let path = self.dir.path().join(format!("in-{i}.raw"));
+        std::fs::write(&path, input.as_bytes()).expect("write oracle input");
+        let output = self.dir.path().join(format!("out-{i}.f64"));
+        self.jobs.push(json!({
+            "op": op,
+            "inputs": [{"path": path, "dtype": input.dtype().name(), "shape": input.shape()}],
+            "args": args,
+            "output": output,
+        }));
+        i
+    }
+
+    /// Runs every queued job; each result as float64 with the reference's shape.
+    pub fn run(self) -> Vec<ArrayD<f64>> {
+        let list = self.dir.path().join("jobs.json");
+        std::fs::write(&list, serde_json::to_vec(&self.jobs).unwrap()).expect("job list");
+        let out = Command::new("python3").arg(script()).arg(&list).output().expect("run python3");
+        assert!(
+            out.status.success(),
+            "oracle failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let shapes: Vec<Vec<usize>> =
+            serde_json::from_slice(&out.stdout).expect("oracle prints a JSON list of output shapes");
+        self.jobs
+            .iter()
+            .zip(shapes)
+            .map(|(job, shape)| {
+                let bytes = std::fs::read(job["output"].as_str().unwrap()).expect("oracle output");
+                let v: Vec<f64> = bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
+                ArrayD::from_shape_vec(IxDyn(&shape), v).expect("output shape")
+            })
+            .collect()
+    }
+}
+
+/// Our pixels as f64, row-major.
+pub fn values(s: &Stack) -> Vec<f64> {
+    s.to_f32().iter().map(|&v| v as f64).collect()
+}
