@@ -20,6 +20,8 @@ use crate::spec::{NgffVersion, PlateSpec, WellPos, ZarrCompression};
 use crate::store::AtomicFsStore;
 
 type LevelArray = Array<AtomicFsStore>;
+/// The pyramid level arrays of one field, level 0 first.
+type FieldLevels = Arc<Vec<LevelArray>>;
 
 /// Writes one OME-Zarr HCS plate.
 ///
@@ -42,7 +44,7 @@ pub struct PlateWriter {
     /// Grid position → index in `spec.wells`.
     well_index: HashMap<WellPos, usize>,
     /// Fields whose group and arrays exist, keyed by (well index, field).
-    fields: Mutex<HashMap<(usize, usize), Arc<Vec<LevelArray>>>>,
+    fields: Mutex<HashMap<(usize, usize), FieldLevels>>,
     /// Row and well groups already written by this writer.
     groups: Mutex<HashSet<String>>,
 }
@@ -70,7 +72,10 @@ impl PlateWriter {
                         }
                         _ => "choose a new or empty directory",
                     };
-                    return Err(ZarrError::RootNotEmpty { root: root.to_path_buf(), hint: hint.into() });
+                    return Err(ZarrError::RootNotEmpty {
+                        root: root.to_path_buf(),
+                        hint: hint.into(),
+                    });
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -94,12 +99,15 @@ impl PlateWriter {
     /// plate; check [`spec`](Self::spec) or use
     /// [`create_or_resume`](Self::create_or_resume) to compare with yours.
     pub fn open_existing(root: &Path) -> Result<PlateWriter, ZarrError> {
-        let not_plate = |reason: &str| ZarrError::NotAPlate { root: root.to_path_buf(), reason: reason.into() };
+        let not_plate = |reason: &str| ZarrError::NotAPlate {
+            root: root.to_path_buf(),
+            reason: reason.into(),
+        };
         let (_, attrs) = metadata::read_group_attributes(root)?
             .ok_or_else(|| not_plate("no zarr.json or .zattrs at the root"))?;
-        let stored = attrs
-            .get(HCSFLOW_KEY)
-            .ok_or_else(|| not_plate("the root has no 'hcsflow' attribute (not written by hcsflow)"))?;
+        let stored = attrs.get(HCSFLOW_KEY).ok_or_else(|| {
+            not_plate("the root has no 'hcsflow' attribute (not written by hcsflow)")
+        })?;
         if stored.get("format").and_then(Value::as_u64) != Some(HCSFLOW_FORMAT) {
             return Err(not_plate(&format!(
                 "unsupported hcsflow plate format {:?} (this version writes {HCSFLOW_FORMAT})",
@@ -110,8 +118,11 @@ impl PlateWriter {
             .get("spec")
             .cloned()
             .ok_or_else(|| not_plate("the 'hcsflow' attribute has no spec"))
-            .and_then(|v| serde_json::from_value(v).map_err(|e| not_plate(&format!("stored spec: {e}"))))?;
-        spec.validate().map_err(|e| not_plate(&format!("stored spec: {e}")))?;
+            .and_then(|v| {
+                serde_json::from_value(v).map_err(|e| not_plate(&format!("stored spec: {e}")))
+            })?;
+        spec.validate()
+            .map_err(|e| not_plate(&format!("stored spec: {e}")))?;
         PlateWriter::new(root, spec)
     }
 
@@ -130,7 +141,10 @@ impl PlateWriter {
         let writer = PlateWriter::open_existing(root)?;
         if writer.spec != spec {
             let detail = format!("stored {:?}, requested {:?}", writer.spec, spec);
-            return Err(ZarrError::SpecMismatch { root: root.to_path_buf(), detail });
+            return Err(ZarrError::SpecMismatch {
+                root: root.to_path_buf(),
+                detail,
+            });
         }
         Ok(writer)
     }
@@ -138,9 +152,9 @@ impl PlateWriter {
     fn new(root: &Path, spec: PlateSpec) -> Result<PlateWriter, ZarrError> {
         let mut well_index = HashMap::new();
         for (i, w) in spec.wells.iter().enumerate() {
-            let pos = spec
-                .locate(w)
-                .ok_or_else(|| ZarrError::InvalidSpec(format!("well '{w}' is not in the plate grid")))?;
+            let pos = spec.locate(w).ok_or_else(|| {
+                ZarrError::InvalidSpec(format!("well '{w}' is not in the plate grid"))
+            })?;
             well_index.insert(pos, i);
         }
         Ok(PlateWriter {
@@ -166,7 +180,10 @@ impl PlateWriter {
     /// The path of a well inside the plate, e.g. `A/1` for `"A01"`.
     pub fn well_path(&self, well: &str) -> Result<String, ZarrError> {
         let pos = self.locate(well)?;
-        Ok(format!("{}/{}", self.spec.rows[pos.row], self.spec.columns[pos.col]))
+        Ok(format!(
+            "{}/{}",
+            self.spec.rows[pos.row], self.spec.columns[pos.col]
+        ))
     }
 
     fn locate(&self, well: &str) -> Result<WellPos, ZarrError> {
@@ -210,10 +227,20 @@ impl PlateWriter {
             });
         }
         if plane.shape() != expected {
-            return Err(ZarrError::PlaneShape { well: well.into(), field, t, c, z, expected, got: plane.shape() });
+            return Err(ZarrError::PlaneShape {
+                well: well.into(),
+                field,
+                t,
+                c,
+                z,
+                expected,
+                got: plane.shape(),
+            });
         }
         let levels = self.field_arrays(pos, field)?;
-        with_plane(plane, 0, |p| self.store_plane(&levels, well, field, [t, c, z], p))
+        with_plane(plane, 0, |p| {
+            self.store_plane(&levels, well, field, [t, c, z], p)
+        })
     }
 
     /// Writes a whole field: `data` holds `t * c` stacks indexed `[t][c]`
@@ -223,7 +250,12 @@ impl PlateWriter {
         let s = self.spec.shape;
         let pos = self.check_indices(well, field, 0, 0, 0)?;
         if data.len() != s.t * s.c {
-            return Err(ZarrError::FieldStackCount { well: well.into(), field, expected: s.t * s.c, got: data.len() });
+            return Err(ZarrError::FieldStackCount {
+                well: well.into(),
+                field,
+                expected: s.t * s.c,
+                got: data.len(),
+            });
         }
         let expected = [s.z, s.y, s.x];
         for (i, stack) in data.iter().enumerate() {
@@ -240,18 +272,34 @@ impl PlateWriter {
                 });
             }
             if stack.shape() != expected {
-                return Err(ZarrError::StackShape { well: well.into(), field, t, c, expected, got: stack.shape() });
+                return Err(ZarrError::StackShape {
+                    well: well.into(),
+                    field,
+                    t,
+                    c,
+                    expected,
+                    got: stack.shape(),
+                });
             }
         }
         let levels = self.field_arrays(pos, field)?;
         (0..data.len() * s.z).into_par_iter().try_for_each(|k| {
             let (i, z) = (k / s.z, k % s.z);
             let (t, c) = (i / s.c, i % s.c);
-            with_plane(&data[i], z, |p| self.store_plane(&levels, well, field, [t, c, z], p))
+            with_plane(&data[i], z, |p| {
+                self.store_plane(&levels, well, field, [t, c, z], p)
+            })
         })
     }
 
-    fn check_indices(&self, well: &str, field: usize, t: usize, c: usize, z: usize) -> Result<WellPos, ZarrError> {
+    fn check_indices(
+        &self,
+        well: &str,
+        field: usize,
+        t: usize,
+        c: usize,
+        z: usize,
+    ) -> Result<WellPos, ZarrError> {
         let pos = self.locate(well)?;
         if field >= self.spec.fields_per_well {
             return Err(ZarrError::FieldOutOfRange {
@@ -263,7 +311,13 @@ impl PlateWriter {
         let s = self.spec.shape;
         for (axis, index, size) in [('t', t, s.t), ('c', c, s.c), ('z', z, s.z)] {
             if index >= size {
-                return Err(ZarrError::IndexOutOfRange { well: well.into(), field, axis, index, size });
+                return Err(ZarrError::IndexOutOfRange {
+                    well: well.into(),
+                    field,
+                    axis,
+                    index,
+                    size,
+                });
             }
         }
         Ok(pos)
@@ -272,7 +326,7 @@ impl PlateWriter {
     /// The level arrays of a field, creating the row/well/field groups and the
     /// array metadata on first use (idempotent: a resumed writer rewrites the
     /// same metadata).
-    fn field_arrays(&self, pos: WellPos, field: usize) -> Result<Arc<Vec<LevelArray>>, ZarrError> {
+    fn field_arrays(&self, pos: WellPos, field: usize) -> Result<FieldLevels, ZarrError> {
         let wi = self.well_index[&pos];
         let mut fields = self.fields.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(a) = fields.get(&(wi, field)) {
@@ -284,7 +338,12 @@ impl PlateWriter {
             let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
             for key in [row.clone(), well_key.clone()] {
                 if groups.insert(key.clone()) && !self.group_exists(&key) {
-                    metadata::write_group(&self.root.join(&key), self.spec.version, Map::new(), Map::new())?;
+                    metadata::write_group(
+                        &self.root.join(&key),
+                        self.spec.version,
+                        Map::new(),
+                        Map::new(),
+                    )?;
                 }
             }
         }
@@ -295,7 +354,12 @@ impl PlateWriter {
             levels.push(self.create_level_array(&format!("{field_key}/{k}"), k)?);
         }
         let name = format!("{} {} field {}", self.spec.name, self.spec.wells[wi], field);
-        metadata::write_group(&field_dir, self.spec.version, metadata::image(&self.spec, &name), Map::new())?;
+        metadata::write_group(
+            &field_dir,
+            self.spec.version,
+            metadata::image(&self.spec, &name),
+            Map::new(),
+        )?;
         let levels = Arc::new(levels);
         fields.insert((wi, field), levels.clone());
         Ok(levels)
@@ -333,12 +397,17 @@ impl PlateWriter {
                 if let ZarrCompression::Zstd(level) = self.spec.compression {
                     builder.bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(level, false))]);
                 }
-                let array = builder.build(store, &format!("/{key}")).map_err(|e| ZarrError::zarr(&dir, e))?;
+                let array = builder
+                    .build(store, &format!("/{key}"))
+                    .map_err(|e| ZarrError::zarr(&dir, e))?;
                 let doc = match array.metadata() {
                     ArrayMetadata::V3(m) => serde_json::to_value(m),
                     ArrayMetadata::V2(m) => serde_json::to_value(m),
                 }
-                .map_err(|e| ZarrError::Json { path: dir.join("zarr.json"), message: e.to_string() })?;
+                .map_err(|e| ZarrError::Json {
+                    path: dir.join("zarr.json"),
+                    message: e.to_string(),
+                })?;
                 metadata::write_json(&dir.join("zarr.json"), &doc)?;
                 Ok(array)
             }
@@ -365,17 +434,28 @@ impl PlateWriter {
                     "dimension_separator": "/",
                 });
                 let path = dir.join(".zarray");
-                let meta: ArrayMetadataV2 = serde_json::from_value(doc.clone())
-                    .map_err(|e| ZarrError::Json { path: path.clone(), message: e.to_string() })?;
-                let array = Array::new_with_metadata(store, &format!("/{key}"), ArrayMetadata::V2(meta))
-                    .map_err(|e| ZarrError::zarr(&dir, e))?;
+                let meta: ArrayMetadataV2 =
+                    serde_json::from_value(doc.clone()).map_err(|e| ZarrError::Json {
+                        path: path.clone(),
+                        message: e.to_string(),
+                    })?;
+                let array =
+                    Array::new_with_metadata(store, &format!("/{key}"), ArrayMetadata::V2(meta))
+                        .map_err(|e| ZarrError::zarr(&dir, e))?;
                 metadata::write_json(&path, &doc)?;
                 Ok(array)
             }
         }
     }
 
-    fn store_plane(&self, levels: &[LevelArray], well: &str, field: usize, tcz: [usize; 3], plane: PlaneRef<'_>) -> Result<(), ZarrError> {
+    fn store_plane(
+        &self,
+        levels: &[LevelArray],
+        well: &str,
+        field: usize,
+        tcz: [usize; 3],
+        plane: PlaneRef<'_>,
+    ) -> Result<(), ZarrError> {
         match plane {
             PlaneRef::U8(p) => self.store_typed(levels, well, field, tcz, p),
             PlaneRef::U16(p) => self.store_typed(levels, well, field, tcz, p),
@@ -395,13 +475,18 @@ impl PlateWriter {
         let idx = [t as u64, c as u64, z as u64, 0, 0];
         let err = |k: usize, e: zarrs::array::ArrayError| {
             let key = self.well_path(well).unwrap_or_else(|_| well.to_string());
-            ZarrError::zarr(self.root.join(format!("{key}/{field}/{k}")), format!("plane t={t} c={c} z={z}: {e}"))
+            ZarrError::zarr(
+                self.root.join(format!("{key}/{field}/{k}")),
+                format!("plane t={t} c={c} z={z}: {e}"),
+            )
         };
         if let Some(l0) = levels.first() {
             l0.store_chunk(&idx, plane).map_err(|e| err(0, e))?;
         }
         for (k, (data, _, _)) in downsample(plane, h, w, levels.len()).iter().enumerate() {
-            levels[k + 1].store_chunk(&idx, data.as_slice()).map_err(|e| err(k + 1, e))?;
+            levels[k + 1]
+                .store_chunk(&idx, data.as_slice())
+                .map_err(|e| err(k + 1, e))?;
         }
         Ok(())
     }
@@ -430,25 +515,41 @@ impl PlateWriter {
                 continue;
             }
             field_count = field_count.max(fields.len());
-            metadata::write_group(&self.root.join(&key), self.spec.version, metadata::well(&fields), Map::new())?;
+            metadata::write_group(
+                &self.root.join(&key),
+                self.spec.version,
+                metadata::well(&fields),
+                Map::new(),
+            )?;
             present.push((pos.row, pos.col));
         }
         // Rows are groups too; make sure each present row has its group file.
         for &(r, _) in &present {
             let row = &self.spec.rows[r];
             if !self.group_exists(row) {
-                metadata::write_group(&self.root.join(row), self.spec.version, Map::new(), Map::new())?;
+                metadata::write_group(
+                    &self.root.join(row),
+                    self.spec.version,
+                    Map::new(),
+                    Map::new(),
+                )?;
             }
         }
-        let (_, attrs) = metadata::read_group_attributes(&self.root)?.ok_or_else(|| ZarrError::NotAPlate {
-            root: self.root.clone(),
-            reason: "the root group metadata disappeared".into(),
-        })?;
+        let (_, attrs) =
+            metadata::read_group_attributes(&self.root)?.ok_or_else(|| ZarrError::NotAPlate {
+                root: self.root.clone(),
+                reason: "the root group metadata disappeared".into(),
+            })?;
         let mut extra = Map::new();
         if let Some(h) = attrs.get(HCSFLOW_KEY) {
             extra.insert(HCSFLOW_KEY.into(), h.clone());
         }
-        metadata::write_group(&self.root, self.spec.version, metadata::plate(&self.spec, &present, field_count), extra)?;
+        metadata::write_group(
+            &self.root,
+            self.spec.version,
+            metadata::plate(&self.spec, &present, field_count),
+            extra,
+        )?;
         Ok(self.root)
     }
 }
@@ -463,7 +564,11 @@ fn with_plane<R>(stack: &Stack, z: usize, f: impl FnOnce(PlaneRef<'_>) -> R) -> 
             match $a.as_slice() {
                 Some(s) => f(PlaneRef::$v(&s[z * n..(z + 1) * n])),
                 None => {
-                    let owned = $a.index_axis(ndarray::Axis(0), z).iter().copied().collect::<Vec<_>>();
+                    let owned = $a
+                        .index_axis(ndarray::Axis(0), z)
+                        .iter()
+                        .copied()
+                        .collect::<Vec<_>>();
                     f(PlaneRef::$v(&owned))
                 }
             }

@@ -40,7 +40,9 @@ fn concurrent_write_plane_from_threads() {
                 std::thread::spawn(move || {
                     for (well, field, t, c, z) in jobs.iter().skip(k).step_by(4) {
                         let plane = stack(&spec, seed(well, *field), *t, *c).plane(*z);
-                        writer.write_plane(well, *field, *t, *c, *z, &plane).unwrap();
+                        writer
+                            .write_plane(well, *field, *t, *c, *z, &plane)
+                            .unwrap();
                     }
                 })
             })
@@ -56,9 +58,16 @@ fn concurrent_write_plane_from_threads() {
                 for c in 0..s.c {
                     let want = stack(&spec, seed(well, field), 0, c);
                     for z in 0..s.z {
-                        let got: Vec<u16> = a.retrieve_chunk(&[0, c as u64, z as u64, 0, 0]).unwrap();
-                        let Stack::U16(p) = want.plane(z) else { panic!() };
-                        assert_eq!(got, p.into_raw_vec_and_offset().0, "{path}/{field} c{c} z{z}");
+                        let got: Vec<u16> =
+                            a.retrieve_chunk(&[0, c as u64, z as u64, 0, 0]).unwrap();
+                        let Stack::U16(p) = want.plane(z) else {
+                            panic!()
+                        };
+                        assert_eq!(
+                            got,
+                            p.into_raw_vec_and_offset().0,
+                            "{path}/{field} c{c} z{z}"
+                        );
                     }
                 }
             }
@@ -80,9 +89,15 @@ fn partial_plate_then_finish() {
         writer.finish().unwrap();
 
         let plate = ngff_attrs(&root, "", version);
-        assert_eq!(plate["plate"]["wells"], json!([{"path": "B/2", "rowIndex": 1, "columnIndex": 1}]));
+        assert_eq!(
+            plate["plate"]["wells"],
+            json!([{"path": "B/2", "rowIndex": 1, "columnIndex": 1}])
+        );
         assert_eq!(plate["plate"]["field_count"], 1);
-        assert_eq!(ngff_attrs(&root, "B/2", version)["well"]["images"], json!([{"path": "1"}]));
+        assert_eq!(
+            ngff_attrs(&root, "B/2", version)["well"]["images"],
+            json!([{"path": "1"}])
+        );
         assert!(!root.join("A").exists(), "nothing written for well A01");
 
         let a = open_array(&root, "/B/2/1/0");
@@ -108,12 +123,16 @@ fn resume_after_interrupted_run() {
         let spec = small_spec(version);
         {
             let writer = PlateWriter::create(&root, spec.clone()).unwrap();
-            writer.write_field("A01", 0, &field_data(&spec, seed("A01", 0))).unwrap();
+            writer
+                .write_field("A01", 0, &field_data(&spec, seed("A01", 0)))
+                .unwrap();
             // Dropped: no finish, as after a kill.
         }
         // create refuses, and says to resume.
         match PlateWriter::create(&root, spec.clone()) {
-            Err(e @ ZarrError::RootNotEmpty { .. }) => assert!(e.to_string().contains("open_existing"), "{e}"),
+            Err(e @ ZarrError::RootNotEmpty { .. }) => {
+                assert!(e.to_string().contains("open_existing"), "{e}")
+            }
             other => panic!("expected RootNotEmpty, got {other:?}"),
         }
         let writer = PlateWriter::open_existing(&root).unwrap();
@@ -121,7 +140,9 @@ fn resume_after_interrupted_run() {
         for well in &spec.wells {
             for field in 0..spec.fields_per_well {
                 if (well.as_str(), field) != ("A01", 0) {
-                    writer.write_field(well, field, &field_data(&spec, seed(well, field))).unwrap();
+                    writer
+                        .write_field(well, field, &field_data(&spec, seed(well, field)))
+                        .unwrap();
                 }
             }
         }
@@ -131,7 +152,8 @@ fn resume_after_interrupted_run() {
         let w = PlateWriter::create(&reference, spec.clone()).unwrap();
         for well in &spec.wells {
             for field in 0..spec.fields_per_well {
-                w.write_field(well, field, &field_data(&spec, seed(well, field))).unwrap();
+                w.write_field(well, field, &field_data(&spec, seed(well, field)))
+                    .unwrap();
             }
         }
         w.finish().unwrap();
@@ -141,7 +163,10 @@ fn resume_after_interrupted_run() {
         assert!(PlateWriter::create_or_resume(&root, spec.clone()).is_ok());
         let mut other = spec.clone();
         other.channel_names[1] = "RFP".into();
-        assert!(matches!(PlateWriter::create_or_resume(&root, other), Err(ZarrError::SpecMismatch { .. })));
+        assert!(matches!(
+            PlateWriter::create_or_resume(&root, other),
+            Err(ZarrError::SpecMismatch { .. })
+        ));
         // Finishing twice is harmless.
         PlateWriter::open_existing(&root).unwrap().finish().unwrap();
         assert_eq!(tree(&root), tree(&reference));

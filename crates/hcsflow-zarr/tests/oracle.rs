@@ -54,7 +54,13 @@ fn oracle_available() -> bool {
 fn write_expected(dir: &Path, spec: &PlateSpec, present: &[(&str, &str, Vec<usize>)]) {
     std::fs::create_dir_all(dir).unwrap();
     let s = spec.shape;
-    let unit = |known: bool| if known { json!("micrometer") } else { json!(null) };
+    let unit = |known: bool| {
+        if known {
+            json!("micrometer")
+        } else {
+            json!(null)
+        }
+    };
     let (py, px) = spec.pixel_size_um.unwrap_or((1.0, 1.0));
     let pz = spec.z_step_um.unwrap_or(1.0);
     let levels: Vec<_> = (0..spec.pyramid_levels)
@@ -81,8 +87,16 @@ fn write_expected(dir: &Path, spec: &PlateSpec, present: &[(&str, &str, Vec<usiz
         "levels": levels,
         "wells": present.iter().map(|(_, path, fields)| json!({"path": path, "fields": fields})).collect::<Vec<_>>(),
     });
-    std::fs::write(dir.join("expected.json"), serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
-    assert_eq!(spec.dtype, DType::U16, "expected pixels are written for u16 plates");
+    std::fs::write(
+        dir.join("expected.json"),
+        serde_json::to_vec_pretty(&doc).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        spec.dtype,
+        DType::U16,
+        "expected pixels are written for u16 plates"
+    );
     for (well, path, fields) in present {
         let (row, col) = path.split_once('/').unwrap();
         for &field in fields {
@@ -92,10 +106,12 @@ fn write_expected(dir: &Path, spec: &PlateSpec, present: &[(&str, &str, Vec<usiz
                     for c in 0..s.c {
                         let st = stack(spec, seed(well, field), t, c);
                         for z in 0..s.z {
-                            let plane: Vec<f64> = st.plane(z).to_f32().iter().map(|&v| v as f64).collect();
+                            let plane: Vec<f64> =
+                                st.plane(z).to_f32().iter().map(|&v| v as f64).collect();
                             let (lvl, _, _) = reference_level(&plane, s.y, s.x, k);
                             for v in lvl {
-                                bytes.extend_from_slice(&(v.round_ties_even() as u16).to_le_bytes());
+                                bytes
+                                    .extend_from_slice(&(v.round_ties_even() as u16).to_le_bytes());
                             }
                         }
                     }
@@ -107,7 +123,12 @@ fn write_expected(dir: &Path, spec: &PlateSpec, present: &[(&str, &str, Vec<usiz
 }
 
 fn run_oracle(root: &Path, expected: &Path) -> String {
-    let out = Command::new("python3").arg(script()).arg(root).arg(expected).output().expect("run python3");
+    let out = Command::new("python3")
+        .arg(script())
+        .arg(root)
+        .arg(expected)
+        .output()
+        .expect("run python3");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
@@ -131,7 +152,9 @@ fn zarr_python_and_ome_zarr_read_every_field() {
         let writer = PlateWriter::create(&root, spec.clone()).unwrap();
         for well in &spec.wells {
             for field in 0..spec.fields_per_well {
-                writer.write_field(well, field, &field_data(&spec, seed(well, field))).unwrap();
+                writer
+                    .write_field(well, field, &field_data(&spec, seed(well, field)))
+                    .unwrap();
             }
         }
         writer.finish().unwrap();
@@ -156,9 +179,13 @@ fn oracle_reads_a_partial_plate() {
         spec.wells.push("A03".into());
         let writer = PlateWriter::create(&root, spec.clone()).unwrap();
         for field in 0..2 {
-            writer.write_field("A01", field, &field_data(&spec, seed("A01", field))).unwrap();
+            writer
+                .write_field("A01", field, &field_data(&spec, seed("A01", field)))
+                .unwrap();
         }
-        writer.write_field("B02", 1, &field_data(&spec, seed("B02", 1))).unwrap();
+        writer
+            .write_field("B02", 1, &field_data(&spec, seed("B02", 1)))
+            .unwrap();
         writer.finish().unwrap();
         let present = [("A01", "A/1", vec![0, 1]), ("B02", "B/2", vec![1])];
         write_expected(&dir.path().join("expected"), &spec, &present);
