@@ -29,8 +29,9 @@ type FieldLevels = Arc<Vec<LevelArray>>;
 /// level 0 of field 0 of well A01. Each level array is `[t, c, z, y, x]` with
 /// one chunk per `(t, c, z)` plane; pixels never written read as 0 (the fill
 /// value). Field groups and their arrays are created on the first write to the
-/// field; `finish` lists in the well and plate metadata only the fields and
-/// wells that exist, so readers never open a path that is not there.
+/// field; `finish` lists in the plate metadata only the wells that have at
+/// least one field (and gives those wells all their fields, empty ones
+/// included), so readers never open a path that is not there.
 ///
 /// `write_plane` and `write_field` take `&self` and may be called concurrently
 /// from several threads, for different planes (writing the same plane twice
@@ -47,6 +48,8 @@ pub struct PlateWriter {
     fields: Mutex<HashMap<(usize, usize), FieldLevels>>,
     /// Row and well groups already written by this writer.
     groups: Mutex<HashSet<String>>,
+    /// Serialises `update_metadata` so a slower, older scan never overwrites a newer one.
+    metadata_lock: Mutex<()>,
 }
 
 /// A plane's pixels, borrowed, with their type.
@@ -164,6 +167,7 @@ impl PlateWriter {
             well_index,
             fields: Mutex::new(HashMap::new()),
             groups: Mutex::new(HashSet::new()),
+            metadata_lock: Mutex::new(()),
         })
     }
 
@@ -327,7 +331,14 @@ impl PlateWriter {
     /// array metadata on first use (idempotent: a resumed writer rewrites the
     /// same metadata).
     fn field_arrays(&self, pos: WellPos, field: usize) -> Result<FieldLevels, ZarrError> {
-        let wi = self.well_index[&pos];
+        let wi = *self
+            .well_index
+            .get(&pos)
+            .ok_or_else(|| ZarrError::UnknownWell {
+                root: self.root.clone(),
+                well: format!("{}{}", self.spec.rows[pos.row], self.spec.columns[pos.col]),
+                known: self.spec.wells.join(", "),
+            })?;
         let mut fields = self.fields.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(a) = fields.get(&(wi, field)) {
             return Ok(a.clone());
@@ -491,14 +502,29 @@ impl PlateWriter {
         Ok(())
     }
 
-    /// Writes the well metadata of every well with at least one field and the
-    /// plate metadata listing those wells, then returns the plate root.
-    ///
-    /// What exists is read from the directory, so `finish` is correct after a
-    /// partial run, after a resume, and when called again. Wells without any
-    /// field are left out of the plate's `wells` (their rows and columns stay
-    /// in the grid); missing planes of existing fields read as 0.
+    /// Writes the well and plate metadata (see [`update_metadata`](Self::update_metadata))
+    /// and returns the plate root.
     pub fn finish(self) -> Result<PathBuf, ZarrError> {
+        self.update_metadata()?;
+        Ok(self.root)
+    }
+
+    /// Writes the well metadata of every well with at least one field and the
+    /// plate metadata listing those wells, without ending the writer.
+    ///
+    /// Call it after each completed well to keep the plate readable (by
+    /// napari, ome-zarr-py) while a long run goes on or if it is killed;
+    /// [`finish`](Self::finish) calls it once more at the end.
+    ///
+    /// What exists is read from the directory, so the result is correct after
+    /// a partial run, after a resume, and when called again. Wells without any
+    /// field are left out of the plate's `wells` (their rows and columns stay
+    /// in the grid). A well with at least one field lists all
+    /// `fields_per_well` fields: those never written are created empty, and
+    /// like every plane never written they read as 0 (the fill value).
+    /// Wells whose first field is created while this runs appear at the next call.
+    pub fn update_metadata(&self) -> Result<(), ZarrError> {
+        let _serial = self.metadata_lock.lock().unwrap_or_else(|p| p.into_inner());
         let image_file = match self.spec.version {
             NgffVersion::V05 => "zarr.json",
             NgffVersion::V04 => ".zattrs",
@@ -508,11 +534,18 @@ impl PlateWriter {
         for w in &self.spec.wells {
             let pos = self.locate(w)?;
             let key = format!("{}/{}", self.spec.rows[pos.row], self.spec.columns[pos.col]);
-            let fields: Vec<usize> = (0..self.spec.fields_per_well)
-                .filter(|f| self.root.join(format!("{key}/{f}/{image_file}")).exists())
-                .collect();
-            if fields.is_empty() {
+            let exists = |f: &usize| self.root.join(format!("{key}/{f}/{image_file}")).exists();
+            if !(0..self.spec.fields_per_well).any(|f| exists(&f)) {
                 continue;
+            }
+            // A well with some fields gets all of them: the missing ones as
+            // empty images (fill value, no chunks), because ome-zarr-py and
+            // napari's plate view open the first well's field paths in every well.
+            let fields: Vec<usize> = (0..self.spec.fields_per_well).collect();
+            for f in &fields {
+                if !exists(f) {
+                    self.field_arrays(pos, *f)?;
+                }
             }
             field_count = field_count.max(fields.len());
             metadata::write_group(
@@ -550,7 +583,7 @@ impl PlateWriter {
             metadata::plate(&self.spec, &present, field_count),
             extra,
         )?;
-        Ok(self.root)
+        Ok(())
     }
 }
 

@@ -86,6 +86,13 @@ fn partial_plate_then_finish() {
         let writer = PlateWriter::create(&root, spec.clone()).unwrap();
         let plane = stack(&spec, 7, 0, 1).plane(2);
         writer.write_plane("B02", 1, 0, 1, 2, &plane).unwrap();
+        // Mid-run metadata: the plate is readable with what exists so far.
+        writer.update_metadata().unwrap();
+        let plate = ngff_attrs(&root, "", version);
+        assert_eq!(
+            plate["plate"]["wells"],
+            json!([{"path": "B/2", "rowIndex": 1, "columnIndex": 1}])
+        );
         writer.finish().unwrap();
 
         let plate = ngff_attrs(&root, "", version);
@@ -93,11 +100,16 @@ fn partial_plate_then_finish() {
             plate["plate"]["wells"],
             json!([{"path": "B/2", "rowIndex": 1, "columnIndex": 1}])
         );
-        assert_eq!(plate["plate"]["field_count"], 1);
+        assert_eq!(plate["plate"]["field_count"], 2);
+        // Field 0 was never written: present, empty.
         assert_eq!(
             ngff_attrs(&root, "B/2", version)["well"]["images"],
-            json!([{"path": "1"}])
+            json!([{"path": "0"}, {"path": "1"}])
         );
+        let empty: Vec<u16> = open_array(&root, "/B/2/0/0")
+            .retrieve_chunk(&[0, 1, 2, 0, 0])
+            .unwrap();
+        assert!(empty.iter().all(|&v| v == 0));
         assert!(!root.join("A").exists(), "nothing written for well A01");
 
         let a = open_array(&root, "/B/2/1/0");
