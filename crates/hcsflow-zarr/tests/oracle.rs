@@ -1,8 +1,10 @@
 //! zarr-python and ome-zarr-py as independent readers of our plates: every
 //! field must load with the right shape, axes, scale, channel names and
-//! pixels, in both NGFF versions, also for a partially written plate.
+//! pixels, in both NGFF versions, also for a partially written plate; and
+//! ome-zarr-models (pydantic models of the NGFF specs) must accept the whole
+//! plate hierarchy as a valid HCS plate.
 //!
-//! Needs `python3` with `pip install zarr ome-zarr`. Without them this test
+//! Needs `python3` with `pip install zarr ome-zarr ome-zarr-models`. Without them this test
 //! fails, unless `HCSFLOW_SKIP_ORACLES=1` is set (then it prints SKIPPED).
 //! Run with `--nocapture` to see the oracle's report.
 
@@ -17,7 +19,7 @@ use hcsflow_core::DType;
 use hcsflow_zarr::{NgffVersion, PlateSpec, PlateWriter};
 use serde_json::json;
 
-const PIP: &str = "pip install zarr ome-zarr";
+const PIP: &str = "pip install zarr ome-zarr ome-zarr-models";
 
 fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/ome_zarr_oracle.py")
@@ -27,7 +29,7 @@ fn script() -> PathBuf {
 /// and skipping was not asked for.
 fn oracle_available() -> bool {
     let probe = Command::new("python3")
-        .args(["-c", "import zarr, ome_zarr, numpy; assert int(zarr.__version__.split('.')[0]) >= 3, zarr.__version__"])
+        .args(["-c", "import zarr, ome_zarr, ome_zarr_models, numpy; assert int(zarr.__version__.split('.')[0]) >= 3, zarr.__version__"])
         .output();
     if matches!(&probe, Ok(out) if out.status.success()) {
         return true;
@@ -35,7 +37,7 @@ fn oracle_available() -> bool {
     if std::env::var("HCSFLOW_SKIP_ORACLES").as_deref() == Ok("1") {
         let _ = writeln!(
             std::io::stderr(),
-            "SKIPPED: zarr/ome-zarr oracle test (python3 with zarr>=3 and ome-zarr not available, HCSFLOW_SKIP_ORACLES=1)"
+            "SKIPPED: zarr/ome-zarr oracle test (python3 with zarr>=3, ome-zarr and ome-zarr-models not available, HCSFLOW_SKIP_ORACLES=1)"
         );
         return false;
     }
@@ -44,7 +46,7 @@ fn oracle_available() -> bool {
         Err(e) => format!("python3 could not be started: {e}"),
     };
     panic!(
-        "the OME-Zarr oracle needs python3 with zarr (>= 3) and ome-zarr: run `{PIP}` \
+        "the OME-Zarr oracle needs python3 with zarr (>= 3), ome-zarr and ome-zarr-models: run `{PIP}` \
          (or set HCSFLOW_SKIP_ORACLES=1 to skip). Probe said: {detail}"
     );
 }

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Independent check of an hcsflow OME-Zarr plate with zarr-python and ome-zarr-py.
+"""Independent check of an hcsflow OME-Zarr plate with zarr-python, ome-zarr-py
+and ome-zarr-models (pydantic models of the NGFF 0.4/0.5 specs).
 
 usage: ome_zarr_oracle.py PLATE_ROOT EXPECTED_DIR
 
@@ -128,12 +129,31 @@ def with_ome_zarr(root, exp, exp_dir):
     return n
 
 
+def with_ome_zarr_models(root, exp):
+    """Validates the whole hierarchy (plate, wells, images) against the spec models."""
+    version = exp["version"]
+    if version == "0.5":
+        from ome_zarr_models.v05 import HCS
+    else:
+        from ome_zarr_models.v04 import HCS
+    group = zarr.open_group(str(root), mode="r", zarr_format=3 if version == "0.5" else 2)
+    try:
+        hcs = HCS.from_zarr(group)
+    except Exception as e:  # any validation error is a failure with its message
+        check(False, f"ome-zarr-models: HCS {version} validation: {type(e).__name__}: {e}")
+        return
+    n_wells = len(list(hcs.well_groups))
+    check(n_wells == len(exp["wells"]), f"ome-zarr-models: {n_wells} wells")
+    print(f"ome-zarr-models: plate is a valid NGFF {version} HCS plate ({n_wells} wells)")
+
+
 def main():
     root, exp_dir = Path(sys.argv[1]), Path(sys.argv[2])
     exp = json.loads((exp_dir / "expected.json").read_text())
     print(f"zarr-python {zarr.__version__}, numpy {np.__version__}, NGFF {exp['version']}")
     with_zarr_python(root, exp, exp_dir)
     n = with_ome_zarr(root, exp, exp_dir)
+    with_ome_zarr_models(root, exp)
     if failures:
         print(f"ORACLE FAILED: {len(failures)} check(s)")
         sys.exit(1)
