@@ -142,8 +142,36 @@ impl PlateWriter {
             return PlateWriter::create(root, spec);
         }
         let writer = PlateWriter::open_existing(root)?;
-        if writer.spec != spec {
-            let detail = format!("stored {:?}, requested {:?}", writer.spec, spec);
+        // Compared as JSON, the form the stored spec went through, so a float
+        // that does not survive a text round trip bit-exactly cannot cause a
+        // false mismatch.
+        let json_err = |e: serde_json::Error| ZarrError::Json {
+            path: root.to_path_buf(),
+            message: e.to_string(),
+        };
+        let stored = serde_json::to_value(&writer.spec).map_err(json_err)?;
+        let requested = serde_json::to_string(&spec)
+            .and_then(|t| serde_json::from_str::<PlateSpec>(&t))
+            .and_then(|s| serde_json::to_value(&s))
+            .map_err(json_err)?;
+        if stored != requested {
+            let (Value::Object(a), Value::Object(b)) = (&stored, &requested) else {
+                return Err(ZarrError::SpecMismatch {
+                    root: root.to_path_buf(),
+                    detail: format!("stored {stored}, requested {requested}"),
+                });
+            };
+            let detail = a
+                .iter()
+                .filter(|(k, v)| b.get(k.as_str()) != Some(v))
+                .map(|(k, v)| {
+                    format!(
+                        "{k}: stored {v}, requested {}",
+                        b.get(k.as_str()).unwrap_or(&Value::Null)
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("; ");
             return Err(ZarrError::SpecMismatch {
                 root: root.to_path_buf(),
                 detail,

@@ -175,10 +175,13 @@ fn resume_after_interrupted_run() {
         assert!(PlateWriter::create_or_resume(&root, spec.clone()).is_ok());
         let mut other = spec.clone();
         other.channel_names[1] = "RFP".into();
-        assert!(matches!(
-            PlateWriter::create_or_resume(&root, other),
-            Err(ZarrError::SpecMismatch { .. })
-        ));
+        let e = PlateWriter::create_or_resume(&root, other).unwrap_err();
+        assert!(matches!(e, ZarrError::SpecMismatch { .. }), "{e:?}");
+        assert!(
+            e.to_string()
+                .contains(r#"channel_names: stored ["DAPI","GFP"], requested ["DAPI","RFP"]"#),
+            "{e}"
+        );
         // Finishing twice is harmless.
         PlateWriter::open_existing(&root).unwrap().finish().unwrap();
         assert_eq!(tree(&root), tree(&reference));
