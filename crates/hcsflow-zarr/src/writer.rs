@@ -532,7 +532,11 @@ impl PlateWriter {
 
     /// Writes the well and plate metadata (see [`update_metadata`](Self::update_metadata))
     /// and returns the plate root.
+    ///
+    /// Also removes temporary files left by an interrupted earlier run (none
+    /// of this writer's writes can be in flight: `finish` owns it).
     pub fn finish(self) -> Result<PathBuf, ZarrError> {
+        crate::store::remove_stale_temps(&self.root).map_err(|e| ZarrError::io(&self.root, e))?;
         self.update_metadata()?;
         Ok(self.root)
     }

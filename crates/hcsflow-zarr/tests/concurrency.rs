@@ -147,6 +147,13 @@ fn resume_after_interrupted_run() {
             }
             other => panic!("expected RootNotEmpty, got {other:?}"),
         }
+        // What a kill during a chunk write leaves: a temporary file beside the chunks.
+        let stale = if version == NgffVersion::V05 {
+            "A/1/0/0/c/0/0/0/0/.0.tmp-4242-7"
+        } else {
+            "A/1/0/0/0/0/0/0/.0.tmp-4242-7"
+        };
+        std::fs::write(root.join(stale), b"half a chunk").unwrap();
         let writer = PlateWriter::open_existing(&root).unwrap();
         assert_eq!(writer.spec(), &spec);
         for well in &spec.wells {
@@ -169,6 +176,10 @@ fn resume_after_interrupted_run() {
             }
         }
         w.finish().unwrap();
+        assert!(
+            !root.join(stale).exists(),
+            "finish removes stale temporary files"
+        );
         assert_eq!(tree(&root), tree(&reference));
 
         // create_or_resume: same spec resumes, another spec is refused.
