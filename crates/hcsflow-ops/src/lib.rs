@@ -5,7 +5,9 @@
 //! declares them (spec, contract, arguments) in a [`Registry`]. GPU crates add
 //! their implementations to the same logical functions afterwards.
 
+pub mod focus;
 pub mod projection;
+mod smooth;
 pub mod tophat;
 
 use hcsflow_core::Registry;
@@ -14,4 +16,5 @@ use hcsflow_core::Registry;
 pub fn register(registry: &mut Registry) {
     projection::register(registry);
     tophat::register(registry);
+    focus::register(registry);
 }
