@@ -5,9 +5,12 @@
 //! declares them (spec, contract, arguments) in a [`Registry`]. GPU crates add
 //! their implementations to the same logical functions afterwards.
 
+pub mod count;
 pub mod focus;
+pub mod label;
 pub mod projection;
 mod smooth;
+pub mod threshold;
 pub mod tophat;
 
 use hcsflow_core::Registry;
@@ -17,4 +20,7 @@ pub fn register(registry: &mut Registry) {
     projection::register(registry);
     tophat::register(registry);
     focus::register(registry);
+    threshold::register(registry);
+    label::register(registry);
+    count::register(registry);
 }

@@ -1,0 +1,507 @@
+//! Cell counting: scale-space LoG blob detection ([`blob_log`], scikit-image
+//! `feature.blob_log` semantics) and threshold + label + area filter
+//! ([`count_threshold`]); per-image counts and per-object tables.
+//!
+//! # blob_log
+//! Same definition as skimage 0.26 `blob_log(image, min_sigma, max_sigma,
+//! num_sigma, threshold, overlap)` (linear σ scale, `threshold_rel=None`,
+//! `exclude_border=False`):
+//! 1. σ_i = linspace(min_sigma, max_sigma, num_sigma) (f32);
+//! 2. cube_i = −σ_i² · gaussian_laplace(image, σ_i) (scipy: order-2 Gaussian along Y
+//!    then order-0 along X, plus order-0 along Y then order-2 along X; truncate 4,
+//!    `mode="reflect"`), f32;
+//! 3. peaks: points of the (Y, X, σ) cube equal to the maximum of their 3×3×3
+//!    neighbourhood (clipped at the cube's borders) and `> threshold`; none if the
+//!    cube is constant; sorted by decreasing value (ties in raster (y, x, σ) order);
+//! 4. pruning: for every pair of blobs closer than 2·√2·max σ whose disk overlap
+//!    (radius σ√2) exceeds `overlap`, the smaller σ is dropped (on equal σ, the
+//!    first of the pair). skimage visits the pairs in Python-set order, which is not
+//!    reproducible; we visit them in (i, j) order — the kept set can differ only in
+//!    chains of three or more mutually overlapping blobs.
+//!
+//! The image is scaled as skimage's `img_as_float`: u8 / 255, u16 / 65535, f32 as is
+//! (skimage computes integer input in float64, we in f32: the LoG values agree to
+//! ~1e-6 relative, so detections agree except for peaks within that of the
+//! threshold or of a neighbour — checked by the oracle tests).
+//!
+//! # Artifacts
+//! [`count_cells`] returns typed tables ([`CountTable`], [`ObjectTable`], serde
+//! `Serialize` and `to_csv()`) and a u16 label image. The registered function
+//! `count_cells` (`pure_2d`) returns the label image; once the pipeline engine
+//! carries special outputs, its registration will declare `cell_counts` and
+//! `objects` outputs filled from [`CellCounts::counts`] / [`CellCounts::objects`]
+//! and written as CSV beside the images.
+
+use std::fmt::Write as _;
+
+use hcsflow_core::{
+    with_pixels, ArgSpec, Contract, DType, FunctionError, FunctionSpec, Implementation, Pixel,
+    Registry, Stack,
+};
+use ndarray::Array3;
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::label::{label_mask, Connectivity, Labels};
+use crate::smooth::{gaussian_kernel, kernel_radius, separable_rows, Scratch};
+use crate::threshold::{threshold_value, ThresholdMethod};
+use crate::tophat::plane_slice;
+
+/// One detected blob: centre (row, column) and scale σ.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Blob {
+    pub y: f64,
+    pub x: f64,
+    pub sigma: f64,
+}
+
+/// Parameters of [`blob_log`] (defaults: OpenHCS / benchmark values).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct BlobLogParams {
+    pub min_sigma: f64,
+    pub max_sigma: f64,
+    pub num_sigma: usize,
+    pub threshold: f64,
+    pub overlap: f64,
+}
+
+impl Default for BlobLogParams {
+    fn default() -> Self {
+        BlobLogParams { min_sigma: 1.0, max_sigma: 10.0, num_sigma: 10, threshold: 0.1, overlap: 0.5 }
+    }
+}
+
+/// One row of a per-image count table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CountRow {
+    /// Plane index in the stack.
+    pub image: usize,
+    pub count: usize,
+}
+
+/// Per-image counts.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct CountTable {
+    pub rows: Vec<CountRow>,
+}
+
+impl CountTable {
+    /// `image,count` lines with a header.
+    pub fn to_csv(&self) -> String {
+        let mut s = String::from("image,count\n");
+        for r in &self.rows {
+            let _ = writeln!(s, "{},{}", r.image, r.count);
+        }
+        s
+    }
+}
+
+/// One object: its label in the label image, centroid, area and mean intensity.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ObjectRow {
+    pub image: usize,
+    pub label: u32,
+    /// Centroid row (pixels). For blobs: the detected centre.
+    pub y: f64,
+    /// Centroid column (pixels).
+    pub x: f64,
+    /// Pixel count of the object in the label image.
+    pub area: u64,
+    /// Mean input value over the object's pixels (input units).
+    pub mean_intensity: f64,
+    /// Blob scale σ (blob_log only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sigma: Option<f64>,
+}
+
+/// Per-object measurements.
+#[derive(Debug, Clone, PartialEq, Default, Serialize)]
+pub struct ObjectTable {
+    pub rows: Vec<ObjectRow>,
+}
+
+impl ObjectTable {
+    /// CSV with a header: `image,label,y,x,area,mean_intensity,sigma` (sigma empty when absent).
+    pub fn to_csv(&self) -> String {
+        let mut s = String::from("image,label,y,x,area,mean_intensity,sigma\n");
+        for r in &self.rows {
+            let sigma = r.sigma.map(|v| v.to_string()).unwrap_or_default();
+            let _ = writeln!(s, "{},{},{},{},{},{},{}", r.image, r.label, r.y, r.x, r.area, r.mean_intensity, sigma);
+        }
+        s
+    }
+}
+
+/// Result of [`count_cells`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct CellCounts {
+    /// u16 label image per plane (0 = background).
+    pub labels: Stack,
+    pub counts: CountTable,
+    pub objects: ObjectTable,
+}
+
+const ROWS_PER_TASK: usize = 32;
+
+/// `−σ² · gaussian_laplace(image, σ)` of one plane (f32, scipy's operation order).
+fn scaled_log(image: &[f32], h: usize, w: usize, sigma: f32) -> Vec<f32> {
+    let s = sigma as f64;
+    let r = kernel_radius(s, 4.0);
+    let k0 = gaussian_kernel(s, 0, r);
+    let k2 = gaussian_kernel(s, 2, r);
+    let s2 = sigma * sigma;
+    let mut out = vec![0f32; h * w];
+    out.par_chunks_mut(ROWS_PER_TASK * w.max(1)).enumerate().for_each_init(
+        || (Scratch::default(), Vec::new()),
+        |(scr, tmp), (bi, o)| {
+            let y0 = bi * ROWS_PER_TASK;
+            let y1 = y0 + o.len() / w.max(1);
+            separable_rows(image, h, w, y0, y1, &k2, &k0, scr, o);
+            tmp.resize(o.len(), 0.0f32);
+            separable_rows(image, h, w, y0, y1, &k0, &k2, scr, tmp);
+            for (a, &b) in o.iter_mut().zip(tmp.iter()) {
+                *a = -(*a + b) * s2;
+            }
+        },
+    );
+    out
+}
+
+/// skimage's `_blob_overlap` for 2D blobs (f64): overlap area over the smaller disk's area.
+fn blob_overlap(a: &Blob, b: &Blob) -> f64 {
+    let root = std::f64::consts::SQRT_2;
+    if a.sigma == 0.0 && b.sigma == 0.0 {
+        return 0.0;
+    }
+    let (max_sigma, r1, r2) = if a.sigma > b.sigma { (a.sigma, 1.0, b.sigma / a.sigma) } else { (b.sigma, a.sigma / b.sigma, 1.0) };
+    let d = (((a.y - b.y) / (max_sigma * root)).powi(2) + ((a.x - b.x) / (max_sigma * root)).powi(2)).sqrt();
+    if d > r1 + r2 {
+        return 0.0;
+    }
+    if d <= (r1 - r2 as f64).abs() {
+        return 1.0;
+    }
+    let ratio1 = ((d * d + r1 * r1 - r2 * r2) / (2.0 * d * r1)).clamp(-1.0, 1.0);
+    let ratio2 = ((d * d + r2 * r2 - r1 * r1) / (2.0 * d * r2)).clamp(-1.0, 1.0);
+    let (acos1, acos2) = (ratio1.acos(), ratio2.acos());
+    let a_ = -d + r2 + r1;
+    let b_ = d - r2 + r1;
+    let c_ = d + r2 - r1;
+    let d_ = d + r2 + r1;
+    let area = r1 * r1 * acos1 + r2 * r2 * acos2 - 0.5 * (a_ * b_ * c_ * d_).abs().sqrt();
+    area / (std::f64::consts::PI * r1.min(r2).powi(2))
+}
+
+fn validate_blob_params(p: &BlobLogParams) -> Result<(), FunctionError> {
+    const NAME: &str = "blob_log";
+    let ok = p.min_sigma.is_finite()
+        && p.max_sigma.is_finite()
+        && p.min_sigma > 0.0
+        && p.max_sigma >= p.min_sigma
+        && p.max_sigma <= 200.0
+        && p.num_sigma >= 1
+        && p.num_sigma <= 100
+        && p.threshold.is_finite()
+        && (0.0..=1.0).contains(&p.overlap);
+    if ok {
+        Ok(())
+    } else {
+        Err(FunctionError::failed(
+            NAME,
+            format!("invalid parameters {p:?}: need 0 < min_sigma ≤ max_sigma ≤ 200, 1 ≤ num_sigma ≤ 100, 0 ≤ overlap ≤ 1"),
+        ))
+    }
+}
+
+/// Detects blobs in one `h × w` plane (already scaled like `img_as_float`), in
+/// skimage's output order. See the module docs for the exact definition.
+pub fn blob_log(image: &[f32], h: usize, w: usize, params: &BlobLogParams) -> Result<Vec<Blob>, FunctionError> {
+    validate_blob_params(params)?;
+    if image.len() != h * w {
+        return Err(FunctionError::failed("blob_log", format!("{} pixels for a {h}×{w} image", image.len())));
+    }
+    if image.iter().any(|v| v.is_nan()) {
+        return Err(FunctionError::failed("blob_log", "the image contains NaN"));
+    }
+    if h == 0 || w == 0 {
+        return Ok(Vec::new());
+    }
+    let n = params.num_sigma;
+    let sigmas: Vec<f32> = (0..n)
+        .map(|i| {
+            if n == 1 {
+                params.min_sigma as f32
+            } else {
+                (params.min_sigma + (params.max_sigma - params.min_sigma) * i as f64 / (n - 1) as f64) as f32
+            }
+        })
+        .collect();
+    let thr = params.threshold as f32;
+    // Sliding window of three scales; peaks at scale i need scales i-1..=i+1.
+    let mut cube: Vec<Option<Vec<f32>>> = vec![None; n];
+    let (mut cmin, mut cmax) = (f32::INFINITY, f32::NEG_INFINITY);
+    let mut peaks: Vec<(f32, usize, usize, usize)> = Vec::new(); // (value, y, x, s)
+    for i in 0..n {
+        for j in i..(i + 2).min(n) {
+            if cube[j].is_none() {
+                let c = scaled_log(image, h, w, sigmas[j]);
+                for &v in &c {
+                    cmin = cmin.min(v);
+                    cmax = cmax.max(v);
+                }
+                cube[j] = Some(c);
+            }
+        }
+        if i >= 2 {
+            cube[i - 2] = None;
+        }
+        let cur = cube[i].as_deref().unwrap_or(&[]);
+        let lo = i.saturating_sub(1);
+        let hi = (i + 1).min(n - 1);
+        let found: Vec<(f32, usize, usize, usize)> = (0..h)
+            .into_par_iter()
+            .flat_map_iter(|y| {
+                let cube = &cube;
+                (0..w).filter_map(move |x| {
+                    let v = cur[y * w + x];
+                    if !(v > thr) {
+                        return None;
+                    }
+                    for s in lo..=hi {
+                        let c = cube[s].as_deref().unwrap_or(&[]);
+                        for yy in y.saturating_sub(1)..=(y + 1).min(h - 1) {
+                            for xx in x.saturating_sub(1)..=(x + 1).min(w - 1) {
+                                if c[yy * w + xx] > v {
+                                    return None;
+                                }
+                            }
+                        }
+                    }
+                    Some((v, y, x, i))
+                })
+            })
+            .collect();
+        peaks.extend(found);
+    }
+    if cmin == cmax {
+        return Ok(Vec::new()); // constant cube: skimage reports no peaks
+    }
+    // Decreasing value; ties in raster (y, x, s) order (numpy's stable argsort of nonzero()).
+    peaks.sort_by(|a, b| b.0.total_cmp(&a.0).then((a.1, a.2, a.3).cmp(&(b.1, b.2, b.3))));
+    let mut blobs: Vec<Blob> = peaks
+        .iter()
+        .map(|&(_, y, x, s)| Blob { y: y as f64, x: x as f64, sigma: sigmas[s] as f64 })
+        .collect();
+    prune(&mut blobs, params.overlap);
+    Ok(blobs.into_iter().filter(|b| b.sigma > 0.0).collect())
+}
+
+/// skimage `_prune_blobs` with pairs visited in (i, j) order; zeroes σ of dropped blobs.
+fn prune(blobs: &mut [Blob], overlap: f64) {
+    let Some(max_sigma) = blobs.iter().map(|b| b.sigma).reduce(f64::max) else { return };
+    let dist = 2.0 * max_sigma * std::f64::consts::SQRT_2;
+    // Grid of cell size `dist` for the neighbour search (query_pairs: distance ≤ dist).
+    let cell = dist.max(1.0);
+    let mut grid: std::collections::HashMap<(i64, i64), Vec<usize>> = std::collections::HashMap::new();
+    for (i, b) in blobs.iter().enumerate() {
+        grid.entry(((b.y / cell).floor() as i64, (b.x / cell).floor() as i64)).or_default().push(i);
+    }
+    let mut pairs: Vec<(usize, usize)> = Vec::new();
+    for (i, b) in blobs.iter().enumerate() {
+        let (cy, cx) = ((b.y / cell).floor() as i64, (b.x / cell).floor() as i64);
+        for dy in -1..=1 {
+            for dx in -1..=1 {
+                if let Some(list) = grid.get(&(cy + dy, cx + dx)) {
+                    for &j in list {
+                        if j > i {
+                            let o = &blobs[j];
+                            if ((b.y - o.y).powi(2) + (b.x - o.x).powi(2)).sqrt() <= dist {
+                                pairs.push((i, j));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    pairs.sort_unstable();
+    for (i, j) in pairs {
+        let (a, b) = (blobs[i], blobs[j]);
+        if blob_overlap(&a, &b) > overlap {
+            if a.sigma > b.sigma {
+                blobs[j].sigma = 0.0;
+            } else {
+                blobs[i].sigma = 0.0;
+            }
+        }
+    }
+}
+
+/// A plane as f32 scaled like skimage's `img_as_float` (u8/255, u16/65535, f32 as is).
+pub fn as_float_image<T: Pixel>(plane: &[T]) -> Vec<f32> {
+    let scale = match T::DTYPE {
+        DType::U8 => 1.0 / 255.0,
+        DType::U16 => 1.0 / 65535.0,
+        DType::F32 => 1.0,
+    };
+    plane.iter().map(|v| if T::DTYPE == DType::F32 { v.to_f32() } else { (v.to_f32() as f64 * scale) as f32 }).collect()
+}
+
+/// How [`count_cells`] finds objects.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CountMethod {
+    BlobLog(BlobLogParams),
+    Threshold { method: ThresholdMethod, connectivity: Connectivity, min_area: u64, max_area: u64 },
+}
+
+/// Measures labelled objects: area, centroid, mean intensity (skimage regionprops
+/// `area`, `centroid`, `intensity_mean`), in label order.
+fn measure<T: Pixel>(image: usize, labels: &Labels, plane: &[T]) -> Vec<ObjectRow> {
+    let n = labels.count as usize;
+    let mut acc = vec![(0u64, 0f64, 0f64, 0f64); n + 1];
+    for (i, &l) in labels.labels.iter().enumerate() {
+        if l == 0 {
+            continue;
+        }
+        let a = &mut acc[l as usize];
+        a.0 += 1;
+        a.1 += (i / labels.width) as f64;
+        a.2 += (i % labels.width) as f64;
+        a.3 += plane[i].to_f32() as f64;
+    }
+    acc.iter()
+        .enumerate()
+        .skip(1)
+        .map(|(l, &(c, sy, sx, si))| {
+            let cf = c.max(1) as f64;
+            ObjectRow { image, label: l as u32, y: sy / cf, x: sx / cf, area: c, mean_intensity: si / cf, sigma: None }
+        })
+        .collect()
+}
+
+/// Counts objects in every plane.
+///
+/// - `BlobLog`: [`blob_log`] on the `img_as_float`-scaled plane; each blob is painted
+///   into the label image as the disk of radius σ√2 around its centre (pixels with
+///   `dy² + dx² ≤ 2σ²`, not already taken by an earlier, brighter blob); the object
+///   row has the blob's centre and σ, the painted area and the mean input value over it.
+/// - `Threshold`: mask `value > threshold`, connected components, objects with
+///   `min_area ≤ area ≤ max_area` kept and relabelled 1.. in raster order; rows as
+///   skimage `regionprops` (`centroid`, `area`, `intensity_mean`).
+///
+/// Contract: `pure_2d` (u16 label image per plane, error above 65,535 objects).
+pub fn count_cells(stack: &Stack, method: &CountMethod) -> Result<CellCounts, FunctionError> {
+    const NAME: &str = "count_cells";
+    let [n, h, w] = stack.shape();
+    let mut labels_out = Vec::with_capacity(n * h * w);
+    let mut counts = CountTable::default();
+    let mut objects = ObjectTable::default();
+    with_pixels!(Stack, stack, a, T => {
+        for z in 0..n {
+            let plane = plane_slice(a, z);
+            let (labels, sigmas) = match method {
+                CountMethod::BlobLog(p) => {
+                    let blobs = blob_log(&as_float_image(&plane), h, w, p)?;
+                    (paint_blobs(&blobs, h, w), Some(blobs))
+                }
+                CountMethod::Threshold { method, connectivity, min_area, max_area } => {
+                    let t = threshold_value(&plane, *method)?;
+                    let mask: Vec<bool> = plane.iter().map(|v| v.to_f32() as f64 > t).collect();
+                    let l = label_mask(&mask, h, w, *connectivity);
+                    (filter_area(l, *min_area, *max_area), None)
+                }
+            };
+            let mut rows = measure(z, &labels, &plane);
+            if let Some(blobs) = sigmas {
+                for (r, b) in rows.iter_mut().zip(&blobs) {
+                    r.y = b.y;
+                    r.x = b.x;
+                    r.sigma = Some(b.sigma);
+                }
+            }
+            counts.rows.push(CountRow { image: z, count: rows.len() });
+            objects.rows.extend(rows);
+            labels_out.extend(labels.to_u16(NAME)?);
+        }
+    });
+    let labels = Stack::U16(Array3::from_shape_vec((n, h, w), labels_out).unwrap_or_else(|_| unreachable!("n·h·w labels")));
+    Ok(CellCounts { labels, counts, objects })
+}
+
+fn paint_blobs(blobs: &[Blob], h: usize, w: usize) -> Labels {
+    let mut labels = vec![0u32; h * w];
+    for (k, b) in blobs.iter().enumerate() {
+        let r2 = 2.0 * b.sigma * b.sigma;
+        let r = r2.sqrt().floor() as i64;
+        let (cy, cx) = (b.y as i64, b.x as i64);
+        for y in (cy - r).max(0)..=(cy + r).min(h as i64 - 1) {
+            for x in (cx - r).max(0)..=(cx + r).min(w as i64 - 1) {
+                let d2 = ((y - cy).pow(2) + (x - cx).pow(2)) as f64;
+                let i = y as usize * w + x as usize;
+                if d2 <= r2 && labels[i] == 0 {
+                    labels[i] = k as u32 + 1;
+                }
+            }
+        }
+    }
+    Labels { height: h, width: w, labels, count: blobs.len() as u32 }
+}
+
+fn filter_area(l: Labels, min_area: u64, max_area: u64) -> Labels {
+    let mut area = vec![0u64; l.count as usize + 1];
+    for &v in &l.labels {
+        area[v as usize] += 1;
+    }
+    let mut new_id = vec![0u32; l.count as usize + 1];
+    let mut count = 0;
+    for (id, &a) in area.iter().enumerate().skip(1) {
+        if a >= min_area && a <= max_area {
+            count += 1;
+            new_id[id] = count;
+        }
+    }
+    Labels { height: l.height, width: l.width, labels: l.labels.iter().map(|&v| new_id[v as usize]).collect(), count }
+}
+
+fn method_from_args(args: &hcsflow_core::Args) -> Result<CountMethod, FunctionError> {
+    match args.str("method") {
+        "blob_log" => Ok(CountMethod::BlobLog(BlobLogParams {
+            min_sigma: args.float("min_sigma"),
+            max_sigma: args.float("max_sigma"),
+            num_sigma: args.int("num_sigma").max(1) as usize,
+            threshold: args.float("threshold"),
+            overlap: args.float("overlap"),
+        })),
+        "threshold" => Ok(CountMethod::Threshold {
+            method: ThresholdMethod::from_args(args.str("threshold_method"), args.float("threshold_value"))
+                .ok_or_else(|| FunctionError::failed("count_cells", "unknown threshold_method"))?,
+            connectivity: Connectivity::Eight,
+            min_area: args.int("min_area").max(0) as u64,
+            max_area: args.int("max_area").max(0) as u64,
+        }),
+        other => Err(FunctionError::failed("count_cells", format!("unknown method '{other}'"))),
+    }
+}
+
+pub(crate) fn register(registry: &mut Registry) {
+    registry.register(
+        FunctionSpec {
+            name: "count_cells",
+            doc: "Cell counting per plane: skimage blob_log (scale-space LoG) or threshold + label + area filter; returns the u16 label image (count and object tables: library API).",
+            contract: Contract::Pure2d,
+            args: vec![
+                ArgSpec::choice("method", "blob_log", &["blob_log", "threshold"], "detector"),
+                ArgSpec::float("min_sigma", 1.0, Some(0.1), Some(200.0), "blob_log: smallest σ (pixels)"),
+                ArgSpec::float("max_sigma", 10.0, Some(0.1), Some(200.0), "blob_log: largest σ (pixels)"),
+                ArgSpec::int("num_sigma", 10, Some(1), Some(100), "blob_log: number of σ between min and max (linear)"),
+                ArgSpec::float("threshold", 0.1, None, None, "blob_log: absolute threshold on −σ²·LoG of the img_as_float image"),
+                ArgSpec::float("overlap", 0.5, Some(0.0), Some(1.0), "blob_log: overlap fraction above which the smaller blob is dropped"),
+                ArgSpec::choice("threshold_method", "otsu", &["otsu", "li", "manual"], "threshold: how the threshold is chosen"),
+                ArgSpec::float("threshold_value", 0.0, None, None, "threshold: the value for threshold_method=manual (pixel units)"),
+                ArgSpec::int("min_area", 10, Some(0), None, "threshold: smallest object kept (pixels)"),
+                ArgSpec::int("max_area", 100_000, Some(0), None, "threshold: largest object kept (pixels)"),
+            ],
+        },
+        Implementation::host(|s, args| Ok(count_cells(s, &method_from_args(args)?)?.labels)),
+    );
+}
