@@ -96,6 +96,18 @@ impl Fft2d {
         self.col_fwd.process_with_scratch(spec, &mut s.fft);
     }
 
+    /// 1-D spectra of a column signal `d` (length `h`, complex FFT) and of a
+    /// row signal `e` (length `w`, real FFT: `wh` bins), with the same sign
+    /// convention as [`Fft2d::forward`].
+    pub fn spectra_1d(&self, d: &[f32], e: &[f32], s: &mut Scratch) -> (Vec<Complex32>, Vec<Complex32>) {
+        let mut dh: Vec<Complex32> = d.iter().map(|&v| Complex32::new(v, 0.0)).collect();
+        self.col_fwd.process_with_scratch(&mut dh, &mut s.fft);
+        s.row_in.copy_from_slice(e);
+        let mut eh = vec![Complex32::default(); self.wh];
+        let _ = self.r2c.process_with_scratch(&mut s.row_in, &mut eh, &mut s.fft);
+        (dh, eh)
+    }
+
     /// Inverse transform of `spec` (destroyed) into `out` (`h × w`), unnormalised.
     pub fn inverse(&self, spec: &mut [Complex32], out: &mut [f32], s: &mut Scratch) {
         let (h, w, wh) = (self.h, self.w, self.wh);

@@ -4,7 +4,7 @@
 //! 1. [`EdgeGeometry`]: from the predicted offset, a window of each tile that
 //!    covers the predicted overlap plus the search margin (clipped to the
 //!    tile), cropped to a length the FFT likes (2^a 3^b 5^c).
-//! 2. [`prepare`]: the window as f32 minus its mean; [`bandpass`] (3×3 mean
+//! 2. [`prepare_into`]: the window as f32 minus its mean; [`bandpass`] (3×3 mean
 //!    minus a wider box mean) for correlation and score, so vignetting and
 //!    background ramps, which differ between the two tiles, neither bias the
 //!    correlation nor inflate the score.
@@ -84,79 +84,106 @@ impl EdgeGeometry {
     }
 }
 
-/// Copies `win` of one tile plane (row-major, `tile_w` wide) as f32 minus its mean.
-pub(crate) fn prepare<T: Copy>(plane: &[T], tile_w: usize, win: Window, conv: impl Fn(T) -> f32) -> Vec<f32> {
+/// Copies `win` of one tile plane (row-major, `tile_w` wide) into `out` as
+/// f32 minus its mean.
+pub(crate) fn prepare_into<T: Copy>(plane: &[T], tile_w: usize, win: Window, conv: impl Fn(T) -> f32, out: &mut [f32]) {
     let (h, w) = (win.h, win.w);
-    let mut out = vec![0f32; h * w];
+    let mut sum = 0f64;
     for y in 0..h {
         let src = &plane[(win.y0 + y) * tile_w + win.x0..][..w];
+        let mut rs = 0f32;
         for (o, &v) in out[y * w..(y + 1) * w].iter_mut().zip(src) {
             *o = conv(v);
+            rs += *o;
         }
+        sum += f64::from(rs);
     }
-    let mean = out.iter().map(|&v| f64::from(v)).sum::<f64>() / (h * w).max(1) as f64;
-    out.iter_mut().for_each(|v| *v -= mean as f32);
-    out
+    let mean = (sum / (h * w).max(1) as f64) as f32;
+    out[..h * w].iter_mut().for_each(|v| *v -= mean);
 }
 
-/// Box mean of radius `r` (clipped, edge-normalised at the borders).
-fn box_mean(buf: &[f32], h: usize, w: usize, r: usize) -> Vec<f32> {
-    let mut hm = vec![0f32; h * w];
-    let mut prefix = vec![0f64; w + 1];
-    for y in 0..h {
-        let row = &buf[y * w..(y + 1) * w];
+/// Box mean of radius `r` (clipped, edge-normalised at the borders), one
+/// running-sum pass per axis. f32 sums are exact enough: strips are
+/// mean-subtracted and at most a few thousand pixels long.
+fn box_mean(buf: &[f32], h: usize, w: usize, r: usize, hm: &mut [f32], out: &mut [f32]) {
+    let inv = |n: usize| -> Vec<f32> { (0..n).map(|i| 1.0 / ((i + r + 1).min(n) - i.saturating_sub(r)) as f32).collect() };
+    let (invx, invy) = (inv(w), inv(h));
+    for (row, out) in buf.chunks_exact(w).zip(hm.chunks_exact_mut(w)) {
+        let mut acc: f32 = row[..r.min(w)].iter().sum();
         for x in 0..w {
-            prefix[x + 1] = prefix[x] + f64::from(row[x]);
-        }
-        let out = &mut hm[y * w..(y + 1) * w];
-        for (x, o) in out.iter_mut().enumerate() {
-            let lo = x.saturating_sub(r);
-            let hi = (x + r + 1).min(w);
-            *o = ((prefix[hi] - prefix[lo]) / (hi - lo) as f64) as f32;
+            if x + r < w {
+                acc += row[x + r];
+            }
+            if x > r {
+                acc -= row[x - r - 1];
+            }
+            out[x] = acc * invx[x];
         }
     }
-    let mut out = vec![0f32; h * w];
-    let mut acc = vec![0f64; w];
+    let mut acc = vec![0f32; w];
     for row in hm.chunks_exact(w).take(r.min(h)) {
         for (a, &v) in acc.iter_mut().zip(row) {
-            *a += f64::from(v);
+            *a += v;
         }
     }
     for y in 0..h {
         if y + r < h {
             for (a, &v) in acc.iter_mut().zip(&hm[(y + r) * w..(y + r + 1) * w]) {
-                *a += f64::from(v);
+                *a += v;
             }
         }
         if y > r {
-            let yy = y - r - 1;
-            for (a, &v) in acc.iter_mut().zip(&hm[yy * w..(yy + 1) * w]) {
-                *a -= f64::from(v);
+            for (a, &v) in acc.iter_mut().zip(&hm[(y - r - 1) * w..(y - r) * w]) {
+                *a -= v;
             }
         }
-        let lo = y.saturating_sub(r);
-        let hi = (y + r + 1).min(h);
-        let inv = 1.0 / (hi - lo) as f64;
+        let k = invy[y];
         for (o, &a) in out[y * w..(y + 1) * w].iter_mut().zip(&acc) {
-            *o = (a * inv) as f32;
+            *o = a * k;
         }
     }
-    out
 }
 
-/// Band-pass `box_r1(x) − box_R(x)` (`R = 0`: `box_r1(x)` minus its mean):
+/// 3×3 box mean (edge-normalised), separable.
+fn box3(buf: &[f32], h: usize, w: usize, t: &mut [f32], out: &mut [f32]) {
+    for (row, out) in buf.chunks_exact(w).zip(t.chunks_exact_mut(w)) {
+        if w == 1 {
+            out[0] = row[0];
+            continue;
+        }
+        out[0] = (row[0] + row[1]) * 0.5;
+        for x in 1..w - 1 {
+            out[x] = (row[x - 1] + row[x] + row[x + 1]) * (1.0 / 3.0);
+        }
+        out[w - 1] = (row[w - 2] + row[w - 1]) * 0.5;
+    }
+    for y in 0..h {
+        let (lo, hi) = (y.saturating_sub(1), (y + 1).min(h - 1));
+        let k = 1.0 / (hi - lo + 1) as f32;
+        let o = &mut out[y * w..(y + 1) * w];
+        o.fill(0.0);
+        for yy in lo..=hi {
+            for (a, &v) in o.iter_mut().zip(&t[yy * w..(yy + 1) * w]) {
+                *a += v;
+            }
+        }
+        o.iter_mut().for_each(|a| *a *= k);
+    }
+}
+
+/// Band-pass `box_3×3(x) − box_R(x)` (`R ≤ 1`: `box_3×3(x)` minus its mean):
 /// removes shading (vignetting, background ramps: blank overlaps then score ~0)
 /// and the pixel-level noise that would dominate a plain high-pass.
-pub(crate) fn bandpass(buf: &[f32], h: usize, w: usize, r: usize) -> Vec<f32> {
-    let mut fine = box_mean(buf, h, w, 1);
+/// Writes into `out`; `t1`, `t2` are scratch of the same size.
+pub(crate) fn bandpass(buf: &[f32], h: usize, w: usize, r: usize, out: &mut [f32], t1: &mut [f32], t2: &mut [f32]) {
+    box3(buf, h, w, t1, out);
     if r > 1 {
-        let coarse = box_mean(buf, h, w, r);
-        fine.iter_mut().zip(&coarse).for_each(|(f, c)| *f -= c);
+        box_mean(buf, h, w, r, t1, t2);
+        out.iter_mut().zip(t2.iter()).for_each(|(f, c)| *f -= c);
     } else {
-        let mean = fine.iter().map(|&v| f64::from(v)).sum::<f64>() / fine.len().max(1) as f64;
-        fine.iter_mut().for_each(|v| *v -= mean as f32);
+        let mean = out.iter().map(|&v| f64::from(v)).sum::<f64>() / out.len().max(1) as f64;
+        out.iter_mut().for_each(|v| *v -= mean as f32);
     }
-    fine
 }
 
 /// Result of registering one pair of strips.
@@ -174,24 +201,36 @@ pub(crate) struct PairResult {
 }
 
 /// Reusable per-worker buffers.
+/// Buffers are reused across the edges a worker registers: fresh
+/// multi-megabyte allocations cost more in page faults than the arithmetic.
 pub(crate) struct Work {
     pub fft: Scratch,
+    /// Raw strips, filled by [`prepare_into`] before [`register`].
+    pub a: Vec<f32>,
+    pub b: Vec<f32>,
+    fa: Vec<f32>,
+    fb: Vec<f32>,
+    t1: Vec<f32>,
+    t2: Vec<f32>,
     spec_a: Vec<Complex32>,
     spec_b: Vec<Complex32>,
     corr: Vec<f32>,
-    boundary: Vec<f32>,
-    spec_v: Vec<Complex32>,
 }
 
 impl Work {
     pub fn new(plan: &Fft2d) -> Work {
+        let n = plan.h * plan.w;
         Work {
             fft: plan.scratch(),
+            a: vec![0.0; n],
+            b: vec![0.0; n],
+            fa: vec![0.0; n],
+            fb: vec![0.0; n],
+            t1: vec![0.0; n],
+            t2: vec![0.0; n],
             spec_a: vec![Complex32::default(); plan.wh * plan.h],
             spec_b: vec![Complex32::default(); plan.wh * plan.h],
-            corr: vec![0.0; plan.h * plan.w],
-            boundary: vec![0.0; plan.h * plan.w],
-            spec_v: vec![Complex32::default(); plan.wh * plan.h],
+            corr: vec![0.0; n],
         }
     }
 }
@@ -206,8 +245,8 @@ pub(crate) struct PairSettings {
     pub highpass_radius: usize,
 }
 
-/// Registers strip `a` against strip `b` (both `plan.h × plan.w`, from
-/// [`prepare`]), searching shifts within `s0 ± max_shift`.
+/// Registers strip `work.a` against strip `work.b` (both `plan.h × plan.w`,
+/// from [`prepare_into`]), searching shifts within `s0 ± max_shift`.
 ///
 /// The phase correlation and the score use band-passed strips (shading-free);
 /// the refinement uses the raw strips with a gain and offset, because the
@@ -215,17 +254,18 @@ pub(crate) struct PairSettings {
 /// its radius of their borders, which would bias a sub-pixel fit on narrow
 /// overlaps, while the shading difference between two tiles is smooth and
 /// close to a gain.
-pub(crate) fn register(a: &[f32], b: &[f32], s0: (f64, f64), plan: &Fft2d, work: &mut Work, set: &PairSettings) -> PairResult {
+pub(crate) fn register(s0: (f64, f64), plan: &Fft2d, work: &mut Work, set: &PairSettings) -> PairResult {
     let (h, w) = (plan.h, plan.w);
-    let fa = bandpass(a, h, w, set.highpass_radius);
-    let fb = bandpass(b, h, w, set.highpass_radius);
+    bandpass(&work.a, h, w, set.highpass_radius, &mut work.fa, &mut work.t1, &mut work.t2);
+    bandpass(&work.b, h, w, set.highpass_radius, &mut work.fb, &mut work.t1, &mut work.t2);
+    let (a, b, fa, fb) = (&work.a, &work.b, &work.fa, &work.fb);
     // Periodic component only (Moisan's periodic + smooth decomposition):
     // the strips are not periodic, and the wrap-around steps at their
     // borders would correlate at zero shift and can beat the true peak on
     // narrow overlaps. Unlike a taper, this keeps the overlap, which always
     // touches a strip border, at full weight.
-    periodic_spectrum(&fa, plan, &mut work.spec_a, &mut work.boundary, &mut work.spec_v, &mut work.fft);
-    periodic_spectrum(&fb, plan, &mut work.spec_b, &mut work.boundary, &mut work.spec_v, &mut work.fft);
+    periodic_spectrum(fa, plan, &mut work.spec_a, &mut work.fft);
+    periodic_spectrum(fb, plan, &mut work.spec_b, &mut work.fft);
     // Plain cross-correlation of the band-passed strips, not whitened phase
     // correlation: whitening gives noise-dominated high frequencies the same
     // weight as the signal and loses narrow, noisy overlaps; the band-pass
@@ -283,7 +323,7 @@ pub(crate) fn register(a: &[f32], b: &[f32], s0: (f64, f64), plan: &Fft2d, work:
         Some(r) if (r.0 - s0.0).abs() <= m + 1.0 && (r.1 - s0.1).abs() <= m + 1.0 => r,
         _ => coarse,
     };
-    let (score, overlap_px) = ncc(&fa, &fb, h, w, s, set.highpass_radius.min(2));
+    let (score, overlap_px) = ncc(fa, fb, h, w, s, set.highpass_radius.min(2));
     PairResult { s, score, at_limit, overlap_px }
 }
 
@@ -291,30 +331,30 @@ pub(crate) fn register(a: &[f32], b: &[f32], s0: (f64, f64), plan: &Fft2d, work:
 /// `v` the wrap-around differences at the borders and `λ` the eigenvalues of
 /// the periodic discrete Laplacian (L. Moisan, "Periodic plus smooth image
 /// decomposition", JMIV 2011).
-fn periodic_spectrum(u: &[f32], plan: &Fft2d, spec: &mut [Complex32], v: &mut [f32], spec_v: &mut [Complex32], s: &mut Scratch) {
+///
+/// `v` is non-zero only on the border, so its spectrum is separable and needs
+/// two 1-D FFTs instead of a 2-D one: with `d_y = u(y, w−1) − u(y, 0)` and
+/// `e_x = u(h−1, x) − u(0, x)`,
+/// `v̂(q, r) = D̂(r)·(1 − e^{2πiq/w}) + Ê(q)·(1 − e^{2πir/h})`.
+fn periodic_spectrum(u: &[f32], plan: &Fft2d, spec: &mut [Complex32], s: &mut Scratch) {
     let (h, w) = (plan.h, plan.w);
     plan.forward(u, spec, s);
-    v.fill(0.0);
-    for x in 0..w {
-        let d = u[(h - 1) * w + x] - u[x];
-        v[x] += d;
-        v[(h - 1) * w + x] -= d;
-    }
-    for y in 0..h {
-        let d = u[y * w + w - 1] - u[y * w];
-        v[y * w] += d;
-        v[y * w + w - 1] -= d;
-    }
-    plan.forward(v, spec_v, s);
-    let cy: Vec<f32> = (0..h).map(|r| 2.0 * (std::f32::consts::TAU * r as f32 / h as f32).cos()).collect();
+    let d: Vec<f32> = (0..h).map(|y| u[y * w + w - 1] - u[y * w]).collect();
+    let e: Vec<f32> = (0..w).map(|x| u[(h - 1) * w + x] - u[x]).collect();
+    let (dh, eh) = plan.spectra_1d(&d, &e, s);
+    let tau = std::f32::consts::TAU;
+    let cy: Vec<f32> = (0..h).map(|r| 2.0 * (tau * r as f32 / h as f32).cos()).collect();
+    let ry: Vec<Complex32> = (0..h).map(|r| Complex32::new(1.0, 0.0) - Complex32::from_polar(1.0, tau * r as f32 / h as f32)).collect();
     for q in 0..plan.wh {
-        let cx = 2.0 * (std::f32::consts::TAU * q as f32 / w as f32).cos() - 4.0;
+        let cx = 2.0 * (tau * q as f32 / w as f32).cos() - 4.0;
+        let rx = Complex32::new(1.0, 0.0) - Complex32::from_polar(1.0, tau * q as f32 / w as f32);
+        let col = &mut spec[q * h..(q + 1) * h];
         for r in 0..h {
-            let lambda = cx + cy[r];
             if q == 0 && r == 0 {
                 continue;
             }
-            spec[q * h + r] -= spec_v[q * h + r] / lambda;
+            let v = dh[r] * rx + eh[q] * ry[r];
+            col[r] -= v / (cx + cy[r]);
         }
     }
 }
@@ -331,11 +371,19 @@ fn valid_range(n: usize, s: f64, margin: usize) -> Option<(usize, usize)> {
     (hi >= lo).then_some((lo as usize, hi as usize))
 }
 
-/// Gauss–Newton refinement of `s` minimising `Σ (A(v + s) − g·B(v) − o)²`
-/// over the overlap (`A` bilinear, `∇A(v+s) ≈ g ∇B(v)`). `None` if the
-/// overlap is too small or flat.
+/// Gauss–Newton refinement of `s` minimising
+/// `Σ (A(v + s) − g·B(v) − o − cx·x − cy·y)²` over the overlap (`A` bilinear,
+/// `∇A(v+s) ≈ g ∇B(v)`, `x, y` the strip coordinates scaled to ±1).
+///
+/// The ramp terms absorb the shading difference: the overlap sits at
+/// opposite sides of the two tiles, so vignetting slopes the background in
+/// opposite directions, which a gain alone cannot match and which would pull
+/// the shift on sparse overlaps. `None` if the overlap is too small or flat.
 fn refine(a: &[f32], b: &[f32], h: usize, w: usize, mut s: (f64, f64), set: &PairSettings) -> Option<(f64, f64)> {
-    let (mut g, mut o) = (1.0f64, 0.0f64);
+    const P: usize = 6;
+    let mut g = 1.0f64;
+    let (sx, sy) = (2.0 / w.max(2) as f32, 2.0 / h.max(2) as f32);
+    let mut lin = [0f64; 3]; // o, cx, cy
     for _ in 0..set.refine_iterations {
         let (xlo, xhi) = valid_range(w, s.0, 1)?;
         let (ylo, yhi) = valid_range(h, s.1, 1)?;
@@ -344,9 +392,10 @@ fn refine(a: &[f32], b: &[f32], h: usize, w: usize, mut s: (f64, f64), set: &Pai
         let (ix, iy) = (s.0.floor() as i64, s.1.floor() as i64);
         let (fx, fy) = ((s.0 - ix as f64) as f32, (s.1 - iy as f64) as f32);
         let c = [(1.0 - fx) * (1.0 - fy), fx * (1.0 - fy), (1.0 - fx) * fy, fx * fy];
-        let (gf, of) = (g as f32, o as f32);
-        let mut hm = [0f64; 10];
-        let mut gv = [0f64; 4];
+        let gf = g as f32;
+        let (o, cx, cy) = (lin[0] as f32, lin[1] as f32, lin[2] as f32);
+        let mut hm = [[0f64; P]; P];
+        let mut gv = [0f64; P];
         for vy in (ylo..=yhi).step_by(stride) {
             let ay = (vy as i64 + iy) as usize;
             let a0 = &a[ay * w..(ay + 1) * w];
@@ -354,49 +403,49 @@ fn refine(a: &[f32], b: &[f32], h: usize, w: usize, mut s: (f64, f64), set: &Pai
             let bc = &b[vy * w..(vy + 1) * w];
             let bu = &b[(vy - 1) * w..vy * w];
             let bd = &b[(vy + 1) * w..(vy + 2) * w];
-            let mut rh = [0f32; 10];
-            let mut rg = [0f32; 4];
+            let yn = vy as f32 * sy - 1.0;
+            let mut rh = [[0f32; P]; P];
+            let mut rg = [0f32; P];
             for vx in (xlo..=xhi).step_by(stride) {
                 let ax = (vx as i64 + ix) as usize;
                 let av = c[0] * a0[ax] + c[1] * a0[ax + 1] + c[2] * a1[ax] + c[3] * a1[ax + 1];
                 let bv = bc[vx];
-                let jx = gf * 0.5 * (bc[vx + 1] - bc[vx - 1]);
-                let jy = gf * 0.5 * (bd[vx] - bu[vx]);
-                let jb = -bv;
-                let r = av - gf * bv - of;
-                rh[0] += jx * jx;
-                rh[1] += jx * jy;
-                rh[2] += jx * jb;
-                rh[3] -= jx;
-                rh[4] += jy * jy;
-                rh[5] += jy * jb;
-                rh[6] -= jy;
-                rh[7] += jb * jb;
-                rh[8] -= jb;
-                rh[9] += 1.0;
-                rg[0] += jx * r;
-                rg[1] += jy * r;
-                rg[2] += jb * r;
-                rg[3] -= r;
+                let xn = vx as f32 * sx - 1.0;
+                let j = [
+                    gf * 0.5 * (bc[vx + 1] - bc[vx - 1]),
+                    gf * 0.5 * (bd[vx] - bu[vx]),
+                    -bv,
+                    -1.0,
+                    -xn,
+                    -yn,
+                ];
+                let r = av - gf * bv - o - cx * xn - cy * yn;
+                for p in 0..P {
+                    for q in p..P {
+                        rh[p][q] += j[p] * j[q];
+                    }
+                    rg[p] += j[p] * r;
+                }
             }
-            for k in 0..10 {
-                hm[k] += f64::from(rh[k]);
-            }
-            for k in 0..4 {
-                gv[k] += f64::from(rg[k]);
+            for p in 0..P {
+                for q in p..P {
+                    hm[p][q] += f64::from(rh[p][q]);
+                }
+                gv[p] += f64::from(rg[p]);
             }
         }
-        let mat = [
-            [hm[0], hm[1], hm[2], hm[3]],
-            [hm[1], hm[4], hm[5], hm[6]],
-            [hm[2], hm[5], hm[7], hm[8]],
-            [hm[3], hm[6], hm[8], hm[9]],
-        ];
-        let d = solve4(mat, [-gv[0], -gv[1], -gv[2], -gv[3]])?;
+        for p in 0..P {
+            for q in 0..p {
+                hm[p][q] = hm[q][p];
+            }
+        }
+        let d = solve(hm, gv.map(|v| -v))?;
         let step = (d[0].clamp(-1.0, 1.0), d[1].clamp(-1.0, 1.0));
         s = (s.0 + step.0, s.1 + step.1);
         g += d[2];
-        o += d[3];
+        lin[0] += d[3];
+        lin[1] += d[4];
+        lin[2] += d[5];
         if !(g.is_finite() && g > 0.05) {
             return None;
         }
@@ -407,31 +456,31 @@ fn refine(a: &[f32], b: &[f32], h: usize, w: usize, mut s: (f64, f64), set: &Pai
     Some(s)
 }
 
-/// Solves a 4×4 system by Gaussian elimination with partial pivoting.
-fn solve4(mut m: [[f64; 4]; 4], mut r: [f64; 4]) -> Option<[f64; 4]> {
+/// Solves a small dense system by Gaussian elimination with partial pivoting.
+fn solve<const N: usize>(mut m: [[f64; N]; N], mut r: [f64; N]) -> Option<[f64; N]> {
     let scale = m.iter().flatten().fold(0f64, |a, &v| a.max(v.abs()));
     if !(scale > 0.0 && scale.is_finite()) {
         return None;
     }
-    for col in 0..4 {
-        let p = (col..4).max_by(|&i, &j| m[i][col].abs().total_cmp(&m[j][col].abs()))?;
+    for col in 0..N {
+        let p = (col..N).max_by(|&i, &j| m[i][col].abs().total_cmp(&m[j][col].abs()))?;
         if m[p][col].abs() < 1e-12 * scale {
             return None;
         }
         m.swap(col, p);
         r.swap(col, p);
-        for row in col + 1..4 {
+        for row in col + 1..N {
             let f = m[row][col] / m[col][col];
-            for k in col..4 {
+            for k in col..N {
                 m[row][k] -= f * m[col][k];
             }
             r[row] -= f * r[col];
         }
     }
-    let mut x = [0f64; 4];
-    for row in (0..4).rev() {
+    let mut x = [0f64; N];
+    for row in (0..N).rev() {
         let mut v = r[row];
-        for k in row + 1..4 {
+        for k in row + 1..N {
             v -= m[row][k] * x[k];
         }
         x[row] = v / m[row][row];
@@ -494,9 +543,44 @@ mod tests {
     }
 
     #[test]
-    fn solve4_identity() {
+    fn periodic_spectrum_matches_the_2d_boundary_transform() {
+        use crate::fft::PlanCache;
+        let (h, w) = (12, 10);
+        let u: Vec<f32> = (0..h * w).map(|i| ((i * 7919) % 97) as f32 * 0.1 + (i / w) as f32).collect();
+        let mut cache = PlanCache::default();
+        let plan = cache.get_or_plan(h, w);
+        let mut sc = plan.scratch();
+        let mut fast = vec![Complex32::default(); plan.wh * h];
+        periodic_spectrum(&u, &plan, &mut fast, &mut sc);
+        // Reference: v built explicitly and transformed in 2-D.
+        let mut v = vec![0f32; h * w];
+        for x in 0..w {
+            let d = u[(h - 1) * w + x] - u[x];
+            v[x] += d;
+            v[(h - 1) * w + x] -= d;
+        }
+        for y in 0..h {
+            let d = u[y * w + w - 1] - u[y * w];
+            v[y * w] += d;
+            v[y * w + w - 1] -= d;
+        }
+        let mut su = vec![Complex32::default(); plan.wh * h];
+        let mut sv = vec![Complex32::default(); plan.wh * h];
+        plan.forward(&u, &mut su, &mut sc);
+        plan.forward(&v, &mut sv, &mut sc);
+        for q in 0..plan.wh {
+            for r in 0..h {
+                let lambda = 2.0 * (std::f32::consts::TAU * q as f32 / w as f32).cos() + 2.0 * (std::f32::consts::TAU * r as f32 / h as f32).cos() - 4.0;
+                let want = if q == 0 && r == 0 { su[0] } else { su[q * h + r] - sv[q * h + r] / lambda };
+                assert!((want - fast[q * h + r]).norm() < 1e-2 * (1.0 + want.norm()), "{q},{r}");
+            }
+        }
+    }
+
+    #[test]
+    fn solve_identity() {
         let m = [[2.0, 0.0, 0.0, 0.0], [0.0, 3.0, 0.0, 0.0], [0.0, 0.0, 4.0, 0.0], [0.0, 0.0, 0.0, 5.0]];
-        let x = solve4(m, [2.0, 3.0, 4.0, 5.0]).unwrap();
+        let x = solve(m, [2.0, 3.0, 4.0, 5.0]).unwrap();
         assert_eq!(x, [1.0; 4]);
     }
 }

@@ -9,7 +9,9 @@ use rayon::prelude::*;
 
 use crate::fft::PlanCache;
 use crate::layout::TileLayout;
-use crate::pairwise::{prepare, register, EdgeGeometry, PairResult, PairSettings, Window, Work};
+use std::collections::HashMap;
+
+use crate::pairwise::{prepare_into, register, EdgeGeometry, PairResult, PairSettings, Window, Work};
 use crate::StitchError;
 
 /// Parameters of [`tile_positions`]. `Default` suits fluorescence HCS tiles.
@@ -187,17 +189,18 @@ impl TilePositions {
 }
 
 /// Typed plane access for window extraction.
-fn prepare_window(tiles: &Stack, k: usize, win: Window) -> Vec<f32> {
+fn prepare_window(tiles: &Stack, k: usize, win: Window, out: &mut [f32]) {
     with_pixels!(Stack, tiles, a, T => {
         let (_, h, w) = a.dim();
-        let plane = a.as_slice().map(|s| &s[k * h * w..(k + 1) * h * w]).unwrap_or(&[]);
-        if plane.is_empty() {
-            vec![0.0; win.h * win.w]
-        } else {
-            prepare(plane, w, win, <T as Pixel>::to_f32)
+        match a.as_slice() {
+            Some(s) => prepare_into(&s[k * h * w..(k + 1) * h * w], w, win, <T as Pixel>::to_f32, out),
+            None => out.fill(0.0),
         }
     })
 }
+
+/// One worker's buffers, per strip size.
+type Works = HashMap<(usize, usize), Work>;
 
 struct Candidate {
     a: usize,
@@ -255,14 +258,14 @@ pub fn tile_positions(tiles: &Stack, layout: &TileLayout, params: &PositionParam
         cache.get_or_plan(c.geom.a.h, c.geom.a.w);
     }
     let set = PairSettings { max_shift, refine_iterations: params.refine_iterations, refine_samples: params.refine_samples, highpass_radius: params.highpass_radius };
-    let run = |a: usize, b: usize, geom: &EdgeGeometry| -> Option<PairResult> {
+    let run = |works: &mut Works, a: usize, b: usize, geom: &EdgeGeometry| -> Option<PairResult> {
         let plan = cache.get(geom.a.h, geom.a.w)?;
-        let wa = prepare_window(tiles, a, geom.a);
-        let wb = prepare_window(tiles, b, geom.b);
-        let mut work = Work::new(&plan);
-        Some(register(&wa, &wb, geom.s0, &plan, &mut work, &set))
+        let work = works.entry((plan.h, plan.w)).or_insert_with(|| Work::new(&plan));
+        prepare_window(tiles, a, geom.a, &mut work.a);
+        prepare_window(tiles, b, geom.b, &mut work.b);
+        Some(register(geom.s0, &plan, work, &set))
     };
-    let results: Vec<Option<PairResult>> = cands.par_iter().map(|c| run(c.a, c.b, &c.geom)).collect();
+    let results: Vec<Option<PairResult>> = cands.par_iter().map_init(Works::new, |works, c| run(works, c.a, c.b, &c.geom)).collect();
 
     // Null pairs: the geometry of a real edge, the B strip from a tile that
     // does not overlap A. Deterministic choice (fixed-seed generator).
@@ -292,7 +295,8 @@ pub fn tile_positions(tiles: &Stack, layout: &TileLayout, params: &PositionParam
         }
         null_scores = jobs
             .par_iter()
-            .filter_map(|(a, k, g)| run(*a, *k, g))
+            .map_init(Works::new, |works, (a, k, g)| run(works, *a, *k, g))
+            .flatten()
             .filter(|p| p.overlap_px >= params.min_overlap_px)
             .map(|p| p.score)
             .collect();
