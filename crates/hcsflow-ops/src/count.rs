@@ -347,10 +347,25 @@ pub fn as_float_image<T: Pixel>(plane: &[T]) -> Vec<f32> {
     plane.iter().map(|v| if T::DTYPE == DType::F32 { v.to_f32() } else { (v.to_f32() as f64 * scale) as f32 }).collect()
 }
 
+/// A plane rescaled to [0, 1] by its min and max (f64 arithmetic, rounded to f32);
+/// a constant plane becomes zeros.
+pub fn min_max_image<T: Pixel>(plane: &[T]) -> Vec<f32> {
+    let (lo, hi) = plane.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(l, h), v| {
+        let v = v.to_f32() as f64;
+        (l.min(v), h.max(v))
+    });
+    let span = hi - lo;
+    plane.iter().map(|v| if span > 0.0 { ((v.to_f32() as f64 - lo) / span) as f32 } else { 0.0 }).collect()
+}
+
 /// How [`count_cells`] finds objects.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum CountMethod {
-    BlobLog(BlobLogParams),
+    /// [`blob_log`] on each plane; `normalize`: rescale the plane to [0, 1] by its own
+    /// min and max first (what the peer benchmark and typical OpenHCS pipelines do, so
+    /// `threshold` is relative to the plane's dynamic range); otherwise scale like
+    /// skimage's `img_as_float` ([`as_float_image`]).
+    BlobLog { params: BlobLogParams, normalize: bool },
     Threshold { method: ThresholdMethod, connectivity: Connectivity, min_area: u64, max_area: u64 },
 }
 
@@ -381,7 +396,8 @@ fn measure<T: Pixel>(image: usize, labels: &Labels, plane: &[T]) -> Vec<ObjectRo
 
 /// Counts objects in every plane.
 ///
-/// - `BlobLog`: [`blob_log`] on the `img_as_float`-scaled plane; each blob is painted
+/// - `BlobLog`: [`blob_log`] on the plane (min–max normalised or `img_as_float`-scaled,
+///   see [`CountMethod::BlobLog`]); each blob is painted
 ///   into the label image as the disk of radius σ√2 around its centre (pixels with
 ///   `dy² + dx² ≤ 2σ²`, not already taken by an earlier, brighter blob); the object
 ///   row has the blob's centre and σ, the painted area and the mean input value over it.
@@ -400,8 +416,9 @@ pub fn count_cells(stack: &Stack, method: &CountMethod) -> Result<CellCounts, Fu
         for z in 0..n {
             let plane = plane_slice(a, z);
             let (labels, sigmas) = match method {
-                CountMethod::BlobLog(p) => {
-                    let blobs = blob_log(&as_float_image(&plane), h, w, p)?;
+                CountMethod::BlobLog { params, normalize } => {
+                    let img = if *normalize { min_max_image(&plane) } else { as_float_image(&plane) };
+                    let blobs = blob_log(&img, h, w, params)?;
                     (paint_blobs(&blobs, h, w), Some(blobs))
                 }
                 CountMethod::Threshold { method, connectivity, min_area, max_area } => {
@@ -465,13 +482,16 @@ fn filter_area(l: Labels, min_area: u64, max_area: u64) -> Labels {
 
 fn method_from_args(args: &hcsflow_core::Args) -> Result<CountMethod, FunctionError> {
     match args.str("method") {
-        "blob_log" => Ok(CountMethod::BlobLog(BlobLogParams {
-            min_sigma: args.float("min_sigma"),
-            max_sigma: args.float("max_sigma"),
-            num_sigma: args.int("num_sigma").max(1) as usize,
-            threshold: args.float("threshold"),
-            overlap: args.float("overlap"),
-        })),
+        "blob_log" => Ok(CountMethod::BlobLog {
+            params: BlobLogParams {
+                min_sigma: args.float("min_sigma"),
+                max_sigma: args.float("max_sigma"),
+                num_sigma: args.int("num_sigma").max(1) as usize,
+                threshold: args.float("threshold"),
+                overlap: args.float("overlap"),
+            },
+            normalize: args.bool("normalize"),
+        }),
         "threshold" => Ok(CountMethod::Threshold {
             method: ThresholdMethod::from_args(args.str("threshold_method"), args.float("threshold_value"))
                 .ok_or_else(|| FunctionError::failed("count_cells", "unknown threshold_method"))?,
@@ -494,7 +514,8 @@ pub(crate) fn register(registry: &mut Registry) {
                 ArgSpec::float("min_sigma", 1.0, Some(0.1), Some(200.0), "blob_log: smallest σ (pixels)"),
                 ArgSpec::float("max_sigma", 10.0, Some(0.1), Some(200.0), "blob_log: largest σ (pixels)"),
                 ArgSpec::int("num_sigma", 10, Some(1), Some(100), "blob_log: number of σ between min and max (linear)"),
-                ArgSpec::float("threshold", 0.1, None, None, "blob_log: absolute threshold on −σ²·LoG of the img_as_float image"),
+                ArgSpec::float("threshold", 0.1, None, None, "blob_log: absolute threshold on −σ²·LoG of the (normalised) image"),
+                ArgSpec::bool("normalize", true, "blob_log: rescale each plane to [0, 1] by its min and max first (false: skimage img_as_float scaling)"),
                 ArgSpec::float("overlap", 0.5, Some(0.0), Some(1.0), "blob_log: overlap fraction above which the smaller blob is dropped"),
                 ArgSpec::choice("threshold_method", "otsu", &["otsu", "li", "manual"], "threshold: how the threshold is chosen"),
                 ArgSpec::float("threshold_value", 0.0, None, None, "threshold: the value for threshold_method=manual (pixel units)"),

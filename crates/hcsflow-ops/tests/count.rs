@@ -197,7 +197,9 @@ fn blob_log_same_detections_as_skimage() {
 fn blob_count_finds_the_nuclei() {
     // Few blobs on a large field, so that nearly all are isolated.
     let (s, truth) = blobs_stack(DType::U16, [1, 160, 160], 12, 65535.0, 0.02, 321);
-    let res = count_cells(&s, &CountMethod::BlobLog(BlobLogParams::default())).unwrap();
+    let res = count_cells(&s, &CountMethod::BlobLog { params: BlobLogParams::default(), normalize: false }).unwrap();
+    let normalised = count_cells(&s, &CountMethod::BlobLog { params: BlobLogParams::default(), normalize: true }).unwrap();
+    assert!(normalised.counts.rows[0].count > 0);
     let found = &res.objects.rows;
     let hit = truth.iter().filter(|(ty, tx)| found.iter().any(|r| (r.y - ty).hypot(r.x - tx) <= 3.0)).count();
     assert!(hit as f64 >= 0.8 * truth.len() as f64, "{hit} of {}", truth.len());
