@@ -19,6 +19,6 @@ mod kernels;
 
 pub use array::{download, upload, upload_stack, WgpuArray};
 pub use context::{discover_adapters, GpuContext, GpuError};
-pub use kernels::register;
+pub use kernels::{focus_stack_wgpu, register};
 
 pub use hcsflow_core::{AdapterInfo, MemoryType};

@@ -5,6 +5,7 @@
 //! precision), so results are bit-exact where IEEE arithmetic allows; the
 //! tests compare them on lavapipe. One file per family of functions.
 
+mod focus;
 mod projection;
 
 use std::sync::Arc;
@@ -13,6 +14,8 @@ use cubecl::prelude::*;
 use hcsflow_core::{Array, Conversions, FunctionError, Implementation, MemoryType, Registry};
 
 use crate::array::{as_wgpu, Download, Upload, WgpuArray};
+
+pub use focus::focus_stack_wgpu;
 
 /// Threads per workgroup for element-wise kernels.
 pub(crate) const BLOCK: u32 = 256;
@@ -25,6 +28,7 @@ fn kernels() -> Vec<(&'static str, Kernel)> {
     vec![
         ("max_projection", |a, _| projection::max_projection(a)),
         ("mean_projection", |a, _| projection::mean_projection(a)),
+        ("focus_stack", focus::focus_stack),
     ]
 }
 
