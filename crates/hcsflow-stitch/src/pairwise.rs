@@ -235,6 +235,9 @@ impl Work {
     }
 }
 
+/// Correlation peaks refined per edge (see [`register`]).
+const MAX_CANDIDATES: usize = 3;
+
 /// Registration settings used per pair.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PairSettings {
@@ -287,24 +290,28 @@ pub(crate) fn register(s0: (f64, f64), plan: &Fft2d, work: &mut Work, set: &Pair
         let iy = sy.rem_euclid(h as i64) as usize;
         corr[iy * w + ix]
     };
-    let mut best = (f32::NEG_INFINITY, s0.0.round() as i64, s0.1.round() as i64);
+    // Candidate peaks: local maxima (3×3) inside the range, best first; the
+    // runners-up only when within half of the best. Real tissue has repeated
+    // texture and uneven brightness, and the highest correlation of a wide
+    // strip is not always the right one: each candidate is refined and the
+    // one whose aligned overlap correlates best wins.
+    let mut peaks: Vec<(f32, i64, i64)> = Vec::new();
     for sy in ylo..=yhi {
         for sx in xlo..=xhi {
             let v = at(sx, sy);
-            let closer = || (sx as f64 - s0.0).abs() + (sy as f64 - s0.1).abs() < (best.1 as f64 - s0.0).abs() + (best.2 as f64 - s0.1).abs();
-            if v > best.0 || (v == best.0 && closer()) {
-                best = (v, sx, sy);
+            let is_max = (-1..=1).all(|dy| (-1..=1).all(|dx| (dx == 0 && dy == 0) || at(sx + dx, sy + dy) <= v));
+            if is_max {
+                peaks.push((v, sx, sy));
             }
         }
     }
-    let (_, px, py) = best;
-    // On the border of the range with a higher value just outside: the true
-    // peak is probably beyond max_shift.
-    let c = at(px, py);
-    let at_limit = (px == xlo && at(px - 1, py) > c)
-        || (px == xhi && at(px + 1, py) > c)
-        || (py == ylo && at(px, py - 1) > c)
-        || (py == yhi && at(px, py + 1) > c);
+    peaks.sort_by(|p, q| q.0.total_cmp(&p.0).then(((p.1 as f64 - s0.0).abs() + (p.2 as f64 - s0.1).abs()).total_cmp(&((q.1 as f64 - s0.0).abs() + (q.2 as f64 - s0.1).abs()))));
+    let top = peaks.first().map_or(0.0, |p| p.0);
+    peaks.retain(|p| p.0 >= 0.5 * top);
+    peaks.truncate(MAX_CANDIDATES);
+    if peaks.is_empty() {
+        peaks.push((0.0, s0.0.round() as i64, s0.1.round() as i64));
+    }
     let parabola = |l: f32, c: f32, r: f32| -> f64 {
         let den = f64::from(l) - 2.0 * f64::from(c) + f64::from(r);
         if den < 0.0 {
@@ -313,18 +320,33 @@ pub(crate) fn register(s0: (f64, f64), plan: &Fft2d, work: &mut Work, set: &Pair
             0.0
         }
     };
-    let fx = parabola(at(px - 1, py), at(px, py), at(px + 1, py));
-    let fy = parabola(at(px, py - 1), at(px, py), at(px, py + 1));
-    let coarse = (px as f64 + fx, py as f64 + fy);
-    // Keep the refinement unless it failed or left the search range. (The
-    // band-passed score is not a fair judge between the two: within its
-    // radius of the strip borders the band-pass differs between strips.)
-    let s = match refine(a, b, h, w, coarse, set) {
-        Some(r) if (r.0 - s0.0).abs() <= m + 1.0 && (r.1 - s0.1).abs() <= m + 1.0 => r,
-        _ => coarse,
-    };
-    let (score, overlap_px) = ncc(fa, fb, h, w, s, set.highpass_radius.min(2));
-    PairResult { s, score, at_limit, overlap_px }
+    let margin = set.highpass_radius.min(2);
+    let mut best: Option<PairResult> = None;
+    for &(_, px, py) in &peaks {
+        // On the border of the range with a higher value just outside: the
+        // true peak is probably beyond max_shift.
+        let c = at(px, py);
+        let at_limit = (px == xlo && at(px - 1, py) > c)
+            || (px == xhi && at(px + 1, py) > c)
+            || (py == ylo && at(px, py - 1) > c)
+            || (py == yhi && at(px, py + 1) > c);
+        let fx = parabola(at(px - 1, py), c, at(px + 1, py));
+        let fy = parabola(at(px, py - 1), c, at(px, py + 1));
+        let coarse = (px as f64 + fx, py as f64 + fy);
+        // Keep the refinement unless it failed or left the search range. (The
+        // band-passed score is not a fair judge between two shifts a pixel
+        // apart: within its radius of the strip borders the band-pass differs
+        // between strips. It is between distinct peaks.)
+        let s = match refine(a, b, h, w, coarse, set) {
+            Some(r) if (r.0 - s0.0).abs() <= m + 1.0 && (r.1 - s0.1).abs() <= m + 1.0 => r,
+            _ => coarse,
+        };
+        let (score, overlap_px) = ncc(fa, fb, h, w, s, margin);
+        if best.is_none_or(|b| score > b.score) {
+            best = Some(PairResult { s, score, at_limit, overlap_px });
+        }
+    }
+    best.unwrap_or(PairResult { s: s0, score: 0.0, at_limit: false, overlap_px: 0 })
 }
 
 /// Spectrum of the periodic component of `u` (`h × w`): `û − v̂ / λ` with
