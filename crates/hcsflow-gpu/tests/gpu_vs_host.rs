@@ -142,3 +142,105 @@ fn gpu_function_without_gpu_implementation_is_refused() {
         .unwrap_err();
     assert_eq!(err.to_string(), "host_only has no implementation for gpu:0 (it has: host); run it with --device cpu");
 }
+
+/// Asserts every value of `gpu` is within `atol + rtol·|host|` of `host` (same dtype and shape).
+fn assert_close_stacks(gpu: &Stack, host: &Stack, atol: f32, rtol: f32, what: &str) {
+    assert_eq!(gpu.dtype(), host.dtype(), "{what}");
+    assert_eq!(gpu.shape(), host.shape(), "{what}");
+    let (g, h) = (gpu.to_f32(), host.to_f32());
+    for (i, (a, b)) in g.iter().zip(h.iter()).enumerate() {
+        assert!((a - b).abs() <= atol + rtol * b.abs(), "{what}: value {i}: gpu {a}, host {b}");
+    }
+}
+
+#[test]
+fn min_and_sum_projection_gpu_are_bit_exact_with_host() {
+    let Some(dev) = gpu() else { return };
+    for name in ["min_projection", "sum_projection"] {
+        for dtype in DType::ALL {
+            for (i, shape) in SHAPES.iter().enumerate() {
+                let s = random_stack(dtype, *shape, 300 + i as u64);
+                let host = call(name, &s, Device::Cpu);
+                let gpu = call(name, &s, dev);
+                assert_eq!(gpu, host, "{name} {dtype} {shape:?}");
+            }
+        }
+    }
+}
+
+/// Std: same operations in the same order, but the shader compiler may fuse
+/// `d += t * t` into one FMA, so agreement is to 1e-6 relative, not bits.
+#[test]
+fn std_projection_gpu_matches_host() {
+    let Some(dev) = gpu() else { return };
+    for dtype in DType::ALL {
+        for (i, shape) in SHAPES.iter().enumerate() {
+            let s = random_stack(dtype, *shape, 400 + i as u64);
+            let host = call("std_projection", &s, Device::Cpu);
+            let gpu = call("std_projection", &s, dev);
+            assert_close_stacks(&gpu, &host, 1e-3, 1e-6, &format!("std {dtype} {shape:?}"));
+        }
+    }
+}
+
+/// Like [`call`], with `name=value` arguments.
+fn call_args(name: &str, args: &[&str], stack: &Stack, device: Device) -> Stack {
+    let (registry, conversions) = setup();
+    let texts: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let args = registry.get(name).unwrap().parse_args(&texts).unwrap();
+    let plan = registry
+        .plan_call(name, args, MemoryType::Host, device, &conversions, ConversionPolicy::default())
+        .unwrap();
+    let out = registry.execute(&plan, Array::from(stack.clone()), &conversions).unwrap();
+    let back = conversions.plan(out.memory_type(), MemoryType::Host, ConversionPolicy::default()).unwrap();
+    conversions.execute(&back, out, Device::Cpu).unwrap().into_host_stack().unwrap()
+}
+
+/// u8/u16: same histogram, same f64 lookup table → bit-exact. f32: exact
+/// percentiles, mapping in f32 → within 1e-6 of the target range.
+#[test]
+fn percentile_normalize_gpu_matches_host() {
+    let Some(dev) = gpu() else { return };
+    let settings: [&[&str]; 2] = [&[], &["low_percentile=10", "high_percentile=90", "target_min=100", "target_max=200"]];
+    for name in ["percentile_normalize", "stack_percentile_normalize"] {
+        for dtype in DType::ALL {
+            for (i, shape) in SHAPES.iter().enumerate() {
+                for args in settings {
+                    let s = random_stack(dtype, *shape, 500 + i as u64);
+                    let host = call_args(name, args, &s, Device::Cpu);
+                    let gpu = call_args(name, args, &s, dev);
+                    let what = format!("{name} {dtype} {shape:?} {args:?}");
+                    if dtype == DType::F32 {
+                        assert_close_stacks(&gpu, &host, 0.07, 1e-6, &what);
+                    } else {
+                        assert_eq!(gpu, host, "{what}");
+                    }
+                }
+            }
+        }
+    }
+    // A constant stack maps to target_min on both.
+    let c = Stack::from_f32_array(Array3::from_elem((2, 3, 5), 9.0), DType::U16);
+    assert_eq!(call_args("stack_percentile_normalize", &["target_min=7"], &c, dev), Stack::from_f32_array(Array3::from_elem((2, 3, 5), 7.0), DType::U16));
+}
+
+/// Same histogram, same lookup table: bit-exact for u8/u16; f32 is refused with a message.
+#[test]
+fn stack_equalize_histogram_gpu_is_bit_exact_with_host() {
+    let Some(dev) = gpu() else { return };
+    for dtype in [DType::U8, DType::U16] {
+        for (i, shape) in SHAPES.iter().enumerate() {
+            let s = random_stack(dtype, *shape, 600 + i as u64);
+            let host = call("stack_equalize_histogram", &s, Device::Cpu);
+            let gpu = call("stack_equalize_histogram", &s, dev);
+            assert_eq!(gpu, host, "{dtype} {shape:?}");
+        }
+    }
+    let (registry, conversions) = setup();
+    let args = registry.get("stack_equalize_histogram").unwrap().validate_args(vec![]).unwrap();
+    let plan = registry
+        .plan_call("stack_equalize_histogram", args, MemoryType::Host, dev, &conversions, ConversionPolicy::default())
+        .unwrap();
+    let err = registry.execute(&plan, Array::from(random_stack(DType::F32, [1, 4, 4], 1)), &conversions).unwrap_err();
+    assert!(err.to_string().contains("--device cpu"), "{err}");
+}

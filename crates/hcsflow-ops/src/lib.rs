@@ -6,6 +6,9 @@
 //! their implementations to the same logical functions afterwards.
 
 pub mod count;
+pub mod equalize;
+pub mod histogram;
+pub mod normalize;
 pub mod focus;
 pub mod label;
 pub mod projection;
@@ -18,6 +21,8 @@ use hcsflow_core::Registry;
 /// Declares every host function in `registry`.
 pub fn register(registry: &mut Registry) {
     projection::register(registry);
+    normalize::register(registry);
+    equalize::register(registry);
     tophat::register(registry);
     focus::register(registry);
     threshold::register(registry);

@@ -6,6 +6,8 @@
 //! tests compare them on lavapipe. One file per family of functions.
 
 mod focus;
+mod equalize;
+mod normalize;
 mod projection;
 
 use std::sync::Arc;
@@ -14,6 +16,7 @@ use cubecl::prelude::*;
 use hcsflow_core::{Array, Conversions, FunctionError, Implementation, MemoryType, Registry};
 
 use crate::array::{as_wgpu, Download, Upload, WgpuArray};
+use projection::Reduce;
 
 pub use focus::focus_stack_wgpu;
 
@@ -26,9 +29,15 @@ type Kernel = fn(Array, &hcsflow_core::Args) -> Result<Array, FunctionError>;
 /// Every wgpu implementation: (function name, kernel). Add new families here.
 fn kernels() -> Vec<(&'static str, Kernel)> {
     vec![
-        ("max_projection", |a, _| projection::max_projection(a)),
-        ("mean_projection", |a, _| projection::mean_projection(a)),
+        ("max_projection", |a, _| projection::extreme_projection(a, "max_projection", true)),
+        ("min_projection", |a, _| projection::extreme_projection(a, "min_projection", false)),
+        ("mean_projection", |a, _| projection::float_projection(a, "mean_projection", Reduce::Mean)),
+        ("sum_projection", |a, _| projection::float_projection(a, "sum_projection", Reduce::Sum)),
+        ("std_projection", |a, _| projection::float_projection(a, "std_projection", Reduce::Std)),
+        ("percentile_normalize", |a, args| normalize::percentile_normalize(a, args, "percentile_normalize", true)),
         ("focus_stack", focus::focus_stack),
+        ("stack_percentile_normalize", |a, args| normalize::percentile_normalize(a, args, "stack_percentile_normalize", false)),
+        ("stack_equalize_histogram", equalize::stack_equalize_histogram),
     ]
 }
 

@@ -1,0 +1,176 @@
+//! Shared test support: deterministic inputs and the Python oracle
+//! (numpy / scipy / scikit-image run by `tests/oracle/ops_oracle.py`).
+//!
+//! The oracle needs `python3` with numpy, scipy and scikit-image
+//! (`pip install -r .ci/requirements-oracles.txt`). Without them oracle tests
+//! FAIL with the pip command, unless `HCSFLOW_SKIP_ORACLES=1` (then they print
+//! a SKIPPED line and pass).
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use hcsflow_core::{DType, Stack};
+use ndarray::{Array3, ArrayD, IxDyn};
+use serde_json::{json, Value};
+
+/// Deterministic pseudo-random stack (xorshift64), values over the dtype's range
+/// (f32: [-1000, 1000] in steps of 1e-3).
+pub fn random_stack(dtype: DType, shape: [usize; 3], seed: u64) -> Stack {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let n = shape.iter().product();
+    let f: Vec<f32> = (0..n)
+        .map(|_| match dtype {
+            DType::U8 => (next() % 256) as f32,
+            DType::U16 => (next() % 65536) as f32,
+            DType::F32 => (next() % 2_000_001) as f32 / 1000.0 - 1000.0,
+        })
+        .collect();
+    Stack::from_f32_array(Array3::from_shape_vec(shape, f).unwrap(), dtype)
+}
+
+/// A smooth image with blobs and noise, more like microscopy than white noise
+/// (heavy low tail, bright spots): values in roughly [100, 0.9 × dtype max].
+pub fn cells_stack(dtype: DType, shape: [usize; 3], seed: u64) -> Stack {
+    let noise = random_stack(DType::F32, shape, seed ^ 0xABCD);
+    let Stack::F32(noise) = noise else { unreachable!() };
+    let top = match dtype {
+        DType::U8 => 230.0,
+        DType::U16 => 60000.0,
+        DType::F32 => 60000.0,
+    };
+    let [_, h, w] = shape;
+    let f = Array3::from_shape_fn(shape, |(z, y, x)| {
+        let (fy, fx) = (y as f32 / h.max(1) as f32, x as f32 / w.max(1) as f32);
+        let blobs = ((fy * 19.0 + z as f32).sin() * (fx * 23.0 + seed as f32).cos()).max(0.0).powi(3);
+        (top * 0.05 + top * 0.85 * blobs + noise[[z, y, x]] * top * 2e-5).clamp(0.0, top)
+    });
+    Stack::from_f32_array(f, dtype)
+}
+
+fn script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/ops_oracle.py")
+}
+
+const PIP: &str = "pip install -r .ci/requirements-oracles.txt  (numpy scipy scikit-image)";
+
+/// A batch of reference computations run in one Python process.
+pub struct Oracle {
+    dir: tempfile::TempDir,
+    jobs: Vec<Value>,
+}
+
+impl Oracle {
+    /// `None` when the oracle is unavailable and `HCSFLOW_SKIP_ORACLES=1`
+    /// (prints a SKIPPED line); panics with the pip command otherwise.
+    pub fn new(test: &str) -> Option<Oracle> {
+        let probe = Command::new("python3").args(["-c", "import numpy, scipy, skimage"]).output();
+        if !matches!(&probe, Ok(out) if out.status.success()) {
+            if std::env::var("HCSFLOW_SKIP_ORACLES").as_deref() == Ok("1") {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED: {test} (python3 with numpy/scipy/scikit-image not available, HCSFLOW_SKIP_ORACLES=1)"
+                );
+                return None;
+            }
+            let detail = match probe {
+                Ok(out) => String::from_utf8_lossy(&out.stderr).into_owned(),
+                Err(e) => format!("python3 could not be started: {e}"),
+            };
+            panic!(
+                "{test}: the oracle needs python3 with numpy, scipy and scikit-image: run `{PIP}` \
+                 (or set HCSFLOW_SKIP_ORACLES=1 to skip). Probe said: {detail}"
+            );
+        }
+        Some(Oracle { dir: tempfile::tempdir().expect("tempdir"), jobs: Vec::new() })
+    }
+
+    /// Queues `op` on `inputs` with keyword `args`; returns the job index.
+    pub fn add(&mut self, op: &str, inputs: &[&Stack], args: Value) -> usize {
+        let i = self.jobs.len();
+        let inputs: Vec<Value> = inputs
+            .iter()
+            .enumerate()
+            .map(|(k, s)| {
+                let path = self.dir.path().join(format!("in-{i}-{k}.raw"));
+                std::fs::write(&path, s.as_bytes()).expect("write oracle input");
+                json!({"path": path, "dtype": s.dtype().name(), "shape": s.shape()})
+            })
+            .collect();
+        let output = self.dir.path().join(format!("out-{i}.f64"));
+        self.jobs.push(json!({"op": op, "inputs": inputs, "args": args, "output": output}));
+        i
+    }
+
+    /// Runs every queued job; each result as float64 with the reference's shape.
+    pub fn run(self) -> Vec<ArrayD<f64>> {
+        let list = self.dir.path().join("jobs.json");
+        std::fs::write(&list, serde_json::to_vec(&self.jobs).unwrap()).expect("job list");
+        let out = Command::new("python3").arg(script()).arg(&list).output().expect("run python3");
+        assert!(
+            out.status.success(),
+            "oracle failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let shapes: Vec<Vec<usize>> =
+            serde_json::from_slice(&out.stdout).expect("oracle prints a JSON list of output shapes");
+        self.jobs
+            .iter()
+            .zip(shapes)
+            .map(|(job, shape)| {
+                let path = job["output"].as_str().unwrap();
+                let bytes = std::fs::read(path).expect("oracle output");
+                let v: Vec<f64> = bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
+                ArrayD::from_shape_vec(IxDyn(&shape), v).expect("output shape")
+            })
+            .collect()
+    }
+}
+
+/// Our result as f64 values (row-major) with its shape.
+pub fn values(s: &Stack) -> Vec<f64> {
+    s.to_f32().iter().map(|&v| v as f64).collect()
+}
+
+/// Asserts |ours - ref| <= atol + rtol·|ref| everywhere (same number of values;
+/// the reference may lack the leading axis of length 1). NaN must match NaN.
+pub fn assert_close(ours: &Stack, reference: &ArrayD<f64>, atol: f64, rtol: f64, what: &str) {
+    let ours_v = values(ours);
+    assert_eq!(ours_v.len(), reference.len(), "{what}: {} values vs reference {:?}", ours_v.len(), reference.shape());
+    let mut worst = (0.0f64, 0usize);
+    for (i, (&a, &b)) in ours_v.iter().zip(reference.iter()).enumerate() {
+        if a.is_nan() && b.is_nan() {
+            continue;
+        }
+        let excess = (a - b).abs() - (atol + rtol * b.abs());
+        if !(excess <= 0.0) && (excess > worst.0 || worst.0 == 0.0) {
+            worst = (excess.max(f64::MIN_POSITIVE), i);
+        }
+    }
+    if worst.0 > 0.0 {
+        let i = worst.1;
+        let [_, h, w] = ours.shape();
+        let _ = h;
+        panic!(
+            "{what}: value {i} (y={}, x={} of plane {}) is {} but the reference says {} (atol {atol}, rtol {rtol})",
+            (i / w.max(1)) % ours.shape()[1].max(1),
+            i % w.max(1),
+            i / (w * ours.shape()[1]).max(1),
+            ours_v[i],
+            reference.iter().nth(i).unwrap()
+        );
+    }
+}
+
+/// Exact equality of every value.
+pub fn assert_exact(ours: &Stack, reference: &ArrayD<f64>, what: &str) {
+    assert_close(ours, reference, 0.0, 0.0, what);
+}
