@@ -49,6 +49,7 @@ pub fn run(a: FunctionsArgs) -> CliResult {
                 ArgKind::Float { min, max } => range(min.map(|v| v.to_string()), max.map(|v| v.to_string())),
                 ArgKind::Bool => "bool".into(),
                 ArgKind::Choice { choices } => choices.join("|"),
+                ArgKind::FloatList { min, max, .. } => format!("list of {}", range(min.map(|v| v.to_string()), max.map(|v| v.to_string()))),
             };
             println!("    --arg {}={}  ({range})  {}", arg.name, arg.default, arg.doc);
         }

@@ -66,6 +66,16 @@ pub enum ArgKind {
     Bool,
     /// One of a fixed set of strings.
     Choice { choices: Vec<&'static str> },
+    /// A list of numbers, each in the range; on the command line comma-separated
+    /// (`0.5,0.3,0.2`, optionally in brackets). The empty list is allowed when
+    /// `min_len` is 0.
+    FloatList {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        min: Option<f64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        max: Option<f64>,
+        min_len: usize,
+    },
 }
 
 impl ArgKind {
@@ -75,6 +85,7 @@ impl ArgKind {
             ArgKind::Float { .. } => "a number",
             ArgKind::Bool => "true or false",
             ArgKind::Choice { .. } => "one of the listed choices",
+            ArgKind::FloatList { .. } => "a comma-separated list of numbers",
         }
     }
 }
@@ -87,6 +98,7 @@ pub enum ArgValue {
     Float(f64),
     Bool(bool),
     Str(String),
+    FloatList(Vec<f64>),
 }
 
 impl fmt::Display for ArgValue {
@@ -96,6 +108,10 @@ impl fmt::Display for ArgValue {
             ArgValue::Float(v) => write!(f, "{v}"),
             ArgValue::Bool(v) => write!(f, "{v}"),
             ArgValue::Str(v) => write!(f, "'{v}'"),
+            ArgValue::FloatList(v) => {
+                let items: Vec<String> = v.iter().map(|x| x.to_string()).collect();
+                write!(f, "[{}]", items.join(", "))
+            }
         }
     }
 }
@@ -129,7 +145,12 @@ impl ArgSpec {
         }
     }
 
-    /// Checks a value against type and range; coerces integers given for floats.
+    pub fn float_list(name: &'static str, default: Vec<f64>, min: Option<f64>, max: Option<f64>, min_len: usize, doc: &'static str) -> Self {
+        ArgSpec { name, kind: ArgKind::FloatList { min, max, min_len }, default: ArgValue::FloatList(default), doc }
+    }
+
+    /// Checks a value against type and range; coerces integers given for floats
+    /// (and a single number given for a list).
     fn validate(&self, function: &str, value: ArgValue) -> Result<ArgValue, ArgError> {
         let wrong = |got: &ArgValue| ArgError::WrongType {
             function: function.to_string(),
@@ -164,6 +185,30 @@ impl ArgSpec {
                 }
                 Ok(ArgValue::Float(x))
             }
+            (ArgKind::FloatList { min, max, min_len }, v @ (ArgValue::FloatList(_) | ArgValue::Float(_) | ArgValue::Int(_))) => {
+                let list = match v {
+                    ArgValue::FloatList(l) => l,
+                    ArgValue::Float(f) => vec![f],
+                    ArgValue::Int(i) => vec![i as f64],
+                    _ => unreachable!(),
+                };
+                if let Some(bad) = list.iter().find(|x| !x.is_finite()) {
+                    return Err(wrong(&ArgValue::Float(*bad)));
+                }
+                if let Some(bad) = list.iter().find(|&&x| min.is_some_and(|m| x < m) || max.is_some_and(|m| x > m)) {
+                    return Err(out_of_range(
+                        format!("{} (element {bad})", ArgValue::FloatList(list.clone())),
+                        format!("every element {}", range_text(*min, *max)),
+                    ));
+                }
+                if list.len() < *min_len {
+                    return Err(out_of_range(
+                        ArgValue::FloatList(list).to_string(),
+                        format!("a list of at least {min_len} numbers"),
+                    ));
+                }
+                Ok(ArgValue::FloatList(list))
+            }
             (ArgKind::Bool, ArgValue::Bool(b)) => Ok(ArgValue::Bool(b)),
             (ArgKind::Choice { choices }, ArgValue::Str(s)) => {
                 if choices.contains(&s.as_str()) {
@@ -187,6 +232,15 @@ impl ArgSpec {
                 _ => None,
             },
             ArgKind::Choice { .. } => Some(ArgValue::Str(text.to_string())),
+            ArgKind::FloatList { .. } => {
+                let t = text.trim();
+                let t = t.strip_prefix('[').and_then(|t| t.strip_suffix(']')).unwrap_or(t).trim();
+                if t.is_empty() {
+                    Some(ArgValue::FloatList(Vec::new()))
+                } else {
+                    t.split(',').map(|x| x.trim().parse::<f64>().ok()).collect::<Option<Vec<f64>>>().map(ArgValue::FloatList)
+                }
+            }
         };
         let value = value.ok_or_else(|| ArgError::WrongType {
             function: function.to_string(),
@@ -246,6 +300,13 @@ impl Args {
     }
     pub fn bool(&self, name: &str) -> bool {
         matches!(self.values.get(name), Some(ArgValue::Bool(true)))
+    }
+    /// The value of a declared list argument (empty if absent: only reachable by a registry bug).
+    pub fn float_list(&self, name: &str) -> &[f64] {
+        match self.values.get(name) {
+            Some(ArgValue::FloatList(v)) => v,
+            _ => &[],
+        }
     }
     pub fn str(&self, name: &str) -> &str {
         match self.values.get(name) {

@@ -173,3 +173,33 @@ fn device_strings_parse_or_fail_clearly() {
         assert!(e.starts_with(&format!("bad device '{bad}'")), "{e}");
     }
 }
+
+#[test]
+fn float_list_arguments_parse_validate_and_display() {
+    let mut r = Registry::new();
+    r.register(
+        FunctionSpec {
+            name: "mix",
+            doc: "weighted",
+            contract: Contract::VolumetricToSlice,
+            args: vec![ArgSpec::float_list("weights", vec![], Some(0.0), Some(10.0), 2, "weights")],
+        },
+        Implementation::host(|s, _| Ok(s.clone())),
+    );
+    let f = r.get("mix").unwrap();
+    let ok = |t: &str| f.parse_args(&texts(&[t])).unwrap().float_list("weights").to_vec();
+    assert_eq!(ok("weights=1,2.5"), vec![1.0, 2.5]);
+    assert_eq!(ok("weights=[ 3 , 4 ]"), vec![3.0, 4.0]);
+    let err = |t: &str| f.parse_args(&texts(&[t])).unwrap_err().to_string();
+    assert_eq!(err("weights=1,a"), "mix: argument 'weights' expects a comma-separated list of numbers, got '1,a'");
+    assert_eq!(err("weights=1,11"), "mix: argument 'weights' = [1, 11] (element 11) is out of range: must be every element [0, 10]");
+    assert_eq!(err("weights=1"), "mix: argument 'weights' = [1] is out of range: must be a list of at least 2 numbers");
+    // A list value from a pipeline file, and NaN inside a list.
+    let a = f.validate_args(vec![("weights".into(), ArgValue::FloatList(vec![1.0, 2.0]))]).unwrap();
+    assert_eq!(a.get("weights"), Some(&ArgValue::FloatList(vec![1.0, 2.0])));
+    let nan = f.validate_args(vec![("weights".into(), ArgValue::FloatList(vec![1.0, f64::NAN]))]).unwrap_err();
+    assert!(matches!(nan, ArgError::WrongType { .. }), "{nan:?}");
+    let typed = f.validate_args(vec![("weights".into(), ArgValue::Bool(true))]).unwrap_err();
+    assert!(matches!(typed, ArgError::WrongType { .. }), "{typed:?}");
+    assert_eq!(ArgValue::FloatList(vec![0.5, 2.0]).to_string(), "[0.5, 2]");
+}

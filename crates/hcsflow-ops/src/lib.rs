@@ -5,11 +5,15 @@
 //! declares them (spec, contract, arguments) in a [`Registry`]. GPU crates add
 //! their implementations to the same logical functions afterwards.
 
+pub mod composite;
+pub mod convolve;
 pub mod count;
 pub mod equalize;
+pub mod filters;
 pub mod histogram;
 pub mod normalize;
 pub mod focus;
+pub mod geometry;
 pub mod label;
 pub mod projection;
 mod smooth;
@@ -23,6 +27,9 @@ pub fn register(registry: &mut Registry) {
     projection::register(registry);
     normalize::register(registry);
     equalize::register(registry);
+    filters::register(registry);
+    geometry::register(registry);
+    composite::register(registry);
     tophat::register(registry);
     focus::register(registry);
     threshold::register(registry);

@@ -1,0 +1,255 @@
+//! 2-D filters applied plane by plane: Gaussian blur, unsharp mask (sharpen),
+//! median, Sobel edge magnitude.
+//!
+//! Linear filters compute in f32 on the pixel values (no rescaling to
+//! [0, 1]: scikit-image's `preserve_range=True`) and return f32; the dtype
+//! policy rounds and clips back to the input dtype. The median keeps the dtype.
+
+use hcsflow_core::{with_pixels, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
+use ndarray::{Array3, Axis};
+use rayon::prelude::*;
+
+use crate::convolve::{correlate_separable, Boundary, Kernel1d};
+
+/// Runs `f(plane, h, w)` on every plane (row-major slices) and stacks the f32 results.
+fn map_planes_f32(stack: &Stack, f: impl Fn(&dyn PlaneRef, usize, usize) -> Vec<f32> + Sync) -> Stack {
+    let [n, h, w] = stack.shape();
+    let mut out = Vec::with_capacity(n * h * w);
+    with_pixels!(Stack, stack, a, T => {
+        for z in 0..n {
+            let plane = a.index_axis(Axis(0), z);
+            let owned;
+            let data: &[T] = match plane.as_slice() {
+                Some(s) => s,
+                None => {
+                    owned = plane.iter().copied().collect::<Vec<T>>();
+                    &owned
+                }
+            };
+            out.extend(f(&Plane(data), h, w));
+        }
+    });
+    Stack::F32(Array3::from_shape_vec((n, h, w), out).unwrap_or_else(|_| unreachable!("n*h*w values")))
+}
+
+/// A plane of any pixel type, for the filters that take every dtype.
+trait PlaneRef: Sync {
+    fn correlate(&self, h: usize, w: usize, ky: &Kernel1d, kx: &Kernel1d, b: Boundary) -> Vec<f32>;
+    fn to_f32(&self) -> Vec<f32>;
+}
+
+struct Plane<'a, T>(&'a [T]);
+
+impl<T: Pixel> PlaneRef for Plane<'_, T> {
+    fn correlate(&self, h: usize, w: usize, ky: &Kernel1d, kx: &Kernel1d, b: Boundary) -> Vec<f32> {
+        correlate_separable(self.0, h, w, ky, kx, b)
+    }
+    fn to_f32(&self) -> Vec<f32> {
+        self.0.iter().map(|v| v.to_f32()).collect()
+    }
+}
+
+/// Gaussian blur of each plane with σ per axis: scipy.ndimage.gaussian_filter
+/// (`mode='reflect'`, `truncate`, radius `int(truncate·σ + 0.5)`) on the
+/// pixel values as floats, Y pass then X pass. f32 output; agrees with scipy's
+/// float64 result within 1e-5 of the image's value range (f32 arithmetic).
+/// σ = 0 on an axis leaves that axis untouched.
+pub fn gaussian_blur(stack: &Stack, sigma_y: f64, sigma_x: f64, truncate: f64) -> Stack {
+    let ky = Kernel1d::gaussian(sigma_y, truncate);
+    let kx = Kernel1d::gaussian(sigma_x, truncate);
+    map_planes_f32(stack, |p, h, w| p.correlate(h, w, &ky, &kx, Boundary::Reflect))
+}
+
+/// Unsharp mask: `x + (x - gaussian(x, σ = radius)) · amount`, the blur as in
+/// [`gaussian_blur`] (`mode='reflect'`, truncate 4): skimage.filters.unsharp_mask
+/// with `preserve_range=True`. f32 output, not clipped (the dtype policy clips to
+/// the integer range, which is what skimage's [0, 1] clip does for integer images).
+pub fn unsharp_mask(stack: &Stack, radius: f64, amount: f64) -> Stack {
+    let k = Kernel1d::gaussian(radius, 4.0);
+    let amount = amount as f32;
+    map_planes_f32(stack, |p, h, w| {
+        let mut blurred = p.correlate(h, w, &k, &k, Boundary::Reflect);
+        let x = p.to_f32();
+        blurred.par_iter_mut().zip(x.par_iter()).for_each(|(b, &v)| *b = v + (v - *b) * amount);
+        blurred
+    })
+}
+
+/// Sobel edge magnitude `sqrt((gx² + gy²) / 2)` with skimage's kernels
+/// (smoothing [1, 2, 1] / 4 across, [1, 0, -1] along, `mode='reflect'`):
+/// skimage.filters.sobel on the pixel values as floats. f32 output.
+pub fn sobel(stack: &Stack) -> Stack {
+    let smooth = Kernel1d::new(vec![0.25, 0.5, 0.25]);
+    let edge = Kernel1d::new(vec![-1.0, 0.0, 1.0]);
+    map_planes_f32(stack, |p, h, w| {
+        let mut gx = p.correlate(h, w, &smooth, &edge, Boundary::Reflect);
+        let gy = p.correlate(h, w, &edge, &smooth, Boundary::Reflect);
+        let half = 0.5f32;
+        gx.par_iter_mut().zip(gy.par_iter()).for_each(|(a, &b)| *a = ((*a * *a + b * b) * half).sqrt());
+        gx
+    })
+}
+
+/// Median over a `size × size` window of each plane (scipy.ndimage.median_filter,
+/// `mode='reflect'`): exact, same dtype. 3×3 uses a min/max network over
+/// column-sorted triples; other (odd) sizes select per pixel.
+pub fn median_filter(stack: &Stack, size: usize) -> Result<Stack, FunctionError> {
+    if size % 2 == 0 {
+        return Err(FunctionError::failed("median_filter", format!("size must be odd, got {size}")));
+    }
+    let [n, h, w] = stack.shape();
+    Ok(with_pixels!(Stack, stack, a, T => {
+        let mut out: Vec<T> = Vec::with_capacity(n * h * w);
+        for z in 0..n {
+            let plane = a.index_axis(Axis(0), z);
+            let owned: Vec<T>;
+            let data: &[T] = match plane.as_slice() {
+                Some(s) => s,
+                None => {
+                    owned = plane.iter().copied().collect();
+                    &owned
+                }
+            };
+            if size == 3 {
+                out.extend(median3(data, h, w));
+            } else {
+                out.extend(median_generic(data, h, w, size));
+            }
+        }
+        Stack::from(Array3::from_shape_vec((n, h, w), out).unwrap_or_else(|_| unreachable!("n*h*w values")))
+    }))
+}
+
+#[inline]
+fn lo<T: Pixel>(a: T, b: T) -> T {
+    if b < a { b } else { a }
+}
+#[inline]
+fn hi<T: Pixel>(a: T, b: T) -> T {
+    if b > a { b } else { a }
+}
+
+/// 3×3 median: sort each column triple (rows y-1, y, y+1) into (low, mid, high),
+/// then the median is med3(max of lows, med3 of mids, min of highs).
+fn median3<T: Pixel>(src: &[T], h: usize, w: usize) -> Vec<T> {
+    let mut out = vec![T::default(); h * w];
+    if h == 0 || w == 0 {
+        return out;
+    }
+    let b = Boundary::Reflect;
+    out.par_chunks_mut(w).enumerate().for_each(|(y, o)| {
+        let y = y as isize;
+        let r0 = &src[b.index(y - 1, h) * w..][..w];
+        let r1 = &src[b.index(y, h) * w..][..w];
+        let r2 = &src[b.index(y + 1, h) * w..][..w];
+        // Column-sorted triples, padded by one column each side (reflect = edge copy).
+        let mut l = vec![T::default(); w + 2];
+        let mut m = vec![T::default(); w + 2];
+        let mut u = vec![T::default(); w + 2];
+        for x in 0..w {
+            let (a, bb, c) = (r0[x], r1[x], r2[x]);
+            let (p, q) = (lo(a, bb), hi(a, bb));
+            let (q2, r) = (lo(q, c), hi(q, c));
+            let (p2, q3) = (lo(p, q2), hi(p, q2));
+            l[x + 1] = p2;
+            m[x + 1] = q3;
+            u[x + 1] = r;
+        }
+        for v in [&mut l, &mut m, &mut u] {
+            v[0] = v[1];
+            v[w + 1] = v[w];
+        }
+        for x in 0..w {
+            let maxlo = hi(hi(l[x], l[x + 1]), l[x + 2]);
+            let minhi = lo(lo(u[x], u[x + 1]), u[x + 2]);
+            let (a, bb, c) = (m[x], m[x + 1], m[x + 2]);
+            let medmid = hi(lo(a, bb), lo(hi(a, bb), c));
+            o[x] = hi(lo(maxlo, medmid), lo(hi(maxlo, medmid), minhi));
+        }
+    });
+    out
+}
+
+/// Any odd size: gather the window per pixel into a reused buffer and select.
+fn median_generic<T: Pixel>(src: &[T], h: usize, w: usize, size: usize) -> Vec<T> {
+    let mut out = vec![T::default(); h * w];
+    if h == 0 || w == 0 {
+        return out;
+    }
+    let r = (size / 2) as isize;
+    let b = Boundary::Reflect;
+    let mid = size * size / 2;
+    out.par_chunks_mut(w).enumerate().for_each(|(y, o)| {
+        let rows: Vec<&[T]> = (-r..=r).map(|d| &src[b.index(y as isize + d, h) * w..][..w]).collect();
+        let cols: Vec<Vec<usize>> = (0..w).map(|x| (-r..=r).map(|d| b.index(x as isize + d, w)).collect()).collect();
+        let mut win: Vec<T> = Vec::with_capacity(size * size);
+        for x in 0..w {
+            win.clear();
+            for row in &rows {
+                win.extend(cols[x].iter().map(|&c| row[c]));
+            }
+            let (_, m, _) = win.select_nth_unstable_by(mid, |a, b| a.to_f32().total_cmp(&b.to_f32()));
+            o[x] = *m;
+        }
+    });
+    out
+}
+
+/// σ for one axis: the axis argument, or `sigma` when it is -1.
+fn axis_sigma(args: &Args, axis: &str) -> Result<f64, FunctionError> {
+    let v = args.float(axis);
+    if v == -1.0 {
+        Ok(args.float("sigma"))
+    } else if v >= 0.0 {
+        Ok(v)
+    } else {
+        Err(FunctionError::failed("gaussian_blur", format!("{axis} must be >= 0 (or -1 for sigma), got {v}")))
+    }
+}
+
+pub(crate) fn register(registry: &mut Registry) {
+    registry.register(
+        FunctionSpec {
+            name: "gaussian_blur",
+            doc: "Gaussian blur per plane, σ per axis (scipy.ndimage.gaussian_filter, mode='reflect'); f32 result.",
+            contract: Contract::Pure2d,
+            args: vec![
+                ArgSpec::float("sigma", 1.0, Some(0.0), Some(1000.0), "standard deviation in pixels (both axes)"),
+                ArgSpec::float("sigma_y", -1.0, Some(-1.0), Some(1000.0), "σ along Y (-1: use sigma)"),
+                ArgSpec::float("sigma_x", -1.0, Some(-1.0), Some(1000.0), "σ along X (-1: use sigma)"),
+                ArgSpec::float("truncate", 4.0, Some(0.0), Some(100.0), "kernel radius in σ (radius = int(truncate·σ + 0.5))"),
+            ],
+        },
+        Implementation::host(|s, a| Ok(gaussian_blur(s, axis_sigma(a, "sigma_y")?, axis_sigma(a, "sigma_x")?, a.float("truncate")))),
+    );
+    registry.register(
+        FunctionSpec {
+            name: "sharpen",
+            doc: "Unsharp mask x + (x - gaussian(x, radius))·amount (skimage.filters.unsharp_mask, preserve_range); f32 result.",
+            contract: Contract::Pure2d,
+            args: vec![
+                ArgSpec::float("radius", 1.0, Some(0.0), Some(1000.0), "σ of the Gaussian blur in pixels"),
+                ArgSpec::float("amount", 1.0, None, None, "strength of the added detail"),
+            ],
+        },
+        Implementation::host(|s, a| Ok(unsharp_mask(s, a.float("radius"), a.float("amount")))),
+    );
+    registry.register(
+        FunctionSpec {
+            name: "median_filter",
+            doc: "Median over a size×size window per plane (scipy.ndimage.median_filter, mode='reflect'); exact, keeps the dtype.",
+            contract: Contract::Pure2d,
+            args: vec![ArgSpec::int("size", 3, Some(1), Some(99), "window side in pixels (odd)")],
+        },
+        Implementation::host(|s, a| median_filter(s, a.int("size") as usize)),
+    );
+    registry.register(
+        FunctionSpec {
+            name: "sobel",
+            doc: "Sobel edge magnitude per plane (skimage.filters.sobel on the pixel values, mode='reflect'); f32 result.",
+            contract: Contract::Pure2d,
+            args: vec![],
+        },
+        Implementation::host(|s, _| Ok(sobel(s))),
+    );
+}

@@ -1,0 +1,88 @@
+//! Geometry per plane: binning (k × k mean or sum) and crop.
+
+use hcsflow_core::{with_pixels, ArgSpec, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
+use ndarray::{s, Array3, Axis};
+use rayon::prelude::*;
+
+/// k × k binning of every plane: output `[N, H / k, W / k]` (integer division;
+/// trailing rows/columns that do not fill a bin are dropped), each pixel the
+/// sum or the mean of its bin: numpy
+/// `x[:, :H//k*k, :W//k*k].reshape(N, H//k, k, W//k, k).sum/mean(axis=(2, 4))`.
+/// Sums accumulate in f64 per bin and are returned as f32 (exact for u8/u16
+/// bins below 2^24); `mean` divides the f64 sum by k², then rounds once to f32.
+pub fn bin(stack: &Stack, k: usize, mean: bool) -> Result<Stack, FunctionError> {
+    if k == 0 {
+        return Err(FunctionError::failed("bin", "factor must be >= 1"));
+    }
+    let [n, h, w] = stack.shape();
+    let (oh, ow) = (h / k, w / k);
+    if (oh == 0 || ow == 0) && n > 0 {
+        return Err(FunctionError::failed("bin", format!("factor {k} is larger than the {h}x{w} plane")));
+    }
+    let divisor = if mean { (k * k) as f64 } else { 1.0 };
+    let mut out = vec![0f32; n * oh * ow];
+    with_pixels!(Stack, stack, a, T => {
+        out.par_chunks_mut(ow.max(1)).enumerate().for_each(|(i, o)| {
+            let (z, by) = (i / oh.max(1), i % oh.max(1));
+            let plane = a.index_axis(Axis(0), z);
+            let mut acc = vec![0f64; ow];
+            for dy in 0..k {
+                let row = plane.row(by * k + dy);
+                for (bx, acc) in acc.iter_mut().enumerate() {
+                    let mut s = 0f64;
+                    for dx in 0..k {
+                        s += row[bx * k + dx].to_f32() as f64;
+                    }
+                    *acc += s;
+                }
+            }
+            o.iter_mut().zip(&acc).for_each(|(o, &s)| *o = (s / divisor) as f32);
+        });
+    });
+    Ok(Stack::F32(Array3::from_shape_vec((n, oh, ow), out).unwrap_or_else(|_| unreachable!("n*oh*ow values"))))
+}
+
+/// The rectangle `[y, y + height) × [x, x + width)` of every plane, same dtype
+/// (numpy slicing `x[:, y:y+height, x:x+width]`). The rectangle must lie inside
+/// the plane; `height`/`width` = 0 mean "to the edge".
+pub fn crop(stack: &Stack, y: usize, x: usize, height: usize, width: usize) -> Result<Stack, FunctionError> {
+    let [_, h, w] = stack.shape();
+    let height = if height == 0 { h.saturating_sub(y) } else { height };
+    let width = if width == 0 { w.saturating_sub(x) } else { width };
+    if y + height > h || x + width > w || height == 0 || width == 0 {
+        return Err(FunctionError::failed(
+            "crop",
+            format!("the rectangle y={y}, x={x}, height={height}, width={width} does not fit inside the {h}x{w} plane"),
+        ));
+    }
+    Ok(with_pixels!(Stack, stack, a, T => Stack::from(a.slice(s![.., y..y + height, x..x + width]).to_owned())))
+}
+
+pub(crate) fn register(registry: &mut Registry) {
+    registry.register(
+        FunctionSpec {
+            name: "bin",
+            doc: "k×k binning per plane (mean or sum of each block, numpy reshape semantics; partial blocks dropped); f32 result.",
+            contract: Contract::Pure2d,
+            args: vec![
+                ArgSpec::int("factor", 2, Some(1), Some(1024), "bin side k in pixels"),
+                ArgSpec::choice("mode", "mean", &["mean", "sum"], "mean or sum of the k×k pixels"),
+            ],
+        },
+        Implementation::host(|s, a| bin(s, a.int("factor") as usize, a.str("mode") == "mean")),
+    );
+    registry.register(
+        FunctionSpec {
+            name: "crop",
+            doc: "Crops every plane to [y, y+height) × [x, x+width) (numpy slicing); keeps the dtype.",
+            contract: Contract::Pure2d,
+            args: vec![
+                ArgSpec::int("y", 0, Some(0), None, "first row"),
+                ArgSpec::int("x", 0, Some(0), None, "first column"),
+                ArgSpec::int("height", 0, Some(0), None, "rows to keep (0: to the bottom edge)"),
+                ArgSpec::int("width", 0, Some(0), None, "columns to keep (0: to the right edge)"),
+            ],
+        },
+        Implementation::host(|s, a| crop(s, a.int("y") as usize, a.int("x") as usize, a.int("height") as usize, a.int("width") as usize)),
+    );
+}
