@@ -45,10 +45,13 @@ impl FromStr for Blend {
     }
 }
 
+/// Canvas origin `(x, y)` and size `(height, width)`.
+pub type Canvas = ((i64, i64), (usize, usize));
+
 /// The canvas for tiles of `tile_h × tile_w` at `positions` (top-left `(x, y)`):
 /// origin `(x, y)` = the floor of the smallest coordinates, and `(height, width)`.
 /// Canvas pixel `(r, c)` is at position `(origin_x + c, origin_y + r)`.
-pub fn canvas_geometry(positions: &[(f64, f64)], tile_h: usize, tile_w: usize) -> Result<((i64, i64), (usize, usize)), StitchError> {
+pub fn canvas_geometry(positions: &[(f64, f64)], tile_h: usize, tile_w: usize) -> Result<Canvas, StitchError> {
     if positions.is_empty() {
         return Err(StitchError::Empty);
     }

@@ -135,7 +135,7 @@ pub(crate) fn smooth_floor(n: usize) -> usize {
     loop {
         let mut k = m;
         for p in [2, 3, 5] {
-            while k % p == 0 {
+            while k.is_multiple_of(p) {
                 k /= p;
             }
         }

@@ -40,7 +40,7 @@ mod layout;
 mod pairwise;
 mod positions;
 
-pub use assemble::{assemble, canvas_geometry, Blend};
+pub use assemble::{assemble, canvas_geometry, Blend, Canvas};
 pub use layout::{TileInfo, TileLayout};
 pub use positions::{tile_positions, Edge, EdgeStatus, PositionParams, TilePositions};
 

@@ -20,6 +20,9 @@
 //! 5. Score: the normalised cross-correlation (Pearson r) of the high-passed
 //!    overlap at the final shift — 1 for identical content, ~0 for unrelated.
 
+// Numeric kernels index several arrays with one loop variable.
+#![allow(clippy::needless_range_loop)]
+
 use rustfft::num_complex::Complex32;
 
 use crate::fft::{smooth_floor, Fft2d, Scratch};
