@@ -239,16 +239,17 @@ pub fn blob_log(image: &[f32], h: usize, w: usize, params: &BlobLogParams) -> Re
     let thr = params.threshold as f32;
     // Sliding window of three scales; peaks at scale i need scales i-1..=i+1.
     let mut cube: Vec<Option<Vec<f32>>> = vec![None; n];
-    let (mut cmin, mut cmax) = (f32::INFINITY, f32::NEG_INFINITY);
+    // skimage reports no peak when every cube value equals its neighbourhood
+    // maximum, i.e. when the cube is constant.
+    let mut first: Option<f32> = None;
+    let mut constant = true;
     let mut peaks: Vec<(f32, usize, usize, usize)> = Vec::new(); // (value, y, x, s)
     for i in 0..n {
         for j in i..(i + 2).min(n) {
             if cube[j].is_none() {
                 let c = scaled_log(image, h, w, sigmas[j]);
-                for &v in &c {
-                    cmin = cmin.min(v);
-                    cmax = cmax.max(v);
-                }
+                let f0 = *first.get_or_insert(c[0]);
+                constant = constant && c.iter().all(|&v| v == f0);
                 cube[j] = Some(c);
             }
         }
@@ -283,8 +284,8 @@ pub fn blob_log(image: &[f32], h: usize, w: usize, params: &BlobLogParams) -> Re
             .collect();
         peaks.extend(found);
     }
-    if cmin == cmax {
-        return Ok(Vec::new()); // constant cube: skimage reports no peaks
+    if constant {
+        return Ok(Vec::new());
     }
     // Decreasing value; ties in raster (y, x, s) order (numpy's stable argsort of nonzero()).
     peaks.sort_by(|a, b| b.0.total_cmp(&a.0).then((a.1, a.2, a.3).cmp(&(b.1, b.2, b.3))));

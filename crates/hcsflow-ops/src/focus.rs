@@ -230,11 +230,12 @@ pub fn focus_stack(stack: &Stack, sigma: f64, method: FocusMethod) -> Result<Foc
                                     best.copy_from_slice(m);
                                     d.iter_mut().for_each(|v| *v = 0);
                                 } else {
+                                    let zz = z as u16;
                                     for ((b, &v), di) in best.iter_mut().zip(m.iter()).zip(d.iter_mut()) {
-                                        if v > *b {
-                                            *b = v;
-                                            *di = z as u16;
-                                        }
+                                        // Branch-free select (vectorises); strict `>` keeps the first plane on ties.
+                                        let gt = v > *b;
+                                        *b = if gt { v } else { *b };
+                                        *di = if gt { zz } else { *di };
                                     }
                                 }
                             }

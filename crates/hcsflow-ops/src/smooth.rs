@@ -59,7 +59,9 @@ pub(crate) struct Scratch {
     rows: Vec<usize>,
 }
 
-/// Output columns computed together in registers (two AVX2 vectors).
+/// Output columns computed together in registers: `WIDE` (8 AVX2 vectors, enough
+/// independent chains to hide the FMA latency), then `LANES`, then one at a time.
+const WIDE: usize = 64;
 const LANES: usize = 16;
 /// Columns per tile of the vertical pass (a multiple of `LANES`).
 const TILE: usize = 256;
@@ -146,23 +148,16 @@ fn separable_rows_impl<T: Pixel>(
             let taps = &scratch.rows[yi * wy.len()..(yi + 1) * wy.len()];
             let acc_row = &mut scratch.vert[yi * stride + rx..yi * stride + rx + w];
             let mut x = x0;
+            while x + WIDE <= x1 {
+                vertical_chunk::<T, WIDE>(plane, taps, wy, x, &mut acc_row[x..x + WIDE]);
+                x += WIDE;
+            }
             while x + LANES <= x1 {
-                let mut acc = [0f32; LANES];
-                for (&r, &wk) in taps.iter().zip(wy) {
-                    let src = &plane[r + x..r + x + LANES];
-                    for l in 0..LANES {
-                        acc[l] = wk.mul_add(src[l].to_f32(), acc[l]);
-                    }
-                }
-                acc_row[x..x + LANES].copy_from_slice(&acc);
+                vertical_chunk::<T, LANES>(plane, taps, wy, x, &mut acc_row[x..x + LANES]);
                 x += LANES;
             }
             for xi in x..x1 {
-                let mut a = 0f32;
-                for (&r, &wk) in taps.iter().zip(wy) {
-                    a = wk.mul_add(plane[r + xi].to_f32(), a);
-                }
-                acc_row[xi] = a;
+                vertical_chunk::<T, 1>(plane, taps, wy, xi, &mut acc_row[xi..xi + 1]);
             }
         }
         x0 = x1;
@@ -176,25 +171,45 @@ fn separable_rows_impl<T: Pixel>(
         // Horizontal pass.
         let o = &mut out[yi * w..(yi + 1) * w];
         let mut x = 0;
+        while x + WIDE <= w {
+            horizontal_chunk::<WIDE>(pad, wx, x, &mut o[x..x + WIDE]);
+            x += WIDE;
+        }
         while x + LANES <= w {
-            let mut acc = [0f32; LANES];
-            for (k, &wk) in wx.iter().enumerate() {
-                let p = &pad[x + k..x + k + LANES];
-                for l in 0..LANES {
-                    acc[l] = wk.mul_add(p[l], acc[l]);
-                }
-            }
-            o[x..x + LANES].copy_from_slice(&acc);
+            horizontal_chunk::<LANES>(pad, wx, x, &mut o[x..x + LANES]);
             x += LANES;
         }
-        for (xi, o_out) in o.iter_mut().enumerate().skip(x) {
-            let mut a = 0f32;
-            for (k, &wk) in wx.iter().enumerate() {
-                a = wk.mul_add(pad[xi + k], a);
-            }
-            *o_out = a;
+        for xi in x..w {
+            horizontal_chunk::<1>(pad, wx, xi, &mut o[xi..xi + 1]);
         }
     }
+}
+
+/// `out[l] = Σ_k wy[k]·plane[taps[k] + x + l]` for `l < N`, fused multiply-adds in
+/// tap order. `N` independent accumulators hide the FMA latency.
+#[inline(always)]
+fn vertical_chunk<T: Pixel, const N: usize>(plane: &[T], taps: &[usize], wy: &[f32], x: usize, out: &mut [f32]) {
+    let mut acc = [0f32; N];
+    for (&r, &wk) in taps.iter().zip(wy) {
+        let src = &plane[r + x..r + x + N];
+        for l in 0..N {
+            acc[l] = wk.mul_add(src[l].to_f32(), acc[l]);
+        }
+    }
+    out.copy_from_slice(&acc);
+}
+
+/// `out[l] = Σ_k wx[k]·pad[x + l + k]` for `l < N`, fused multiply-adds in tap order.
+#[inline(always)]
+fn horizontal_chunk<const N: usize>(pad: &[f32], wx: &[f32], x: usize, out: &mut [f32]) {
+    let mut acc = [0f32; N];
+    for (k, &wk) in wx.iter().enumerate() {
+        let p = &pad[x + k..x + k + N];
+        for l in 0..N {
+            acc[l] = wk.mul_add(p[l], acc[l]);
+        }
+    }
+    out.copy_from_slice(&acc);
 }
 
 #[cfg(test)]
