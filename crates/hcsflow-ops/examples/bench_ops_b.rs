@@ -152,6 +152,12 @@ fn main() {
     let norm: Vec<f32> = a.iter().map(|&v| (v as f32 - lo as f32) / (hi as f32 - lo as f32)).collect();
     let (h, w) = (a.shape()[1], a.shape()[2]);
     time("blob_log 10 scales 2048²", repeats.min(3), || blob_log(&norm, h, w, &BlobLogParams::default()).expect("blob_log"), |b| format!("blobs={}", b.len()));
+    // `--dump-blobs PATH`: write the detections (y,x,sigma) to compare with skimage's.
+    if let Some(path) = std::env::args().skip_while(|a| a != "--dump-blobs").nth(1) {
+        let blobs = blob_log(&norm, h, w, &BlobLogParams::default()).expect("blob_log");
+        let text: String = blobs.iter().map(|b| format!("{},{},{}\n", b.y, b.x, b.sigma)).collect();
+        std::fs::write(&path, text).expect("write blobs");
+    }
     let plane: Vec<u16> = a.iter().copied().collect();
     time("threshold_otsu 2048²", repeats, || threshold_otsu(&plane).expect("otsu"), |t| format!("t={t}"));
     let t = threshold_otsu(&plane).expect("otsu");

@@ -178,7 +178,7 @@ fn blob_overlap(a: &Blob, b: &Blob) -> f64 {
     if d > r1 + r2 {
         return 0.0;
     }
-    if d <= (r1 - r2 as f64).abs() {
+    if d <= (r1 - r2).abs() {
         return 1.0;
     }
     let ratio1 = ((d * d + r1 * r1 - r2 * r2) / (2.0 * d * r1)).clamp(-1.0, 1.0);
@@ -265,11 +265,11 @@ pub fn blob_log(image: &[f32], h: usize, w: usize, params: &BlobLogParams) -> Re
                 let cube = &cube;
                 (0..w).filter_map(move |x| {
                     let v = cur[y * w + x];
-                    if !(v > thr) {
-                        return None;
+                    if v <= thr {
+                        return None; // (no NaN: the input was checked)
                     }
-                    for s in lo..=hi {
-                        let c = cube[s].as_deref().unwrap_or(&[]);
+                    for c in &cube[lo..=hi] {
+                        let c = c.as_deref().unwrap_or(&[]);
                         for yy in y.saturating_sub(1)..=(y + 1).min(h - 1) {
                             for xx in x.saturating_sub(1)..=(x + 1).min(w - 1) {
                                 if c[yy * w + xx] > v {
