@@ -12,7 +12,7 @@
 //!   depth = `argmax_z w_z`. The dtype policy brings the f32 image back to the input dtype.
 //!
 //! Reference: scipy.ndimage `gaussian_filter` and `laplace` in float64. We compute in
-//! f32 (weights in f64 rounded to f32, accumulation in f32 in tap order), so
+//! f32 (weights in f64 rounded to f32, fused multiply-adds in f32 in tap order), so
 //! measures agree to ~1e-6 relative and the chosen plane can differ only where two
 //! planes' measures are that close (the tests check that our plane's reference
 //! measure is within 1e-4 relative of the reference maximum).

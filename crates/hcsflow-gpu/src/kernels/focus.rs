@@ -4,10 +4,11 @@
 //! running argmax over planes (first plane wins ties), then gather / weighted mean.
 //!
 //! Planes are processed one at a time (scratch: a few f32 planes), so only the
-//! input stack must fit in one binding. The drivers may contract `a * b + c`
-//! into a fused multiply-add, so blurred values can differ from the host by an
-//! ulp; the chosen plane then differs only where two planes' measures tie to
-//! rounding (the tests check exactly that).
+//! input stack must fit in one binding. The host accumulates with fused
+//! multiply-adds; WGSL/SPIR-V leave it to the driver whether `a * b + c` is fused,
+//! so blurred values can differ from the host by an ulp per tap; the chosen plane
+//! then differs only where two planes' measures tie to rounding (the tests check
+//! exactly that).
 
 use std::sync::Arc;
 
