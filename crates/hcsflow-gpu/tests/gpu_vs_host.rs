@@ -244,3 +244,51 @@ fn stack_equalize_histogram_gpu_is_bit_exact_with_host() {
     let err = registry.execute(&plan, Array::from(random_stack(DType::F32, [1, 4, 4], 1)), &conversions).unwrap_err();
     assert!(err.to_string().contains("--device cpu"), "{err}");
 }
+
+/// Same weights and tap order as the host; FMA contraction in the shader
+/// allows 1e-6 × max|input| of difference.
+#[test]
+fn gaussian_sharpen_composite_gpu_match_host() {
+    let Some(dev) = gpu() else { return };
+    let cases: [(&str, &[&str]); 7] = [
+        ("gaussian_blur", &[]),
+        ("gaussian_blur", &["sigma=2", "sigma_x=0.5"]),
+        ("gaussian_blur", &["sigma=30"]),
+        ("sharpen", &[]),
+        ("sharpen", &["radius=2.5", "amount=0.7"]),
+        ("composite", &[]),
+        ("composite", &["weights=3,1,0,2,1"]),
+    ];
+    for (name, args) in cases {
+        for dtype in DType::ALL {
+            for (i, shape) in SHAPES.iter().enumerate() {
+                if name == "composite" && args.len() == 1 && shape[0] != 5 {
+                    continue; // 5 weights need a 5-plane stack
+                }
+                let s = random_stack(dtype, *shape, 700 + i as u64);
+                let host = call_args(name, args, &s, Device::Cpu);
+                let gpu = call_args(name, args, &s, dev);
+                let scale = s.to_f32().iter().fold(1.0f32, |m, v| m.max(v.abs()));
+                assert_close_stacks(&gpu, &host, 1e-6 * scale, 0.0, &format!("{name} {args:?} {dtype} {shape:?}"));
+            }
+        }
+    }
+}
+
+/// apply_mask moves pixels only: bit-exact, padding lanes of packed planes included.
+#[test]
+fn apply_mask_gpu_is_bit_exact_with_host() {
+    let Some(dev) = gpu() else { return };
+    for dtype in DType::ALL {
+        for (i, shape) in SHAPES.iter().enumerate().skip(1) {
+            // Threshold the random values into a mask with zeros.
+            let s = random_stack(dtype, *shape, 800 + i as u64);
+            let masked = Stack::from_f32_array(s.to_f32().mapv(|v| if v.rem_euclid(3.0) < 1.0 { 0.0 } else { v }), dtype);
+            for args in [&["fill=5"][..], &["mask_index=0"][..]] {
+                let host = call_args("apply_mask", args, &masked, Device::Cpu);
+                let gpu = call_args("apply_mask", args, &masked, dev);
+                assert_eq!(gpu, host, "{dtype} {shape:?} {args:?}");
+            }
+        }
+    }
+}

@@ -195,8 +195,8 @@ fn median_generic<T: Pixel>(src: &[T], h: usize, w: usize, size: usize) -> Vec<T
     out
 }
 
-/// σ for one axis: the axis argument, or `sigma` when it is -1.
-fn axis_sigma(args: &Args, axis: &str) -> Result<f64, FunctionError> {
+/// σ for one axis of `gaussian_blur`: the axis argument, or `sigma` when it is -1.
+pub fn axis_sigma(args: &Args, axis: &str) -> Result<f64, FunctionError> {
     let v = args.float(axis);
     if v == -1.0 {
         Ok(args.float("sigma"))

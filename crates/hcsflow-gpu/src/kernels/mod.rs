@@ -7,6 +7,7 @@
 
 mod focus;
 mod equalize;
+mod filters;
 mod normalize;
 mod projection;
 
@@ -38,6 +39,10 @@ fn kernels() -> Vec<(&'static str, Kernel)> {
         ("focus_stack", focus::focus_stack),
         ("stack_percentile_normalize", |a, args| normalize::percentile_normalize(a, args, "stack_percentile_normalize", false)),
         ("stack_equalize_histogram", equalize::stack_equalize_histogram),
+        ("gaussian_blur", filters::gaussian_blur),
+        ("sharpen", filters::sharpen),
+        ("composite", filters::composite),
+        ("apply_mask", filters::apply_mask),
     ]
 }
 
