@@ -60,7 +60,7 @@ impl Default for PositionParams {
             highpass_radius: 8,
             refine_iterations: 10,
             refine_samples: 1 << 17,
-            max_residual_px: 2.0,
+            max_residual_px: 1.5,
             min_overlap_px: 200,
         }
     }
@@ -188,6 +188,11 @@ impl TilePositions {
     }
 }
 
+/// Reweighting rounds of the global fit and the Cauchy scale (px): edges
+/// measure to ~0.1 px, so a residual of a few px marks a wrong edge.
+const IRLS_ITERATIONS: usize = 10;
+const IRLS_SCALE_PX: f64 = 0.5;
+
 /// Typed plane access for window extraction.
 fn prepare_window(tiles: &Stack, k: usize, win: Window, out: &mut [f32]) {
     with_pixels!(Stack, tiles, a, T => {
@@ -213,9 +218,9 @@ struct Candidate {
 ///
 /// `tiles` is `[N, Y, X]`, one plane per tile in `layout` order (all tiles
 /// share one size, as the stack guarantees). Steps: neighbour pairs from the
-/// expected rectangles; for each pair, phase correlation of the overlap
-/// strips only, sub-pixel refinement and a score (see [`crate::pairwise`]
-/// docs in the crate root); rejection of low-score, out-of-range and
+/// expected rectangles; for each pair, FFT correlation of the overlap
+/// strips only, sub-pixel refinement and a score (see the crate docs);
+/// rejection of low-score, out-of-range and
 /// inconsistent edges; weighted least squares over the accepted edges
 /// (weight = score) per connected group of tiles, each group placed at the
 /// mean stage position of its tiles — so a tile without any good edge (blank,
@@ -328,24 +333,45 @@ pub fn tile_positions(tiles: &Stack, layout: &TileLayout, params: &PositionParam
         })
         .collect();
 
-    // Global fit, dropping the worst inconsistent edge until all agree.
-    let mut positions;
-    loop {
-        positions = solve(&stage, &edges);
-        let mut worst: Option<(usize, f64)> = None;
-        for (k, e) in edges.iter_mut().enumerate() {
+    // Global fit. First iteratively reweighted least squares with Cauchy
+    // weights (scale 0.5 px): a wrong edge that passed the score test is
+    // down-weighted instead of spreading its error over its loops, so its
+    // residual shows its true size. Then the worst edge beyond
+    // `max_residual_px` is dropped and the fit repeated until all agree.
+    let residuals = |positions: &[(f64, f64)], edges: &mut [Edge]| {
+        for e in edges.iter_mut() {
             let fx = positions[e.b].0 - positions[e.a].0;
             let fy = positions[e.b].1 - positions[e.a].1;
             e.residual = ((fx - e.measured.0).powi(2) + (fy - e.measured.1).powi(2)).sqrt();
-            if e.accepted() && e.residual > params.max_residual_px && worst.is_none_or(|(_, r)| e.residual > r) {
-                worst = Some((k, e.residual));
-            }
         }
+    };
+    let mut robust = vec![1.0f64; edges.len()];
+    let mut positions = solve(&stage, &edges, &robust);
+    for _ in 0..IRLS_ITERATIONS {
+        residuals(&positions, &mut edges);
+        for (w, e) in robust.iter_mut().zip(&edges) {
+            *w = 1.0 / (1.0 + (e.residual / IRLS_SCALE_PX).powi(2));
+        }
+        positions = solve(&stage, &edges, &robust);
+    }
+    loop {
+        residuals(&positions, &mut edges);
+        let worst = edges
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.accepted() && e.residual > params.max_residual_px)
+            .max_by(|a, b| a.1.residual.total_cmp(&b.1.residual))
+            .map(|(k, _)| k);
         match worst {
-            Some((k, _)) => edges[k].status = EdgeStatus::Inconsistent,
+            Some(k) => edges[k].status = EdgeStatus::Inconsistent,
             None => break,
         }
+        positions = solve(&stage, &edges, &robust);
     }
+    // Final fit of the agreeing edges with their plain weights.
+    let ones = vec![1.0f64; edges.len()];
+    positions = solve(&stage, &edges, &ones);
+    residuals(&positions, &mut edges);
 
     let mut has_edge = vec![false; n];
     for e in edges.iter().filter(|e| e.accepted()) {
@@ -389,7 +415,7 @@ pub fn tile_positions(tiles: &Stack, layout: &TileLayout, params: &PositionParam
 /// Weighted least squares of the accepted edges, per connected component,
 /// each component translated to the mean stage position of its tiles (the
 /// limit of weak stage priors). Isolated tiles keep their stage position.
-fn solve(stage: &[(f64, f64)], edges: &[Edge]) -> Vec<(f64, f64)> {
+fn solve(stage: &[(f64, f64)], edges: &[Edge], robust: &[f64]) -> Vec<(f64, f64)> {
     let n = stage.len();
     // Components (union-find).
     let mut parent: Vec<usize> = (0..n).collect();
@@ -400,8 +426,8 @@ fn solve(stage: &[(f64, f64)], edges: &[Edge]) -> Vec<(f64, f64)> {
         }
         x
     }
-    let good: Vec<&Edge> = edges.iter().filter(|e| e.accepted()).collect();
-    for e in &good {
+    let good: Vec<(&Edge, f64)> = edges.iter().zip(robust).filter(|(e, _)| e.accepted()).map(|(e, &r)| (e, r)).collect();
+    for (e, _) in &good {
         let (ra, rb) = (find(&mut parent, e.a), find(&mut parent, e.b));
         if ra != rb {
             parent[ra] = rb;
@@ -421,8 +447,8 @@ fn solve(stage: &[(f64, f64)], edges: &[Edge]) -> Vec<(f64, f64)> {
         }
         let cedges: Vec<(usize, usize, f64, (f64, f64))> = good
             .iter()
-            .filter(|e| local[e.a] != usize::MAX)
-            .map(|e| (local[e.a], local[e.b], e.score.max(1e-3), e.measured))
+            .filter(|(e, _)| local[e.a] != usize::MAX)
+            .map(|(e, r)| (local[e.a], local[e.b], e.score.max(1e-3) * r.max(1e-6), e.measured))
             .collect();
         let mean = |f: &dyn Fn(usize) -> f64| comp.iter().map(|&k| f(k)).sum::<f64>() / m as f64;
         for axis in 0..2 {
