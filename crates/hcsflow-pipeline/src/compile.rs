@@ -1,0 +1,640 @@
+//! Compile: (plate, pipeline, config) → a frozen [`Plan`], before any pixel is read.
+//!
+//! The plan fixes, for every step, the function chain (implementation,
+//! memory types, device, conversion routes into each call and back to the
+//! host) and, for every well × step, which planes form which stack, in which
+//! order, what each stack's output planes are called and where they are
+//! written. Execution only follows it.
+//!
+//! Components of a plane are a [`Key`] `[site, channel, z_index, timepoint]`.
+//! A function that reduces N → 1 (contract `volumetric_to_slice`) collapses
+//! the step's variable components: they become [`COLLAPSED`] (0; real
+//! components are 1-based), so a max-Z projection of z planes 1..3 of
+//! (site 2, channel 1) is the plane `[2, 1, 0, 1]`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Component as PathComponent, Path, PathBuf};
+
+use hcsflow_core::{
+    CallPlan, Contract, ConversionPolicy, Conversions, DType, DTypeConversion, DTypePolicy, Device, MemoryType,
+    OutputDType, PlanError, Registry, Route,
+};
+use hcsflow_plate::Plate;
+
+use crate::spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, StepSpec};
+use crate::PipelineError;
+
+/// Components of one plane: `[site, channel, z_index, timepoint]`, indexed by
+/// [`Component::index`]. [`COLLAPSED`] marks a component a reduction removed.
+pub type Key = [u32; 4];
+
+/// The value of a component collapsed by an N → 1 function.
+pub const COLLAPSED: u32 = 0;
+
+/// What compile needs besides the plate and the pipeline.
+#[derive(Debug, Clone)]
+pub struct CompileConfig {
+    /// The device chosen (the CLI resolves `--device` with `select_device`).
+    pub device: Device,
+    /// Why that device, for the plan and the report.
+    pub device_reason: String,
+    pub policy: ConversionPolicy,
+    /// The output folder. Must not be inside the plate.
+    pub out: PathBuf,
+}
+
+/// One function chain of a step, fully resolved.
+#[derive(Debug, Clone)]
+pub struct ChainPlan {
+    /// For map entries: the key as written and the group value it means.
+    pub label: Option<String>,
+    pub group_value: Option<u32>,
+    pub calls: Vec<CallPlan>,
+    /// The last call's output memory type → host (outputs are written and passed on from the host).
+    pub route_out: Route,
+    /// True if some call reduces N → 1.
+    pub reduces: bool,
+}
+
+/// One enabled step.
+#[derive(Debug, Clone)]
+pub struct StepPlan {
+    pub name: String,
+    pub variable: Vec<Component>,
+    pub group_by: Option<Component>,
+    pub input_source: InputSource,
+    pub missing_groups: MissingGroups,
+    pub chains: Vec<ChainPlan>,
+    pub materialize: BTreeSet<Materialize>,
+    pub dtype: DTypePolicy,
+    /// `OUT/<step name>` for TIFF output.
+    pub out_dir: PathBuf,
+}
+
+/// One plane of the plate a well reads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InputPlane {
+    pub key: Key,
+    /// `None`: the plate declares this image but it is missing; it is filled
+    /// with zeros in memory (never on disk) when a step needs it.
+    pub path: Option<PathBuf>,
+    /// Path relative to the plate folder: the naming outputs mirror.
+    pub rel: PathBuf,
+}
+
+/// What a stack goes through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    /// `StepPlan::chains[i]`.
+    Chain(usize),
+    /// Missing from the func map under `missing_groups = "passthrough"`.
+    Passthrough,
+    /// Missing from the func map under `missing_groups = "skip"`.
+    Skip,
+}
+
+/// An output plane: its components and its name relative to the step folder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutPlane {
+    pub key: Key,
+    pub rel: PathBuf,
+}
+
+/// One stack of one step in one well.
+#[derive(Debug, Clone)]
+pub struct GroupPlan {
+    /// Input planes in stack order (numeric order of the variable components).
+    pub inputs: Vec<Key>,
+    pub action: Action,
+    /// Output planes in stack order (empty for [`Action::Skip`]).
+    pub outputs: Vec<OutPlane>,
+}
+
+/// The stacks of one step in one well.
+#[derive(Debug, Clone)]
+pub struct WellStepPlan {
+    /// Index into [`Plan::steps`].
+    pub step: usize,
+    pub groups: Vec<GroupPlan>,
+}
+
+/// Everything one well does.
+#[derive(Debug, Clone)]
+pub struct WellPlan {
+    pub well: String,
+    pub inputs: Vec<InputPlane>,
+    pub steps: Vec<WellStepPlan>,
+    /// Bytes of the well's input planes.
+    pub input_bytes: u64,
+    /// Estimated peak bytes while the well runs (input planes, one stack
+    /// copy, the outputs): what `--max-memory` budgets.
+    pub estimate_bytes: u64,
+}
+
+/// The frozen plan of a run.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub pipeline_name: String,
+    pub digest: String,
+    pub plate_root: PathBuf,
+    pub plate_name: String,
+    pub out: PathBuf,
+    pub device: Device,
+    pub device_reason: String,
+    pub steps: Vec<StepPlan>,
+    /// Names of disabled steps (listed by the dry run, not run).
+    pub disabled: Vec<String>,
+    pub wells: Vec<WellPlan>,
+    /// Plane height, width and dtype of the plate.
+    pub plane: (usize, usize, DType),
+    pub pixel_size_um: Option<f64>,
+    /// Images the plate declares but does not have (zero-filled in memory).
+    pub missing_images: usize,
+    /// Channel number → name, from the plate metadata (OME-Zarr channel labels).
+    pub channel_names: BTreeMap<u32, String>,
+}
+
+/// A plane as compile tracks it through the steps.
+#[derive(Debug, Clone)]
+struct Flow {
+    key: Key,
+    rel: PathBuf,
+}
+
+/// Compiles `spec` for `plate`. Collects every problem it can find and
+/// returns them together ([`PipelineError::Invalid`]) rather than one at a time.
+pub fn compile(
+    plate: &Plate,
+    spec: &PipelineSpec,
+    registry: &Registry,
+    conversions: &Conversions,
+    config: &CompileConfig,
+) -> Result<Plan, PipelineError> {
+    check_out_dir(plate, spec, &config.out)?;
+    let mut errors = Vec::new();
+    let mut names = BTreeSet::new();
+    let mut steps = Vec::new();
+    let mut disabled = Vec::new();
+    // Per enabled step: the resolved func, for grouping below.
+    let mut funcs: Vec<ResolvedFunc> = Vec::new();
+    for step in &spec.steps {
+        if !names.insert(step.name.clone()) {
+            errors.push(PipelineError::step(&step.name, "two steps have this name", "give every step a unique name (it names its output folder)"));
+        }
+        if !step.enabled {
+            disabled.push(step.name.clone());
+            continue;
+        }
+        match compile_step(step, plate, registry, conversions, config) {
+            Ok((plan, func)) => {
+                steps.push(plan);
+                funcs.push(func);
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    if spec.steps.iter().all(|s| !s.enabled) {
+        errors.push(PipelineError::Config {
+            message: "the pipeline has no enabled step".into(),
+            fix: "add a [[steps]] table (see examples/*.toml) or set enabled = true".into(),
+        });
+    }
+    if !errors.is_empty() {
+        return Err(flatten(errors));
+    }
+    let plane = plane_format(plate)?;
+    let plane_bytes = (plane.0 * plane.1 * plane.2.size_bytes()) as u64;
+
+    // Per well: the starting planes, then each step's stacks, simulated on keys.
+    let mut wells = Vec::new();
+    // Per step: group values seen across the plate and values lacking a map entry.
+    let mut seen: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); steps.len()];
+    let mut unmapped: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); steps.len()];
+    let mut missing_images = 0;
+    for well in plate.wells() {
+        let inputs = well_inputs(plate, &well);
+        missing_images += inputs.iter().filter(|i| i.path.is_none()).count();
+        let start: Vec<Flow> = inputs.iter().map(|i| Flow { key: i.key, rel: i.rel.clone() }).collect();
+        let mut current = start.clone();
+        let mut well_steps = Vec::new();
+        let mut peak_planes = start.len();
+        for (si, (step, func)) in steps.iter().zip(&funcs).enumerate() {
+            let input = match step.input_source {
+                InputSource::PipelineStart => start.clone(),
+                InputSource::Previous => current,
+            };
+            let mut groups = Vec::new();
+            let mut output = Vec::new();
+            for members in group(&input, &step.variable) {
+                let value = step.group_by.map(|c| members[0].key[c.index()]);
+                if let Some(v) = value {
+                    seen[si].insert(v);
+                }
+                let action = match (func, value) {
+                    (ResolvedFunc::Single, _) => Action::Chain(0),
+                    (ResolvedFunc::Map(map), Some(v)) => match map.get(&v) {
+                        Some(&ci) => Action::Chain(ci),
+                        None => {
+                            unmapped[si].insert(v);
+                            match step.missing_groups {
+                                MissingGroups::Skip => Action::Skip,
+                                MissingGroups::Passthrough | MissingGroups::Error => Action::Passthrough,
+                            }
+                        }
+                    },
+                    (ResolvedFunc::Map(_), None) => Action::Chain(0), // refused in compile_step
+                };
+                let outputs: Vec<Flow> = match action {
+                    Action::Skip => Vec::new(),
+                    Action::Passthrough => members.clone(),
+                    Action::Chain(ci) if step.chains[ci].reduces => {
+                        let mut key = members[0].key;
+                        for c in &step.variable {
+                            key[c.index()] = COLLAPSED;
+                        }
+                        vec![Flow { key, rel: collapse_rel(&members[0].rel, &step.variable) }]
+                    }
+                    Action::Chain(_) => members.clone(),
+                };
+                groups.push(GroupPlan {
+                    inputs: members.iter().map(|m| m.key).collect(),
+                    action,
+                    outputs: outputs.iter().map(|f| OutPlane { key: f.key, rel: f.rel.clone() }).collect(),
+                });
+                output.extend(outputs);
+            }
+            output.sort_by_key(|f| f.key);
+            peak_planes = peak_planes.max(input.len() + output.len());
+            well_steps.push(WellStepPlan { step: si, groups });
+            current = output;
+        }
+        let input_bytes = inputs.len() as u64 * plane_bytes;
+        let largest_stack =
+            well_steps.iter().flat_map(|s| s.groups.iter().map(|g| g.inputs.len())).max().unwrap_or(0) as u64;
+        wells.push(WellPlan {
+            well,
+            inputs,
+            steps: well_steps,
+            input_bytes,
+            // Planes held (a step's input and output) + one stack and its result in flight per group.
+            estimate_bytes: (peak_planes as u64 + 2 * largest_stack) * plane_bytes,
+        });
+    }
+
+    // Map keys must be group values of this plate; missing groups follow the policy.
+    for (si, step) in steps.iter().enumerate() {
+        let Some(group_by) = step.group_by else { continue };
+        for chain in &step.chains {
+            if let (Some(label), Some(v)) = (&chain.label, chain.group_value) {
+                if !seen[si].contains(&v) {
+                    errors.push(PipelineError::step(
+                        &step.name,
+                        format!("func map key '{label}' is not a {group_by} of this step's input"),
+                        format!("use one of: {}", describe_values(plate, group_by, &seen[si])),
+                    ));
+                }
+            }
+        }
+        if step.missing_groups == MissingGroups::Error && !unmapped[si].is_empty() && !step.chains.iter().all(|c| c.label.is_none()) {
+            errors.push(PipelineError::step(
+                &step.name,
+                format!(
+                    "func map has no entry for {group_by} {}",
+                    describe_values(plate, group_by, &unmapped[si])
+                ),
+                "add entries for them, or set missing_groups = \"passthrough\" (pass them on unchanged) or \"skip\" (drop them)",
+            ));
+        }
+    }
+    if !errors.is_empty() {
+        return Err(flatten(errors));
+    }
+    Ok(Plan {
+        pipeline_name: spec.name.clone(),
+        digest: spec.digest(),
+        plate_root: plate.root.clone(),
+        plate_name: plate.metadata.name.clone(),
+        out: config.out.clone(),
+        device: config.device,
+        device_reason: config.device_reason.clone(),
+        steps,
+        disabled,
+        wells,
+        plane,
+        pixel_size_um: plate.metadata.pixel_size_um,
+        missing_images,
+        channel_names: plate.metadata.channel_names.clone(),
+    })
+}
+
+fn flatten(mut errors: Vec<PipelineError>) -> PipelineError {
+    if errors.len() == 1 {
+        errors.remove(0)
+    } else {
+        PipelineError::Invalid(errors)
+    }
+}
+
+/// How a step's `func` selects chains.
+enum ResolvedFunc {
+    /// One chain for every stack.
+    Single,
+    /// Group value → index into `StepPlan::chains`.
+    Map(BTreeMap<u32, usize>),
+}
+
+fn compile_step(
+    step: &StepSpec,
+    plate: &Plate,
+    registry: &Registry,
+    conversions: &Conversions,
+    config: &CompileConfig,
+) -> Result<(StepPlan, ResolvedFunc), PipelineError> {
+    let name = step.name.as_str();
+    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\']) || name.starts_with('.') {
+        return Err(PipelineError::step(name, "bad step name (it names the step's output folder)", "use letters, digits, '-' and '_'"));
+    }
+    let mut variable = Vec::new();
+    for c in &step.variable_components {
+        let c: Component = c.parse().map_err(|e: String| PipelineError::step(name, format!("variable_components: {e}"), "e.g. variable_components = [\"z_index\"]"))?;
+        if !variable.contains(&c) {
+            variable.push(c);
+        }
+    }
+    let group_by = match step.group_by.as_str() {
+        "none" | "" => None,
+        g => Some(g.parse::<Component>().map_err(|e| PipelineError::step(name, format!("group_by: {e}"), "group_by = \"channel\" (default) or \"none\""))?),
+    };
+    if let Some(g) = group_by.filter(|g| variable.contains(g)) {
+        return Err(PipelineError::step(
+            name,
+            format!("group_by = \"{g}\" is also a variable component: a stack spans several {g} values, so it has no single group value"),
+            format!("remove \"{g}\" from variable_components, or set group_by to another component or \"none\""),
+        ));
+    }
+    let output: OutputDType = step
+        .dtype
+        .parse()
+        .map_err(|e: hcsflow_core::dtype::UnknownDType| PipelineError::step(name, format!("dtype: {e}"), "dtype = \"input\", \"u8\", \"u16\" or \"f32\""))?;
+    let dtype = DTypePolicy {
+        output,
+        conversion: if step.stretch { DTypeConversion::Stretch } else { DTypeConversion::Clip },
+    };
+    let materialize: BTreeSet<Materialize> = step.materialize.iter().copied().collect();
+    let func = FuncSpec::parse(name, &step.func)?;
+    let mut errors = Vec::new();
+    let (chains, resolved) = match func {
+        FuncSpec::Chain(calls) => match compile_chain(name, &calls, registry, conversions, config) {
+            Ok(c) => (vec![c], ResolvedFunc::Single),
+            Err(e) => return Err(e),
+        },
+        FuncSpec::Map(map) => {
+            let Some(g) = group_by else {
+                return Err(PipelineError::step(name, "func is a map but group_by = \"none\"", "set group_by to the component the map is keyed by (default \"channel\")"));
+            };
+            let mut chains = Vec::new();
+            let mut by_value: BTreeMap<u32, usize> = BTreeMap::new();
+            for (label, calls) in &map {
+                let value = match resolve_group_key(plate, g, label) {
+                    Ok(v) => v,
+                    Err(fix) => {
+                        errors.push(PipelineError::step(name, format!("func map key '{label}' is not a {g} of this plate"), fix));
+                        continue;
+                    }
+                };
+                match compile_chain(name, calls, registry, conversions, config) {
+                    Ok(mut c) => {
+                        if let Some(&other) = by_value.get(&value) {
+                            let other_label = chains.get(other).and_then(|c: &ChainPlan| c.label.clone()).unwrap_or_default();
+                            errors.push(PipelineError::step(name, format!("func map keys '{other_label}' and '{label}' both mean {g} {value}"), "keep one of them"));
+                            continue;
+                        }
+                        c.label = Some(label.clone());
+                        c.group_value = Some(value);
+                        by_value.insert(value, chains.len());
+                        chains.push(c);
+                    }
+                    Err(e) => errors.push(e),
+                }
+            }
+            if !errors.is_empty() {
+                return Err(flatten(errors));
+            }
+            (chains, ResolvedFunc::Map(by_value))
+        }
+    };
+    Ok((
+        StepPlan {
+            name: name.to_string(),
+            variable,
+            group_by,
+            input_source: step.input_source,
+            missing_groups: step.missing_groups,
+            chains,
+            materialize,
+            dtype,
+            out_dir: config.out.join(name),
+        },
+        resolved,
+    ))
+}
+
+fn compile_chain(
+    step: &str,
+    calls: &[CallSpec],
+    registry: &Registry,
+    conversions: &Conversions,
+    config: &CompileConfig,
+) -> Result<ChainPlan, PipelineError> {
+    let mut memory = MemoryType::Host;
+    let mut planned = Vec::new();
+    let mut reduces = false;
+    for call in calls {
+        let plan_err = |e: PlanError| {
+            let fix = match &e {
+                PlanError::UnknownFunction { .. } => "check the name; `hcsflow functions` lists every function".to_string(),
+                PlanError::Args(_) => format!("`hcsflow functions {}` lists its arguments, types and ranges", call.name),
+                PlanError::NoImplementation { .. } => "run with --device cpu, or use functions that have a GPU implementation (`hcsflow functions`)".to_string(),
+                PlanError::Conversion { .. } => "set --allow-host-round-trip, or chain functions with matching memory types".to_string(),
+            };
+            PipelineError::step(step, e.to_string(), fix)
+        };
+        let function = registry.get(&call.name).map_err(plan_err)?;
+        let args = function.validate_args(call.args.clone()).map_err(|e| plan_err(PlanError::Args(e)))?;
+        let plan = registry
+            .plan_call(&call.name, args, memory, config.device, conversions, config.policy)
+            .map_err(plan_err)?;
+        reduces |= plan.contract == Contract::VolumetricToSlice;
+        memory = plan.implementation.memory_out;
+        planned.push(plan);
+    }
+    let route_out = conversions
+        .plan(memory, MemoryType::Host, config.policy)
+        .map_err(|e| PipelineError::step(step, format!("copying the result to the host: {e}"), "use functions whose output this build can download"))?;
+    Ok(ChainPlan { label: None, group_value: None, calls: planned, route_out, reduces })
+}
+
+/// The group value a map key means: a number, or (for channels) a channel name.
+fn resolve_group_key(plate: &Plate, component: Component, key: &str) -> Result<u32, String> {
+    if let Ok(v) = key.trim().parse::<u32>() {
+        return Ok(v);
+    }
+    if component == Component::Channel {
+        if let Some((&c, _)) = plate.metadata.channel_names.iter().find(|(_, n)| n.eq_ignore_ascii_case(key.trim())) {
+            return Ok(c);
+        }
+    }
+    Err(format!("use one of: {}", describe_values(plate, component, &plate_values(plate, component))))
+}
+
+fn plate_values(plate: &Plate, component: Component) -> BTreeSet<u32> {
+    plate.images.iter().map(|i| key_of(i.site, i.channel, i.z_index, i.timepoint)[component.index()]).collect()
+}
+
+/// "1 (DAPI), 2 (GFP)" for channels; plain numbers otherwise; "collapsed" for 0.
+fn describe_values(plate: &Plate, component: Component, values: &BTreeSet<u32>) -> String {
+    let v: Vec<String> = values
+        .iter()
+        .map(|&v| match (v, component) {
+            (COLLAPSED, _) => "(collapsed by an earlier step)".to_string(),
+            (v, Component::Channel) => match plate.metadata.channel_names.get(&v) {
+                Some(n) => format!("{v} ({n})"),
+                None => v.to_string(),
+            },
+            (v, _) => v.to_string(),
+        })
+        .collect();
+    if v.is_empty() {
+        "(none)".into()
+    } else {
+        v.join(", ")
+    }
+}
+
+fn key_of(site: u32, channel: u32, z: u32, t: u32) -> Key {
+    [site, channel, z, t]
+}
+
+/// The planes of `well`: its images and the images the plate declares missing.
+fn well_inputs(plate: &Plate, well: &str) -> Vec<InputPlane> {
+    let rel = |p: &Path| -> PathBuf {
+        p.strip_prefix(&plate.root)
+            .map(Path::to_path_buf)
+            .unwrap_or_else(|_| p.file_name().map(PathBuf::from).unwrap_or_default())
+    };
+    let mut v: Vec<InputPlane> = plate
+        .images
+        .iter()
+        .filter(|i| i.well == well)
+        .map(|i| InputPlane { key: key_of(i.site, i.channel, i.z_index, i.timepoint), path: Some(i.path.clone()), rel: rel(&i.path) })
+        .collect();
+    let present: BTreeSet<Key> = v.iter().map(|i| i.key).collect();
+    for m in plate.missing.iter().filter(|m| m.well == well) {
+        let key = key_of(m.site, m.channel, m.z_index, m.timepoint);
+        if key.contains(&0) || present.contains(&key) {
+            continue;
+        }
+        let name = m.path.as_deref().map(rel).unwrap_or_else(|| {
+            PathBuf::from(format!("{well}_s{}_w{}_z{}_t{}.tif", m.site, m.channel, m.z_index, m.timepoint))
+        });
+        v.push(InputPlane { key, path: None, rel: name });
+    }
+    v.sort_by_key(|i| i.key);
+    v
+}
+
+/// Groups planes by every component not in `variable`; each group ordered by
+/// the variable components (in the order listed, numerically). Groups come in
+/// numeric order of their fixed components.
+fn group(planes: &[Flow], variable: &[Component]) -> Vec<Vec<Flow>> {
+    let mut groups: BTreeMap<Key, Vec<Flow>> = BTreeMap::new();
+    for p in planes {
+        let mut fixed = p.key;
+        for c in variable {
+            fixed[c.index()] = u32::MAX;
+        }
+        groups.entry(fixed).or_default().push(p.clone());
+    }
+    groups
+        .into_values()
+        .map(|mut g| {
+            g.sort_by_key(|f| variable.iter().map(|c| f.key[c.index()]).collect::<Vec<_>>());
+            g
+        })
+        .collect()
+}
+
+/// The output name of a reduced stack: its first plane's name; when z was
+/// reduced, without the ImageXpress `ZStep_<n>` folder (where MetaXpress puts
+/// its own projections).
+fn collapse_rel(rel: &Path, variable: &[Component]) -> PathBuf {
+    if !variable.contains(&Component::ZIndex) {
+        return rel.to_path_buf();
+    }
+    rel.components()
+        .filter(|c| !matches!(c, PathComponent::Normal(s) if s.to_string_lossy().starts_with("ZStep_")))
+        .collect()
+}
+
+/// Plane height, width and dtype from the metadata, else from the first image's header.
+fn plane_format(plate: &Plate) -> Result<(usize, usize, DType), PipelineError> {
+    let m = &plate.metadata;
+    if let (Some(w), Some(h), Some(d)) = (m.image_width, m.image_height, m.dtype) {
+        return Ok((h as usize, w as usize, d));
+    }
+    let first = plate.images.first().ok_or_else(|| PipelineError::Config {
+        message: format!("{}: the plate has no images", plate.root.display()),
+        fix: "check the plate folder (`hcsflow inspect`)".into(),
+    })?;
+    let info = hcsflow_tiff::read_info(&first.path).map_err(|e| PipelineError::Io { path: first.path.clone(), message: e.to_string() })?;
+    Ok((info.height, info.width, info.dtype))
+}
+
+/// `path` made absolute and resolved as far as it exists (the rest appended).
+fn resolve(path: &Path) -> PathBuf {
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().map(|d| d.join(path)).unwrap_or_else(|_| path.to_path_buf())
+    };
+    let mut existing = abs.clone();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match (existing.file_name().map(|n| n.to_os_string()), existing.parent()) {
+            (Some(n), Some(p)) => {
+                rest.push(n);
+                existing = p.to_path_buf();
+            }
+            _ => break,
+        }
+    }
+    let mut out = existing.canonicalize().unwrap_or(existing);
+    for n in rest.into_iter().rev() {
+        out.push(n);
+    }
+    out
+}
+
+/// The input plate is read-only: no output may land inside it.
+fn check_out_dir(plate: &Plate, spec: &PipelineSpec, out: &Path) -> Result<(), PipelineError> {
+    let root = resolve(&plate.root);
+    let out_abs = resolve(out);
+    let inside = |p: &Path| p.starts_with(&root);
+    if inside(&out_abs) {
+        return Err(PipelineError::Config {
+            message: format!("output folder {} is inside the input plate {}; the input plate is never written", out.display(), plate.root.display()),
+            fix: "choose an output folder outside the plate".into(),
+        });
+    }
+    for step in spec.steps.iter().filter(|s| s.enabled) {
+        let dir = out_abs.join(&step.name);
+        if root.starts_with(&dir) {
+            return Err(PipelineError::step(
+                &step.name,
+                format!("its output folder {} would contain the input plate {}", dir.display(), plate.root.display()),
+                "rename the step or choose another output folder",
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,41 @@
+//! Errors of parsing, compiling and running a pipeline.
+
+use std::path::PathBuf;
+
+use hcsflow_plate::PlateError;
+
+/// What went wrong. Compile-time problems ([`PipelineError::Step`],
+/// [`PipelineError::Invalid`]) are the user's to fix and name the step and the
+/// fix; the CLI maps them to exit code 2.
+#[derive(Debug, thiserror::Error)]
+pub enum PipelineError {
+    #[error("{origin}: not a valid pipeline file: {message}")]
+    Parse { origin: String, message: String },
+    #[error("{path}: {message}")]
+    Io { path: PathBuf, message: String },
+    #[error("step '{step}': {message}\n    fix: {fix}")]
+    Step { step: String, message: String, fix: String },
+    /// Several problems found at compile time, all reported at once.
+    #[error("{} problem(s) in the pipeline:\n{}", .0.len(), .0.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n"))]
+    Invalid(Vec<PipelineError>),
+    /// A configuration problem not tied to a step (output folder inside the plate, …).
+    #[error("{message}\n    fix: {fix}")]
+    Config { message: String, fix: String },
+    #[error(transparent)]
+    Plate(#[from] PlateError),
+}
+
+impl PipelineError {
+    pub(crate) fn step(step: &str, message: impl Into<String>, fix: impl Into<String>) -> Self {
+        PipelineError::Step { step: step.to_string(), message: message.into(), fix: fix.into() }
+    }
+
+    /// True for problems the user fixes in the pipeline file or the command
+    /// line (exit code 2 in the CLI), false for I/O and plate-reading failures.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            PipelineError::Parse { .. } | PipelineError::Step { .. } | PipelineError::Invalid(_) | PipelineError::Config { .. }
+        )
+    }
+}

@@ -1,0 +1,691 @@
+//! Execute a [`Plan`]: wells in parallel within a memory budget, each well
+//! isolated, resumable, with atomic writes and a report.
+//!
+//! Contract:
+//! - A well's failure (unreadable TIFF, function error, even a panic) is
+//!   recorded with its reason; the other wells run to the end. The run's
+//!   [`RunSummary::failed`] lists them; the CLI exits non-zero.
+//! - After every well, `OUT/run_manifest.json` is rewritten atomically
+//!   (temporary file, then rename) with the wells completed so far and their
+//!   outputs. [`RunOptions::resume`] skips wells recorded complete by a run of
+//!   the same pipeline (same digest) on the same plate.
+//! - Every image file is written atomically by `hcsflow-tiff`; cancellation
+//!   ([`RunOptions::cancel`]) stops *starting* wells, in-flight wells finish,
+//!   so no half-written file is ever visible under its final name.
+//! - Nothing is written inside the input plate (compile refuses such outputs).
+
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Instant;
+
+use hcsflow_core::{with_pixels, Array, Conversions, Device, Registry, Route, Stack};
+use hcsflow_tiff::WriteOptions;
+use ndarray::Axis;
+use rayon::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::compile::{Action, GroupPlan, Key, Plan, WellPlan, COLLAPSED};
+use crate::spec::{InputSource, Materialize};
+use crate::zarr::ZarrOutput;
+use crate::PipelineError;
+
+/// The run manifest's file name in OUT.
+pub const MANIFEST_NAME: &str = "run_manifest.json";
+/// The per-plate CSV summary of outputs in OUT.
+pub const SUMMARY_NAME: &str = "summary.csv";
+
+/// How to run.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// Wells processed at the same time (≥ 1).
+    pub workers: usize,
+    /// Bytes the wells in flight may use (by [`WellPlan::estimate_bytes`]);
+    /// a well that alone exceeds it still runs, alone.
+    pub max_memory: Option<u64>,
+    /// Skip wells the manifest records complete.
+    pub resume: bool,
+    /// Set (e.g. by Ctrl-C) to stop starting wells.
+    pub cancel: Arc<AtomicBool>,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions { workers: 1, max_memory: None, resume: false, cancel: Arc::new(AtomicBool::new(false)) }
+    }
+}
+
+/// Progress events, for the CLI to print.
+#[derive(Debug, Clone)]
+pub enum Progress<'a> {
+    Skipped { well: &'a str },
+    Started { well: &'a str },
+    Finished { well: &'a str, done: usize, total: usize, seconds: f64, error: Option<&'a str> },
+}
+
+/// One written output plane, as recorded in the manifest and the CSV summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct OutputRecord {
+    pub step: String,
+    /// `[site, channel, z_index, timepoint]`; 0 = collapsed by a reduction.
+    pub key: Key,
+    /// Relative to OUT.
+    pub path: PathBuf,
+    pub height: usize,
+    pub width: usize,
+    pub dtype: String,
+}
+
+/// A well in the manifest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WellRecord {
+    /// "complete" or "failed".
+    pub status: String,
+    pub seconds: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub outputs: Vec<OutputRecord>,
+}
+
+/// `OUT/run_manifest.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub version: u32,
+    pub pipeline: String,
+    pub digest: String,
+    pub plate: PathBuf,
+    pub wells: BTreeMap<String, WellRecord>,
+}
+
+/// Timings of one step in one well, seconds.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StepTiming {
+    pub step: String,
+    pub read: f64,
+    pub compute: f64,
+    pub write: f64,
+    pub stacks: usize,
+}
+
+/// One well in the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct WellReport {
+    pub well: String,
+    /// "complete", "failed", "skipped (resumed)" or "not started".
+    pub status: String,
+    pub seconds: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    pub steps: Vec<StepTiming>,
+    pub bytes_read: u64,
+}
+
+/// A function chain of a step, for the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct ChainReport {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
+    /// `name (memory_in → memory_out on device)`.
+    pub functions: Vec<String>,
+    /// Route into each call, then back to the host.
+    pub routes: Vec<Route>,
+}
+
+/// One step in the report: its chains and total times over wells.
+#[derive(Debug, Clone, Serialize)]
+pub struct StepReport {
+    pub name: String,
+    pub chains: Vec<ChainReport>,
+    pub read_seconds: f64,
+    pub compute_seconds: f64,
+    pub write_seconds: f64,
+}
+
+/// A failed well.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failure {
+    pub well: String,
+    pub error: String,
+}
+
+/// What `--report` writes.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunReport {
+    pub pipeline: String,
+    pub plate: PathBuf,
+    pub out: PathBuf,
+    pub device: String,
+    pub device_reason: String,
+    pub workers: usize,
+    pub max_memory: Option<u64>,
+    pub seconds: f64,
+    /// Bytes of input planes of the wells processed in this run.
+    pub input_bytes: u64,
+    pub mb_per_s: f64,
+    /// Peak resident set size of the process (VmHWM), if known.
+    pub peak_rss_bytes: Option<u64>,
+    pub steps: Vec<StepReport>,
+    pub wells: Vec<WellReport>,
+    pub failures: Vec<Failure>,
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone)]
+pub struct RunSummary {
+    pub total: usize,
+    pub completed: Vec<String>,
+    pub skipped: Vec<String>,
+    pub failed: Vec<Failure>,
+    /// Wells not started because the run was cancelled.
+    pub not_started: Vec<String>,
+    /// OME-Zarr plates written (`materialize = ["zarr"]`).
+    pub zarr_plates: Vec<PathBuf>,
+    pub report: RunReport,
+}
+
+/// Peak resident set size of this process (Linux `VmHWM`), in bytes.
+pub fn peak_rss_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+fn io_err(path: &Path) -> impl Fn(std::io::Error) -> PipelineError + '_ {
+    move |e| PipelineError::Io { path: path.to_path_buf(), message: e.to_string() }
+}
+
+/// Writes `bytes` to `path` atomically (hidden temporary in the same folder, then rename).
+fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PipelineError> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
+    std::fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
+    std::fs::rename(&tmp, path).map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        io_err(path)(e)
+    })
+}
+
+impl Manifest {
+    fn new(plan: &Plan) -> Manifest {
+        Manifest {
+            version: 1,
+            pipeline: plan.pipeline_name.clone(),
+            digest: plan.digest.clone(),
+            plate: plan.plate_root.clone(),
+            wells: BTreeMap::new(),
+        }
+    }
+
+    /// Reads `OUT/run_manifest.json`, `None` if absent.
+    pub fn read(out: &Path) -> Result<Option<Manifest>, PipelineError> {
+        let path = out.join(MANIFEST_NAME);
+        match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map(Some)
+                .map_err(|e| PipelineError::Io { path, message: format!("not a run manifest: {e}") }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err(&path)(e)),
+        }
+    }
+
+    fn write(&self, out: &Path) -> Result<(), PipelineError> {
+        let json = serde_json::to_vec_pretty(self).map_err(|e| PipelineError::Io { path: out.join(MANIFEST_NAME), message: e.to_string() })?;
+        write_atomic(&out.join(MANIFEST_NAME), &json)
+    }
+}
+
+/// Runs `plan`. Returns `Err` only for problems that stop the whole run
+/// (output folder not writable, a manifest from another pipeline under
+/// `--resume`); per-well failures are in [`RunSummary::failed`].
+pub fn execute(
+    plan: &Plan,
+    registry: &Registry,
+    conversions: &Conversions,
+    options: &RunOptions,
+    progress: &(dyn Fn(Progress<'_>) + Sync),
+) -> Result<RunSummary, PipelineError> {
+    let started = Instant::now();
+    std::fs::create_dir_all(&plan.out).map_err(io_err(&plan.out))?;
+    let mut manifest = Manifest::new(plan);
+    if options.resume {
+        if let Some(previous) = Manifest::read(&plan.out)? {
+            if previous.digest != plan.digest {
+                return Err(PipelineError::Config {
+                    message: format!(
+                        "{} was written by a different pipeline (digest {} ≠ {})",
+                        plan.out.join(MANIFEST_NAME).display(),
+                        previous.digest,
+                        plan.digest
+                    ),
+                    fix: "run without --resume to redo every well, or use another output folder".into(),
+                });
+            }
+            manifest.wells = previous.wells.into_iter().filter(|(_, r)| r.status == "complete").collect();
+        }
+    }
+    manifest.write(&plan.out)?;
+    let zarr = ZarrOutput::open(crate::zarr::layouts(plan, &plan.channel_names))?;
+
+    let total = plan.wells.len();
+    let mut skipped = Vec::new();
+    let mut queue = std::collections::VecDeque::new();
+    for (i, w) in plan.wells.iter().enumerate() {
+        if manifest.wells.contains_key(&w.well) {
+            progress(Progress::Skipped { well: &w.well });
+            skipped.push(w.well.clone());
+        } else {
+            queue.push_back(i);
+        }
+    }
+    let queue = Mutex::new(queue);
+    let budget = (Mutex::new(0u64), Condvar::new());
+    let manifest = Mutex::new(manifest);
+    let reports: Mutex<Vec<WellReport>> = Mutex::new(Vec::new());
+    let done = Mutex::new(skipped.len());
+    let manifest_error: Mutex<Option<PipelineError>> = Mutex::new(None);
+    let workers = options.workers.max(1).min(queue.lock().map(|q| q.len()).unwrap_or(1).max(1));
+
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| loop {
+                if options.cancel.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Some(i) = queue.lock().ok().and_then(|mut q| q.pop_front()) else { break };
+                let well = &plan.wells[i];
+                // Wait until the well fits the memory budget (or nothing else runs).
+                let estimate = well.estimate_bytes;
+                {
+                    let (lock, cv) = &budget;
+                    let Ok(mut used) = lock.lock() else { break };
+                    if let Some(max) = options.max_memory {
+                        while *used > 0 && *used + estimate > max {
+                            used = match cv.wait(used) {
+                                Ok(u) => u,
+                                Err(p) => p.into_inner(),
+                            };
+                        }
+                    }
+                    *used += estimate;
+                }
+                let release = || {
+                    let (lock, cv) = &budget;
+                    if let Ok(mut used) = lock.lock() {
+                        *used = used.saturating_sub(estimate);
+                    }
+                    cv.notify_all();
+                };
+                if options.cancel.load(Ordering::SeqCst) {
+                    if let Ok(mut q) = queue.lock() {
+                        q.push_front(i);
+                    }
+                    release();
+                    break;
+                }
+                progress(Progress::Started { well: &well.well });
+                let t0 = Instant::now();
+                let result = std::panic::catch_unwind(AssertUnwindSafe(|| run_well(plan, well, registry, conversions, &zarr)))
+                    .unwrap_or_else(|p| {
+                        let msg = p
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_else(|| "unknown panic".into());
+                        Err((format!("internal error (panic): {msg}"), Vec::new()))
+                    });
+                release();
+                let seconds = t0.elapsed().as_secs_f64();
+                let (record, report) = match result {
+                    Ok((outputs, steps)) => (
+                        WellRecord { status: "complete".into(), seconds, error: None, outputs },
+                        WellReport { well: well.well.clone(), status: "complete".into(), seconds, error: None, steps, bytes_read: well.input_bytes },
+                    ),
+                    Err((error, steps)) => (
+                        WellRecord { status: "failed".into(), seconds, error: Some(error.clone()), outputs: Vec::new() },
+                        WellReport { well: well.well.clone(), status: "failed".into(), seconds, error: Some(error), steps, bytes_read: 0 },
+                    ),
+                };
+                let error = report.error.clone();
+                if let Ok(mut m) = manifest.lock() {
+                    m.wells.insert(well.well.clone(), record);
+                    if let Err(e) = m.write(&plan.out) {
+                        if let Ok(mut slot) = manifest_error.lock() {
+                            slot.get_or_insert(e);
+                        }
+                    }
+                }
+                if let Ok(mut r) = reports.lock() {
+                    r.push(report);
+                }
+                let n = done.lock().map(|mut d| {
+                    *d += 1;
+                    *d
+                });
+                progress(Progress::Finished {
+                    well: &well.well,
+                    done: n.unwrap_or(0),
+                    total,
+                    seconds,
+                    error: error.as_deref(),
+                });
+            });
+        }
+    });
+
+    if let Some(e) = manifest_error.into_inner().ok().flatten() {
+        return Err(e);
+    }
+    let manifest = manifest.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut wells = reports.into_inner().unwrap_or_else(|p| p.into_inner());
+    let not_started: Vec<String> = queue
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_iter()
+        .map(|i| plan.wells[i].well.clone())
+        .collect();
+    let zarr_plates = zarr.finish()?;
+    write_summary_csv(&plan.out, &manifest)?;
+
+    for w in &skipped {
+        wells.push(WellReport { well: w.clone(), status: "skipped (resumed)".into(), seconds: 0.0, error: None, steps: Vec::new(), bytes_read: 0 });
+    }
+    for w in &not_started {
+        wells.push(WellReport { well: w.clone(), status: "not started".into(), seconds: 0.0, error: None, steps: Vec::new(), bytes_read: 0 });
+    }
+    let order: BTreeMap<&str, usize> = plan.wells.iter().enumerate().map(|(i, w)| (w.well.as_str(), i)).collect();
+    wells.sort_by_key(|w| order.get(w.well.as_str()).copied().unwrap_or(usize::MAX));
+    let completed: Vec<String> = wells.iter().filter(|w| w.status == "complete").map(|w| w.well.clone()).collect();
+    let failed: Vec<Failure> = wells
+        .iter()
+        .filter(|w| w.status == "failed")
+        .map(|w| Failure { well: w.well.clone(), error: w.error.clone().unwrap_or_default() })
+        .collect();
+    let seconds = started.elapsed().as_secs_f64();
+    let input_bytes: u64 = wells.iter().map(|w| w.bytes_read).sum();
+    let steps = plan
+        .steps
+        .iter()
+        .map(|s| {
+            let timings = wells.iter().flat_map(|w| w.steps.iter().filter(|t| t.step == s.name));
+            let (mut r, mut c, mut wr) = (0.0, 0.0, 0.0);
+            for t in timings {
+                r += t.read;
+                c += t.compute;
+                wr += t.write;
+            }
+            StepReport {
+                name: s.name.clone(),
+                chains: s
+                    .chains
+                    .iter()
+                    .map(|ch| ChainReport {
+                        group: ch.label.clone(),
+                        functions: ch
+                            .calls
+                            .iter()
+                            .map(|c| format!("{} ({} → {} on {})", c.function, c.implementation.memory_in, c.implementation.memory_out, c.device))
+                            .collect(),
+                        routes: ch.calls.iter().map(|c| c.route_in).chain([ch.route_out]).collect(),
+                    })
+                    .collect(),
+                read_seconds: r,
+                compute_seconds: c,
+                write_seconds: wr,
+            }
+        })
+        .collect();
+    let report = RunReport {
+        pipeline: plan.pipeline_name.clone(),
+        plate: plan.plate_root.clone(),
+        out: plan.out.clone(),
+        device: plan.device.to_string(),
+        device_reason: plan.device_reason.clone(),
+        workers,
+        max_memory: options.max_memory,
+        seconds,
+        input_bytes,
+        mb_per_s: if seconds > 0.0 { input_bytes as f64 / 1e6 / seconds } else { 0.0 },
+        peak_rss_bytes: peak_rss_bytes(),
+        steps,
+        wells,
+        failures: failed.clone(),
+    };
+    Ok(RunSummary { total, completed, skipped, failed, not_started, zarr_plates, report })
+}
+
+/// Planes of the well currently held in memory, by key.
+type Planes = BTreeMap<Key, Stack>;
+
+/// Reads the well's input planes in parallel; missing ones are zeros.
+fn load(plan: &Plan, well: &WellPlan) -> Result<Planes, String> {
+    let (h, w, dtype) = plan.plane;
+    well.inputs
+        .par_iter()
+        .map(|input| {
+            let stack = match &input.path {
+                None => Stack::zeros(dtype, [1, h, w]),
+                Some(p) => {
+                    let s = hcsflow_tiff::read_stack(p).map_err(|e| e.to_string())?;
+                    if s.depth() != 1 {
+                        return Err(format!("{}: {} pages; plate images have one plane each", p.display(), s.depth()));
+                    }
+                    s
+                }
+            };
+            Ok((input.key, stack))
+        })
+        .collect()
+}
+
+type WellResult = Result<(Vec<OutputRecord>, Vec<StepTiming>), (String, Vec<StepTiming>)>;
+
+fn run_well(plan: &Plan, well: &WellPlan, registry: &Registry, conversions: &Conversions, zarr: &ZarrOutput) -> WellResult {
+    let mut timings: Vec<StepTiming> = Vec::new();
+    let mut outputs = Vec::new();
+    let mut current: Option<Planes> = None;
+    for ws in &well.steps {
+        let step = &plan.steps[ws.step];
+        let mut timing = StepTiming { step: step.name.clone(), stacks: ws.groups.len(), ..Default::default() };
+        let fail = |msg: String, timing: StepTiming, mut timings: Vec<StepTiming>| {
+            timings.push(timing);
+            Err((format!("step '{}': {msg}", step.name), timings))
+        };
+        let t = Instant::now();
+        let mut input = match (step.input_source, current.take()) {
+            (InputSource::Previous, Some(planes)) => planes,
+            _ => match load(plan, well) {
+                Ok(p) => p,
+                Err(e) => return fail(e, timing, timings),
+            },
+        };
+        timing.read = t.elapsed().as_secs_f64();
+
+        // Hand each group its planes (moved, not copied).
+        let mut work = Vec::with_capacity(ws.groups.len());
+        for g in &ws.groups {
+            let mut planes = Vec::with_capacity(g.inputs.len());
+            for k in &g.inputs {
+                match input.remove(k) {
+                    Some(p) => planes.push(p),
+                    None => return fail(format!("plane {} is not available (plan and data disagree)", key_text(k)), timing, timings),
+                }
+            }
+            work.push((g, planes));
+        }
+        drop(input);
+        let t = Instant::now();
+        let results: Vec<Result<Vec<(Key, Stack)>, String>> =
+            work.into_par_iter().map(|(g, planes)| run_group(plan, ws.step, g, planes, registry, conversions)).collect();
+        let mut out = Planes::new();
+        for r in results {
+            match r {
+                Ok(planes) => out.extend(planes),
+                Err(e) => return fail(e, timing, timings),
+            }
+        }
+        timing.compute = t.elapsed().as_secs_f64();
+
+        let t = Instant::now();
+        if step.materialize.contains(&Materialize::Tiff) {
+            let files: Vec<(&Key, PathBuf)> = ws
+                .groups
+                .iter()
+                .flat_map(|g| g.outputs.iter())
+                .map(|o| (&o.key, step.out_dir.join(&o.rel)))
+                .collect();
+            let options = WriteOptions { pixel_size_um: plan.pixel_size_um.filter(|p| p.is_finite() && *p > 0.0), ..Default::default() };
+            let written: Result<Vec<OutputRecord>, String> = files
+                .par_iter()
+                .map(|(key, path)| {
+                    let stack = out.get(*key).ok_or_else(|| format!("output plane {} was not produced", key_text(key)))?;
+                    if let Some(parent) = path.parent() {
+                        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+                    }
+                    hcsflow_tiff::write_stack(path, stack, &options).map_err(|e| e.to_string())?;
+                    let [_, h, w] = stack.shape();
+                    Ok(OutputRecord {
+                        step: step.name.clone(),
+                        key: **key,
+                        path: path.strip_prefix(&plan.out).map(Path::to_path_buf).unwrap_or_else(|_| path.clone()),
+                        height: h,
+                        width: w,
+                        dtype: stack.dtype().to_string(),
+                    })
+                })
+                .collect();
+            match written {
+                Ok(w) => outputs.extend(w),
+                Err(e) => return fail(e, timing, timings),
+            }
+        }
+        if step.materialize.contains(&Materialize::Zarr) {
+            let planes: Vec<(&Key, &Stack)> = out.iter().collect();
+            if let Err(e) = planes.par_iter().try_for_each(|(k, s)| zarr.write(ws.step, &well.well, k, s)) {
+                return fail(format!("OME-Zarr: {e}"), timing, timings);
+            }
+        }
+        timing.write = t.elapsed().as_secs_f64();
+        timings.push(timing);
+        current = Some(out);
+    }
+    Ok((outputs, timings))
+}
+
+/// Runs one stack through its chain and splits the result into output planes.
+fn run_group(
+    plan: &Plan,
+    step_index: usize,
+    group: &GroupPlan,
+    planes: Vec<Stack>,
+    registry: &Registry,
+    conversions: &Conversions,
+) -> Result<Vec<(Key, Stack)>, String> {
+    let step = &plan.steps[step_index];
+    let chain = match group.action {
+        Action::Skip => return Ok(Vec::new()),
+        Action::Passthrough => return Ok(group.outputs.iter().map(|o| o.key).zip(planes).collect()),
+        Action::Chain(i) => &step.chains[i],
+    };
+    let first = group.inputs.first().map(key_text).unwrap_or_default();
+    let stack = concat_planes(planes).ok_or_else(|| format!("stack at {first}: planes differ in size or dtype"))?;
+    let input_dtype = stack.dtype();
+    let mut array = Array::from(stack);
+    for call in &chain.calls {
+        array = registry.execute(call, array, conversions).map_err(|e| format!("stack at {first}: {e}"))?;
+    }
+    let array = conversions.execute(&chain.route_out, array, Device::Cpu).map_err(|e| format!("stack at {first}: {e}"))?;
+    let result = array
+        .into_host_stack()
+        .ok_or_else(|| format!("stack at {first}: the chain did not return a 3D host stack"))?
+        .apply_policy(input_dtype, step.dtype);
+    if result.depth() != group.outputs.len() {
+        return Err(format!(
+            "stack at {first}: the chain returned {} planes for {} input planes; expected {}",
+            result.depth(),
+            group.inputs.len(),
+            group.outputs.len()
+        ));
+    }
+    Ok(group.outputs.iter().enumerate().map(|(z, o)| (o.key, result.plane(z))).collect())
+}
+
+/// Concatenates one-plane stacks along Z, moving the first when there is only one.
+fn concat_planes(mut planes: Vec<Stack>) -> Option<Stack> {
+    if planes.len() == 1 {
+        return planes.pop();
+    }
+    let first = planes.first()?;
+    let [_, h, w] = first.shape();
+    let dtype = first.dtype();
+    if planes.iter().any(|p| p.dtype() != dtype || p.shape()[1..] != [h, w]) {
+        return None;
+    }
+    let depth: usize = planes.iter().map(Stack::depth).sum();
+    let mut out = Stack::zeros(dtype, [depth, h, w]);
+    let mut z = 0;
+    for p in &planes {
+        let d = p.depth();
+        copy_into(&mut out, z, p);
+        z += d;
+    }
+    Some(out)
+}
+
+fn copy_into(out: &mut Stack, z: usize, part: &Stack) {
+    let d = part.depth();
+    with_pixels!(Stack, out, a, T => {
+        if let Some(src) = typed::<T>(part) {
+            a.slice_axis_mut(Axis(0), (z..z + d).into()).assign(src);
+        }
+    })
+}
+
+fn typed<T: hcsflow_core::Pixel>(s: &Stack) -> Option<&ndarray::Array3<T>> {
+    let any: &dyn std::any::Any = match s {
+        Stack::U8(a) => a,
+        Stack::U16(a) => a,
+        Stack::F32(a) => a,
+    };
+    any.downcast_ref::<ndarray::Array3<T>>()
+}
+
+fn key_text(k: &Key) -> String {
+    let names = ["site", "channel", "z", "t"];
+    k.iter()
+        .zip(names)
+        .filter(|(v, _)| **v != COLLAPSED)
+        .map(|(v, n)| format!("{n} {v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `OUT/summary.csv`: one row per output plane of every complete well.
+fn write_summary_csv(out: &Path, manifest: &Manifest) -> Result<(), PipelineError> {
+    let mut csv = String::from("well,step,site,channel,z_index,timepoint,path,height,width,dtype\n");
+    let cell = |v: u32| if v == COLLAPSED { String::new() } else { v.to_string() };
+    let mut wells: Vec<(&String, &WellRecord)> = manifest.wells.iter().filter(|(_, r)| r.status == "complete").collect();
+    wells.sort_by(|a, b| hcsflow_plate::cmp_wells(a.0, b.0));
+    for (well, record) in wells {
+        for o in &record.outputs {
+            let path = o.path.to_string_lossy();
+            let path = if path.contains([',', '"']) { format!("\"{}\"", path.replace('"', "\"\"")) } else { path.into_owned() };
+            csv.push_str(&format!(
+                "{well},{},{},{},{},{},{path},{},{},{}\n",
+                o.step,
+                cell(o.key[0]),
+                cell(o.key[1]),
+                cell(o.key[2]),
+                cell(o.key[3]),
+                o.height,
+                o.width,
+                o.dtype
+            ));
+        }
+    }
+    write_atomic(&out.join(SUMMARY_NAME), csv.as_bytes())
+}

@@ -1,0 +1,45 @@
+//! Pipelines: a plate plus a pipeline file in, processed images and tables out.
+//!
+//! Three phases, so that every user mistake is found before any pixel is read
+//! (semantics.md §2–§3):
+//!
+//! 1. [`PipelineSpec`] — the TOML file as written ([`spec`]).
+//! 2. [`compile`] — plate + pipeline + [`CompileConfig`] → a frozen [`Plan`]:
+//!    per step the function chain with chosen implementations, memory types,
+//!    device and conversion routes; per well × step the stacks (grouping by
+//!    the components that are not variable, numeric order) and output paths.
+//! 3. [`execute`] — wells in parallel within a memory budget, each well
+//!    isolated (a failing well does not lose the others), resumable through
+//!    `OUT/run_manifest.json`, atomic writes, cancellation between wells.
+//!
+//! [`builtin`] is the one place that assembles the functions and converters
+//! this build has; the CLI and tests use it.
+
+mod compile;
+mod error;
+mod exec;
+pub mod spec;
+mod zarr;
+
+pub use compile::{
+    compile, Action, ChainPlan, CompileConfig, GroupPlan, InputPlane, Key, OutPlane, Plan, StepPlan, WellPlan,
+    WellStepPlan, COLLAPSED,
+};
+pub use error::PipelineError;
+pub use exec::{
+    execute, peak_rss_bytes, Manifest, OutputRecord, Progress, RunOptions, RunReport, RunSummary, WellRecord,
+    WellReport, MANIFEST_NAME, SUMMARY_NAME,
+};
+pub use spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, StepSpec};
+
+use hcsflow_core::{Conversions, Registry};
+
+/// Every function this build has (host implementations, then GPU ones) and
+/// the converters between memory types.
+pub fn builtin() -> (Registry, Conversions) {
+    let mut registry = Registry::new();
+    let mut conversions = Conversions::default();
+    hcsflow_ops::register(&mut registry);
+    hcsflow_gpu::register(&mut registry, &mut conversions);
+    (registry, conversions)
+}
