@@ -43,7 +43,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::label::{label_mask, Connectivity, Labels};
-use crate::smooth::{gaussian_kernel, kernel_radius, separable_rows, Scratch};
+use crate::convolve::{correlate_separable, Boundary, Kernel1d};
 use crate::threshold::{threshold_value, ThresholdMethod};
 use crate::tophat::plane_slice;
 
@@ -141,30 +141,28 @@ pub struct CellCounts {
     pub objects: ObjectTable,
 }
 
-const ROWS_PER_TASK: usize = 32;
-
-/// `−σ² · gaussian_laplace(image, σ)` of one plane (f32, scipy's operation order).
+/// `−σ² · gaussian_laplace(image, σ)` of one plane (f32, scipy's operation order:
+/// order-2 Gaussian along Y then order-0 along X, plus order-0 along Y then order-2
+/// along X), with the shared separable correlation.
 fn scaled_log(image: &[f32], h: usize, w: usize, sigma: f32) -> Vec<f32> {
     let s = sigma as f64;
-    let r = kernel_radius(s, 4.0);
-    let k0 = gaussian_kernel(s, 0, r);
-    let k2 = gaussian_kernel(s, 2, r);
+    let k0 = Kernel1d::gaussian(s, 4.0);
+    let k2 = Kernel1d::new(gaussian_d2_weights(s, k0.radius()));
     let s2 = sigma * sigma;
-    let mut out = vec![0f32; h * w];
-    out.par_chunks_mut(ROWS_PER_TASK * w.max(1)).enumerate().for_each_init(
-        || (Scratch::default(), Vec::new()),
-        |(scr, tmp), (bi, o)| {
-            let y0 = bi * ROWS_PER_TASK;
-            let y1 = y0 + o.len() / w.max(1);
-            separable_rows(image, h, w, y0, y1, &k2, &k0, scr, o);
-            tmp.resize(o.len(), 0.0f32);
-            separable_rows(image, h, w, y0, y1, &k0, &k2, scr, tmp);
-            for (a, &b) in o.iter_mut().zip(tmp.iter()) {
-                *a = -(*a + b) * s2;
-            }
-        },
-    );
-    out
+    let mut a = correlate_separable(image, h, w, &k2, &k0, Boundary::Reflect);
+    let b = correlate_separable(image, h, w, &k0, &k2, Boundary::Reflect);
+    a.par_iter_mut().zip(b.par_iter()).for_each(|(a, &b)| *a = -(*a + b) * s2);
+    a
+}
+
+/// scipy.ndimage `_gaussian_kernel1d(sigma, order=2, radius)`: `(x²/σ⁴ − 1/σ²) · φ(x)/Σφ`,
+/// computed in f64 and rounded to f32.
+fn gaussian_d2_weights(sigma: f64, radius: usize) -> Vec<f32> {
+    let r = radius as i64;
+    let s2 = sigma * sigma;
+    let phi: Vec<f64> = (-r..=r).map(|x| (-0.5 / s2 * (x * x) as f64).exp()).collect();
+    let sum: f64 = phi.iter().sum();
+    (-r..=r).zip(&phi).map(|(x, p)| (((x * x) as f64 / (s2 * s2) - 1.0 / s2) * (p / sum)) as f32).collect()
 }
 
 /// skimage's `_blob_overlap` for 2D blobs (f64): overlap area over the smaller disk's area.

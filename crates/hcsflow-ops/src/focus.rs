@@ -12,7 +12,8 @@
 //!   depth = `argmax_z w_z`. The dtype policy brings the f32 image back to the input dtype.
 //!
 //! Reference: scipy.ndimage `gaussian_filter` and `laplace` in float64. We compute in
-//! f32 (weights in f64 rounded to f32, fused multiply-adds in f32 in tap order), so
+//! f32 with the shared separable correlation (`crate::convolve`: weights in f64
+//! rounded to f32, symmetric taps folded), so
 //! measures agree to ~1e-6 relative and the chosen plane can differ only where two
 //! planes' measures are that close (the tests check that our plane's reference
 //! measure is within 1e-4 relative of the reference maximum).
@@ -33,7 +34,7 @@ use ndarray::{Array3, Axis};
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::smooth::{gaussian_kernel, kernel_radius, separable_rows, Scratch};
+use crate::convolve::{correlate_separable, Boundary, Kernel1d};
 
 /// How planes are combined.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -105,11 +106,12 @@ fn validate(stack: &Stack, sigma: f64) -> Result<(), FunctionError> {
 
 /// The Gaussian kernel used for the focus measure (scipy's, truncate 4.0), in f32.
 pub fn focus_kernel(sigma: f64) -> Vec<f32> {
-    gaussian_kernel(sigma, 0, kernel_radius(sigma, TRUNCATE))
+    Kernel1d::gaussian(sigma, TRUNCATE).weights
 }
 
-/// 5-point Laplacian at (y, x) of a blurred block, reflect borders (the operation
-/// order the GPU kernel repeats): `((up + down) − (c + c)) + ((left + right) − (c + c))`.
+/// 5-point Laplacian magnitude at column `x` of row `mid` (rows `up`/`dn` above and
+/// below, already reflected), reflect borders, in the operation order the GPU kernel
+/// repeats: `((up + down) − (c + c)) + ((left + right) − (c + c))`.
 #[inline(always)]
 fn laplace_abs(up: &[f32], mid: &[f32], dn: &[f32], x: usize, w: usize) -> f32 {
     let c = mid[x];
@@ -118,22 +120,55 @@ fn laplace_abs(up: &[f32], mid: &[f32], dn: &[f32], x: usize, w: usize) -> f32 {
     (((up[x] + dn[x]) - (c + c)) + ((l + r) - (c + c))).abs()
 }
 
+/// The measure of row `y` of one plane into `d` (`w` values), from the blurred
+/// plane `blur` (and the plane's pixels `px` for `weighted`).
+#[inline(always)]
+fn measure_row<T: Pixel>(blur: &[f32], px: &[T], h: usize, w: usize, y: usize, method: FocusMethod, d: &mut [f32]) {
+    let row = |yy: usize| &blur[yy * w..(yy + 1) * w];
+    match method {
+        FocusMethod::Log => {
+            let up = row(if y == 0 { 0 } else { y - 1 });
+            let dn = row(if y + 1 == h { y } else { y + 1 });
+            let mid = row(y);
+            d[0] = laplace_abs(up, mid, dn, 0, w);
+            if w > 2 {
+                // Interior: the same expression as `laplace_abs`, on slices (vectorises).
+                let (u, dd, l, c, r) = (&up[1..w - 1], &dn[1..w - 1], &mid[..w - 2], &mid[1..w - 1], &mid[2..]);
+                for (i, v) in d[1..w - 1].iter_mut().enumerate() {
+                    let cc = c[i] + c[i];
+                    *v = (((u[i] + dd[i]) - cc) + ((l[i] + r[i]) - cc)).abs();
+                }
+            }
+            if w > 1 {
+                d[w - 1] = laplace_abs(up, mid, dn, w - 1, w);
+            }
+        }
+        FocusMethod::Weighted => {
+            for ((v, &b), &p) in d.iter_mut().zip(row(y)).zip(&px[y * w..(y + 1) * w]) {
+                *v = (p.to_f32() - b).abs();
+            }
+        }
+    }
+}
+
+/// The Gaussian blur of one plane (shared separable correlation, reflect borders).
+fn blur_plane<T: Pixel>(plane: &[T], h: usize, w: usize, g: &Kernel1d) -> Vec<f32> {
+    correlate_separable(plane, h, w, g, g, Boundary::Reflect)
+}
+
 /// Per-plane focus measure: `|laplace(gaussian(I_z, σ))|` (`log`) or
 /// `|I_z − gaussian(I_z, σ)|` (`weighted`), f32, same shape as the stack.
 pub fn focus_measure(stack: &Stack, sigma: f64, method: FocusMethod) -> Result<Array3<f32>, FunctionError> {
     validate(stack, sigma)?;
     let [n, h, w] = stack.shape();
-    let g = focus_kernel(sigma);
+    let g = Kernel1d::gaussian(sigma, TRUNCATE);
     let mut out = Array3::<f32>::zeros((n, h, w));
     with_pixels!(Stack, stack, a, T => {
         for (z, mut o) in out.axis_iter_mut(Axis(0)).enumerate() {
             let plane = plane_of(a, z);
+            let blur = blur_plane(&plane, h, w, &g);
             let o = o.as_slice_mut().unwrap_or_else(|| unreachable!("standard layout"));
-            o.par_chunks_mut(ROWS_PER_TASK * w.max(1)).enumerate().for_each_init(Scratch::default, |scr, (bi, dst)| {
-                let y0 = bi * ROWS_PER_TASK;
-                let y1 = y0 + dst.len() / w.max(1);
-                measure_block(&plane, h, w, y0, y1, &g, method, scr, &mut Vec::new(), dst);
-            });
+            o.par_chunks_mut(w.max(1)).enumerate().for_each(|(y, d)| measure_row(&blur, &plane, h, w, y, method, d));
         }
     });
     Ok(out)
@@ -147,56 +182,6 @@ fn plane_of<T: Pixel>(a: &Array3<T>, z: usize) -> std::borrow::Cow<'_, [T]> {
     }
 }
 
-/// Measure of rows `y0..y1` of one plane into `dst`; `blur` is scratch.
-#[allow(clippy::too_many_arguments)]
-fn measure_block<T: Pixel>(
-    plane: &[T],
-    h: usize,
-    w: usize,
-    y0: usize,
-    y1: usize,
-    g: &[f32],
-    method: FocusMethod,
-    scratch: &mut Scratch,
-    blur: &mut Vec<f32>,
-    dst: &mut [f32],
-) {
-    match method {
-        FocusMethod::Log => {
-            let b0 = y0.saturating_sub(1);
-            let b1 = (y1 + 1).min(h);
-            blur.resize((b1 - b0) * w, 0.0);
-            separable_rows(plane, h, w, b0, b1, g, g, scratch, blur);
-            for y in y0..y1 {
-                let row = |yy: usize| &blur[(yy - b0) * w..(yy - b0 + 1) * w];
-                let up = row(if y == 0 { 0 } else { y - 1 });
-                let dn = row(if y + 1 == h { y } else { y + 1 });
-                let mid = row(y);
-                let d = &mut dst[(y - y0) * w..(y - y0 + 1) * w];
-                d[0] = laplace_abs(up, mid, dn, 0, w);
-                if w > 2 {
-                    // Interior: the same expression as `laplace_abs`, on slices (vectorises).
-                    let (u, dd, l, c, r) = (&up[1..w - 1], &dn[1..w - 1], &mid[..w - 2], &mid[1..w - 1], &mid[2..]);
-                    for (i, v) in d[1..w - 1].iter_mut().enumerate() {
-                        let cc = c[i] + c[i];
-                        *v = (((u[i] + dd[i]) - cc) + ((l[i] + r[i]) - cc)).abs();
-                    }
-                }
-                if w > 1 {
-                    d[w - 1] = laplace_abs(up, mid, dn, w - 1, w);
-                }
-            }
-        }
-        FocusMethod::Weighted => {
-            blur.resize((y1 - y0) * w, 0.0);
-            separable_rows(plane, h, w, y0, y1, g, g, scratch, blur);
-            for ((d, &b), &p) in dst.iter_mut().zip(blur.iter()).zip(&plane[y0 * w..y1 * w]) {
-                *d = (p.to_f32() - b).abs();
-            }
-        }
-    }
-}
-
 /// Focus-stacks `stack` (`[Z, Y, X]`, Z ≥ 1) with `method` and Gaussian `sigma` (pixels).
 ///
 /// Contract: `volumetric_to_slice` (N → 1). `log`: image in the input dtype,
@@ -207,83 +192,68 @@ fn measure_block<T: Pixel>(
 pub fn focus_stack(stack: &Stack, sigma: f64, method: FocusMethod) -> Result<FocusResult, FunctionError> {
     validate(stack, sigma)?;
     let [n, h, w] = stack.shape();
-    let g = focus_kernel(sigma);
+    let g = Kernel1d::gaussian(sigma, TRUNCATE);
+    let rows = ROWS_PER_TASK * w.max(1);
     let mut depth = vec![0u16; h * w];
+    let mut best = vec![0f32; h * w];
+    // weighted: Σ w·I, Σ w, Σ I
+    let (mut num, mut den, mut sum) = match method {
+        FocusMethod::Weighted => (vec![0f32; h * w], vec![0f32; h * w], vec![0f32; h * w]),
+        FocusMethod::Log => (Vec::new(), Vec::new(), Vec::new()),
+    };
     let image = with_pixels!(Stack, stack, a, T => {
         let planes: Vec<std::borrow::Cow<'_, [T]>> = (0..n).map(|z| plane_of(a, z)).collect();
+        for (z, plane) in planes.iter().enumerate() {
+            let blur = blur_plane(plane, h, w, &g);
+            let zz = z as u16;
+            let update = |bi: usize, b: &mut [f32], d: &mut [u16], m: &mut Vec<f32>| {
+                let y0 = bi * ROWS_PER_TASK;
+                m.resize(b.len(), 0.0);
+                for (j, mr) in m.chunks_mut(w).enumerate() {
+                    measure_row(&blur, plane, h, w, y0 + j, method, mr);
+                }
+                if z == 0 {
+                    b.copy_from_slice(m);
+                    d.iter_mut().for_each(|v| *v = 0);
+                } else {
+                    for ((b, &v), di) in b.iter_mut().zip(m.iter()).zip(d.iter_mut()) {
+                        // Branch-free select (vectorises); strict `>` keeps the first plane on ties.
+                        let gt = v > *b;
+                        *b = if gt { v } else { *b };
+                        *di = if gt { zz } else { *di };
+                    }
+                }
+            };
+            match method {
+                FocusMethod::Log => {
+                    best.par_chunks_mut(rows).zip(depth.par_chunks_mut(rows)).enumerate().for_each_init(Vec::new, |m, (bi, (b, d))| update(bi, b, d, m));
+                }
+                FocusMethod::Weighted => {
+                    best.par_chunks_mut(rows)
+                        .zip(depth.par_chunks_mut(rows))
+                        .zip(num.par_chunks_mut(rows).zip(den.par_chunks_mut(rows)).zip(sum.par_chunks_mut(rows)))
+                        .enumerate()
+                        .for_each_init(Vec::new, |m, (bi, ((b, d), ((nu, de), su)))| {
+                            update(bi, b, d, m);
+                            let px = &plane[bi * rows..bi * rows + nu.len()];
+                            for i in 0..nu.len() {
+                                let (wt, v) = (m[i], px[i].to_f32());
+                                nu[i] += wt * v;
+                                de[i] += wt;
+                                su[i] += v;
+                            }
+                        });
+                }
+            }
+        }
         match method {
             FocusMethod::Log => {
-                let mut out = vec![T::default(); h * w];
-                out.par_chunks_mut(ROWS_PER_TASK * w.max(1))
-                    .zip(depth.par_chunks_mut(ROWS_PER_TASK * w.max(1)))
-                    .enumerate()
-                    .for_each_init(
-                        || (Scratch::default(), Vec::new(), Vec::new(), Vec::new()),
-                        |(scr, blur, m, best), (bi, (o, d))| {
-                            let y0 = bi * ROWS_PER_TASK;
-                            let y1 = y0 + o.len() / w.max(1);
-                            m.resize(o.len(), 0.0f32);
-                            best.resize(o.len(), 0.0f32);
-                            for (z, plane) in planes.iter().enumerate() {
-                                measure_block(plane, h, w, y0, y1, &g, FocusMethod::Log, scr, blur, m);
-                                if z == 0 {
-                                    best.copy_from_slice(m);
-                                    d.iter_mut().for_each(|v| *v = 0);
-                                } else {
-                                    let zz = z as u16;
-                                    for ((b, &v), di) in best.iter_mut().zip(m.iter()).zip(d.iter_mut()) {
-                                        // Branch-free select (vectorises); strict `>` keeps the first plane on ties.
-                                        let gt = v > *b;
-                                        *b = if gt { v } else { *b };
-                                        *di = if gt { zz } else { *di };
-                                    }
-                                }
-                            }
-                            for (i, (ov, &di)) in o.iter_mut().zip(d.iter()).enumerate() {
-                                *ov = planes[di as usize][y0 * w + i];
-                            }
-                        },
-                    );
+                let out: Vec<T> = depth.iter().enumerate().map(|(i, &d)| planes[d as usize][i]).collect();
                 Stack::from(Array3::from_shape_vec((1, h, w), out).unwrap_or_else(|_| unreachable!("h·w values")))
             }
             FocusMethod::Weighted => {
-                let mut out = vec![0f32; h * w];
-                out.par_chunks_mut(ROWS_PER_TASK * w.max(1))
-                    .zip(depth.par_chunks_mut(ROWS_PER_TASK * w.max(1)))
-                    .enumerate()
-                    .for_each_init(
-                        || (Scratch::default(), Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new()),
-                        |(scr, blur, m, best, num, den), (bi, (o, d))| {
-                            let y0 = bi * ROWS_PER_TASK;
-                            let y1 = y0 + o.len() / w.max(1);
-                            let len = o.len();
-                            m.resize(len, 0.0f32);
-                            best.resize(len, 0.0f32);
-                            num.clear();
-                            num.resize(len, 0.0f32);
-                            den.clear();
-                            den.resize(len, 0.0f32);
-                            o.iter_mut().for_each(|v| *v = 0.0); // plain sum, for all-zero weights
-                            for (z, plane) in planes.iter().enumerate() {
-                                measure_block(plane, h, w, y0, y1, &g, FocusMethod::Weighted, scr, blur, m);
-                                let px = &plane[y0 * w..y1 * w];
-                                for i in 0..len {
-                                    let (wt, v) = (m[i], px[i].to_f32());
-                                    num[i] += wt * v;
-                                    den[i] += wt;
-                                    o[i] += v;
-                                    if z == 0 || wt > best[i] {
-                                        best[i] = wt;
-                                        d[i] = z as u16;
-                                    }
-                                }
-                            }
-                            let nf = n as f32;
-                            for i in 0..len {
-                                o[i] = if den[i] > 0.0 { num[i] / den[i] } else { o[i] / nf };
-                            }
-                        },
-                    );
+                let nf = n as f32;
+                let out: Vec<f32> = (0..h * w).map(|i| if den[i] > 0.0 { num[i] / den[i] } else { sum[i] / nf }).collect();
                 Stack::F32(Array3::from_shape_vec((1, h, w), out).unwrap_or_else(|_| unreachable!("h·w values")))
             }
         }

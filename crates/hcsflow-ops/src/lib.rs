@@ -16,7 +16,6 @@ pub mod focus;
 pub mod geometry;
 pub mod label;
 pub mod projection;
-mod smooth;
 pub mod threshold;
 pub mod tophat;
 
