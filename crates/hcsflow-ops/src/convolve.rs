@@ -132,8 +132,10 @@ fn horizontal(src: &[f32], w: usize, kx: &Kernel1d, boundary: Boundary, dst: &mu
     dst.par_chunks_mut(ROWS_PER_TASK * w).zip(src.par_chunks(ROWS_PER_TASK * w)).for_each(|(out, inp)| {
         let mut pad = vec![0f32; w + 2 * r];
         for (o, s) in out.chunks_mut(w).zip(inp.chunks(w)) {
-            for (i, p) in pad.iter_mut().enumerate() {
-                *p = s[boundary.index(i as isize - r as isize, w)];
+            // Interior copied as is; only the 2r border samples need the boundary rule.
+            pad[r..r + w].copy_from_slice(s);
+            for i in (0..r).chain(r + w..w + 2 * r) {
+                pad[i] = s[boundary.index(i as isize - r as isize, w)];
             }
             let wc = kx.weights[r];
             o.iter_mut().zip(&pad[r..r + w]).for_each(|(o, &v)| *o = wc * v);

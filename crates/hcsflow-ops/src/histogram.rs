@@ -48,7 +48,10 @@ pub fn histogram_by<T: Copy + Send + Sync>(
     bins: usize,
     bin: impl Fn(T) -> Option<usize> + Sync,
 ) -> Vec<u64> {
-    data.par_chunks(CHUNK)
+    // About four tasks per thread: each task's private histogram is zeroed and
+    // merged once, so tasks must be much larger than the histogram.
+    let chunk = CHUNK.max(data.len().div_ceil(4 * rayon::current_num_threads().max(1)));
+    data.par_chunks(chunk)
         .map(|chunk| {
             let mut h = vec![0u32; 4 * bins];
             let (a, b) = h.split_at_mut(2 * bins);

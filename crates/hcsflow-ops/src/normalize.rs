@@ -87,12 +87,10 @@ pub fn integer_lut<T: Binned + Pixel>(f: impl Fn(f64) -> f64) -> Vec<T> {
     (0..T::BINS).map(|v| T::from_f32_clip(round_clip(f(v as f64), max) as f32)).collect()
 }
 
-/// Applies `lut` to every pixel, in parallel.
+/// Applies `lut` to every pixel, in parallel (the output is written once, not zeroed first).
 pub(crate) fn apply_lut<T: Binned + Pixel>(data: &[T], lut: &[T]) -> Vec<T> {
-    let mut out = vec![T::default(); data.len()];
-    out.par_chunks_mut(CHUNK).zip(data.par_chunks(CHUNK)).for_each(|(o, d)| {
-        o.iter_mut().zip(d).for_each(|(o, &v)| *o = lut[v.bin()]);
-    });
+    let mut out = Vec::with_capacity(data.len());
+    data.par_iter().with_min_len(CHUNK).map(|&v| lut[v.bin()]).collect_into_vec(&mut out);
     out
 }
 

@@ -60,7 +60,8 @@ pub fn max_projection(stack: &Stack) -> Result<Stack, FunctionError> {
     }
     let [_, h, w] = stack.shape();
     Ok(with_pixels!(Stack, stack, a, T => {
-        let v = fold_planes(a.view(), |v: T| v, |m, v| if v > *m { *m = v });
+        // A select, not a conditional store, so the loop vectorises.
+        let v = fold_planes(a.view(), |v: T| v, |m, v| *m = if v > *m { v } else { *m });
         Stack::from(Array3::from_shape_vec((1, h, w), v).unwrap_or_else(|_| unreachable!("h*w values")))
     }))
 }
@@ -73,7 +74,7 @@ pub fn min_projection(stack: &Stack) -> Result<Stack, FunctionError> {
     }
     let [_, h, w] = stack.shape();
     Ok(with_pixels!(Stack, stack, a, T => {
-        let v = fold_planes(a.view(), |v: T| v, |m, v| if v < *m { *m = v });
+        let v = fold_planes(a.view(), |v: T| v, |m, v| *m = if v < *m { v } else { *m });
         Stack::from(Array3::from_shape_vec((1, h, w), v).unwrap_or_else(|_| unreachable!("h*w values")))
     }))
 }
