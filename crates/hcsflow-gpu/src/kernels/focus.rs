@@ -4,8 +4,9 @@
 //! running argmax over planes (first plane wins ties), then gather / weighted mean.
 //!
 //! Planes are processed one at a time (scratch: a few f32 planes), so only the
-//! input stack must fit in one binding. The host accumulates with fused
-//! multiply-adds; WGSL/SPIR-V leave it to the driver whether `a * b + c` is fused,
+//! input stack must fit in one binding. The blur repeats the host's operation
+//! order (`hcsflow_ops::convolve`: centre tap, then symmetric pairs summed before
+//! weighting); WGSL/SPIR-V leave it to the driver whether `a * b + c` is fused,
 //! so blurred values can differ from the host by an ulp per tap; the chosen plane
 //! then differs only where two planes' measures tie to rounding (the tests check
 //! exactly that).
@@ -69,10 +70,15 @@ fn vblur(
     if i < h * w {
         let y = i / w;
         let x = i % w;
-        let mut acc = 0.0f32;
-        for k in 0..2 * radius + 1 {
-            let yy = reflect_shifted(y + k, radius, h);
-            acc += weights[k as usize] * load_pixel(input, z, plane_words, yy * w + x, kind);
+        // Same order as hcsflow_ops::convolve (symmetric taps folded):
+        // w[r]·c, then += w[r+k]·(v[y−k] + v[y+k]) for k = 1..=r.
+        let mut acc = weights[radius as usize] * load_pixel(input, z, plane_words, y * w + x, kind);
+        for k in 1..radius + 1 {
+            let ya = reflect_shifted(y + radius - k, radius, h);
+            let yb = reflect_shifted(y + radius + k, radius, h);
+            let a = load_pixel(input, z, plane_words, ya * w + x, kind);
+            let b = load_pixel(input, z, plane_words, yb * w + x, kind);
+            acc += weights[(radius + k) as usize] * (a + b);
         }
         tmp[i as usize] = acc;
     }
@@ -85,10 +91,11 @@ fn hblur(tmp: &[f32], blur: &mut [f32], weights: &[f32], h: u32, w: u32, radius:
     if i < h * w {
         let y = i / w;
         let x = i % w;
-        let mut acc = 0.0f32;
-        for k in 0..2 * radius + 1 {
-            let xx = reflect_shifted(x + k, radius, w);
-            acc += weights[k as usize] * tmp[(y * w + xx) as usize];
+        let mut acc = weights[radius as usize] * tmp[i as usize];
+        for k in 1..radius + 1 {
+            let xa = reflect_shifted(x + radius - k, radius, w);
+            let xb = reflect_shifted(x + radius + k, radius, w);
+            acc += weights[(radius + k) as usize] * (tmp[(y * w + xa) as usize] + tmp[(y * w + xb) as usize]);
         }
         blur[i as usize] = acc;
     }
