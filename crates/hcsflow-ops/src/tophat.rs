@@ -149,70 +149,117 @@ fn morph_into<T: Lattice, F: Fn(T, T) -> T + Sync + Copy>(
         .iter()
         .map(|hw| distinct.binary_search(hw).unwrap_or(0))
         .collect();
-    let nw = distinct.len();
-    let ring = 2 * r + 1;
     let threads = rayon::current_num_threads().max(1);
     let chunk = (h.div_ceil(2 * threads)).max(4 * r).max(16);
+    let geometry = Geometry { h, w, r, chunk, distinct: &distinct, width_index: &width_index };
     out.par_chunks_mut(chunk * w).enumerate().for_each(|(ci, out_chunk)| {
-        let y0 = ci * chunk;
-        let y1 = (y0 + out_chunk.len() / w).min(h);
-        let padded = w + 2 * r;
-        // Sparse table levels of one padded row, level k = windows of 2^k pixels.
-        let max_len = 2 * r + 1;
-        let levels = usize::BITS as usize - max_len.leading_zeros() as usize; // floor(log2)+1
-        let mut table: Vec<Vec<T>> = (0..levels).map(|_| vec![identity; padded]).collect();
-        let mut rows: Vec<T> = vec![identity; ring * nw * w];
-        let mut acc: Vec<T> = vec![identity; w];
-        let fill_row = |yi: usize, table: &mut Vec<Vec<T>>, rows: &mut Vec<T>| {
-            let base = &mut table[0];
-            base[r..r + w].copy_from_slice(&src[yi * w..(yi + 1) * w]);
-            for k in 1..levels {
-                let step = 1usize << (k - 1);
-                let (lo, hi) = table.split_at_mut(k);
-                let prev = &lo[k - 1];
-                let cur = &mut hi[0];
-                let n = padded + 1 - (1 << k);
-                for x in 0..n {
-                    cur[x] = op(prev[x], prev[x + step]);
-                }
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                // SAFETY: the CPU supports AVX2, checked just above.
+                unsafe { morph_chunk_avx2(src, &geometry, identity, op, ci, out_chunk) };
+                return;
             }
-            let slot = yi % ring;
-            for (wi, &hw) in distinct.iter().enumerate() {
-                let len = 2 * hw + 1;
-                let k = (usize::BITS - 1 - len.leading_zeros()) as usize;
-                let p2 = 1usize << k;
-                let lvl = &table[k];
-                let a = &lvl[r - hw..r - hw + w];
-                let b = &lvl[r + hw + 1 - p2..r + hw + 1 - p2 + w];
-                let dst = &mut rows[(slot * nw + wi) * w..(slot * nw + wi + 1) * w];
-                for ((d, &u), &v) in dst.iter_mut().zip(a).zip(b) {
-                    *d = op(u, v);
-                }
-            }
-        };
-        let first = y0.saturating_sub(r);
-        let mut filled = first; // rows first..filled are in the ring
-        for y in y0..y1 {
-            let need = (y + r + 1).min(h);
-            while filled < need {
-                fill_row(filled, &mut table, &mut rows);
-                filled += 1;
-            }
-            acc.iter_mut().for_each(|a| *a = identity);
-            let lo = y.saturating_sub(r);
-            let hi = (y + r).min(h - 1);
-            for yi in lo..=hi {
-                let dy = yi.abs_diff(y);
-                let wi = width_index[dy];
-                let slot = yi % ring;
-                let row = &rows[(slot * nw + wi) * w..(slot * nw + wi + 1) * w];
-                for (a, &v) in acc.iter_mut().zip(row) {
-                    *a = op(*a, v);
-                }
-            }
-            out_chunk[(y - y0) * w..(y - y0 + 1) * w].copy_from_slice(&acc);
         }
+        morph_chunk(src, &geometry, identity, op, ci, out_chunk)
     });
+}
+
+/// Shape of one morphology call, shared by its row chunks.
+struct Geometry<'a> {
+    h: usize,
+    w: usize,
+    r: usize,
+    chunk: usize,
+    distinct: &'a [usize],
+    width_index: &'a [usize],
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn morph_chunk_avx2<T: Lattice, F: Fn(T, T) -> T + Copy>(
+    src: &[T],
+    g: &Geometry<'_>,
+    identity: T,
+    op: F,
+    ci: usize,
+    out_chunk: &mut [T],
+) {
+    morph_chunk(src, g, identity, op, ci, out_chunk)
+}
+
+/// Output rows `ci·chunk..` of one erosion/dilation (see [`morph_disk`]). Compiled
+/// for AVX2 when available (min/max are exact, so both paths agree).
+#[inline(always)]
+fn morph_chunk<T: Lattice, F: Fn(T, T) -> T + Copy>(
+    src: &[T],
+    g: &Geometry<'_>,
+    identity: T,
+    op: F,
+    ci: usize,
+    out_chunk: &mut [T],
+) {
+    let Geometry { h, w, r, chunk, distinct, width_index } = *g;
+    let nw = distinct.len();
+    let ring = 2 * r + 1;
+    let y0 = ci * chunk;
+    let y1 = (y0 + out_chunk.len() / w).min(h);
+    let padded = w + 2 * r;
+    // Sparse table levels of one padded row, level k = windows of 2^k pixels.
+    let max_len = 2 * r + 1;
+    let levels = usize::BITS as usize - max_len.leading_zeros() as usize; // floor(log2)+1
+    let mut table: Vec<Vec<T>> = (0..levels).map(|_| vec![identity; padded]).collect();
+    let mut rows: Vec<T> = vec![identity; ring * nw * w];
+    let mut acc: Vec<T> = vec![identity; w];
+    let fill_row = |yi: usize, table: &mut Vec<Vec<T>>, rows: &mut Vec<T>| {
+        let base = &mut table[0];
+        base[r..r + w].copy_from_slice(&src[yi * w..(yi + 1) * w]);
+        for k in 1..levels {
+            let step = 1usize << (k - 1);
+            let (lo, hi) = table.split_at_mut(k);
+            let prev = &lo[k - 1];
+            let cur = &mut hi[0];
+            let n = padded + 1 - (1 << k);
+            for x in 0..n {
+                cur[x] = op(prev[x], prev[x + step]);
+            }
+        }
+        let slot = yi % ring;
+        for (wi, &hw) in distinct.iter().enumerate() {
+            let len = 2 * hw + 1;
+            let k = (usize::BITS - 1 - len.leading_zeros()) as usize;
+            let p2 = 1usize << k;
+            let lvl = &table[k];
+            let a = &lvl[r - hw..r - hw + w];
+            let b = &lvl[r + hw + 1 - p2..r + hw + 1 - p2 + w];
+            let dst = &mut rows[(slot * nw + wi) * w..(slot * nw + wi + 1) * w];
+            for ((d, &u), &v) in dst.iter_mut().zip(a).zip(b) {
+                *d = op(u, v);
+            }
+        }
+    };
+    let first = y0.saturating_sub(r);
+    let mut filled = first; // rows first..filled are in the ring
+    for y in y0..y1 {
+        let need = (y + r + 1).min(h);
+        while filled < need {
+            fill_row(filled, &mut table, &mut rows);
+            filled += 1;
+        }
+        acc.iter_mut().for_each(|a| *a = identity);
+        let lo = y.saturating_sub(r);
+        let hi = (y + r).min(h - 1);
+        for yi in lo..=hi {
+            let dy = yi.abs_diff(y);
+            let wi = width_index[dy];
+            let slot = yi % ring;
+            let row = &rows[(slot * nw + wi) * w..(slot * nw + wi + 1) * w];
+            for (a, &v) in acc.iter_mut().zip(row) {
+                *a = op(*a, v);
+            }
+        }
+        out_chunk[(y - y0) * w..(y - y0 + 1) * w].copy_from_slice(&acc);
+    }
 }
 
 /// Opening (erosion then dilation) of one plane by `disk(r)`.
