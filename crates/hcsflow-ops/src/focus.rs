@@ -87,7 +87,8 @@ pub const MAX_SIGMA: f64 = 100.0;
 /// Most planes a depth map can index.
 pub const MAX_PLANES: usize = u16::MAX as usize + 1;
 
-const ROWS_PER_TASK: usize = 32;
+/// Output rows per parallel task of `focus_stack`.
+const ROWS_PER_TASK: usize = 64;
 const TRUNCATE: f64 = 4.0;
 
 fn validate(stack: &Stack, sigma: f64) -> Result<(), FunctionError> {
@@ -120,11 +121,12 @@ fn laplace_abs(up: &[f32], mid: &[f32], dn: &[f32], x: usize, w: usize) -> f32 {
     (((up[x] + dn[x]) - (c + c)) + ((l + r) - (c + c))).abs()
 }
 
-/// The measure of row `y` of one plane into `d` (`w` values), from the blurred
-/// plane `blur` (and the plane's pixels `px` for `weighted`).
+/// The measure of row `y` of one plane into `d` (`w` values), from `blur`, the
+/// blurred rows `s0..` of the plane (and the plane's pixels `px` for `weighted`).
 #[inline(always)]
-fn measure_row<T: Pixel>(blur: &[f32], px: &[T], h: usize, w: usize, y: usize, method: FocusMethod, d: &mut [f32]) {
-    let row = |yy: usize| &blur[yy * w..(yy + 1) * w];
+#[allow(clippy::too_many_arguments)]
+fn measure_row<T: Pixel>(blur: &[f32], s0: usize, px: &[T], h: usize, w: usize, y: usize, method: FocusMethod, d: &mut [f32]) {
+    let row = |yy: usize| &blur[(yy - s0) * w..(yy - s0 + 1) * w];
     match method {
         FocusMethod::Log => {
             let up = row(if y == 0 { 0 } else { y - 1 });
@@ -156,6 +158,19 @@ fn blur_plane<T: Pixel>(plane: &[T], h: usize, w: usize, g: &Kernel1d) -> Vec<f3
     correlate_separable(plane, h, w, g, g, Boundary::Reflect)
 }
 
+/// Blurred rows of one plane for output rows `y0..y1` and their neighbours:
+/// `(s0, rows s0..s1)`. The correlation runs on the slab of rows `y0−r−1 ..
+/// y1+r+1` (clamped to the image) so a row block stays in cache; the rows used
+/// (`y0−1 ..= y1`, clamped) only read slab rows, and where the slab touches an
+/// image edge its reflection is the image's (the slab is then at least r+1 rows,
+/// or the whole plane), so they are bit-identical to blurring the whole plane.
+fn blur_slab<T: Pixel>(plane: &[T], h: usize, w: usize, y0: usize, y1: usize, g: &Kernel1d) -> (usize, Vec<f32>) {
+    let r = g.radius();
+    let s0 = y0.saturating_sub(r + 1);
+    let s1 = (y1 + r + 1).min(h);
+    (s0, correlate_separable(&plane[s0 * w..s1 * w], s1 - s0, w, g, g, Boundary::Reflect))
+}
+
 /// Per-plane focus measure: `|laplace(gaussian(I_z, σ))|` (`log`) or
 /// `|I_z − gaussian(I_z, σ)|` (`weighted`), f32, same shape as the stack.
 pub fn focus_measure(stack: &Stack, sigma: f64, method: FocusMethod) -> Result<Array3<f32>, FunctionError> {
@@ -168,7 +183,7 @@ pub fn focus_measure(stack: &Stack, sigma: f64, method: FocusMethod) -> Result<A
             let plane = plane_of(a, z);
             let blur = blur_plane(&plane, h, w, &g);
             let o = o.as_slice_mut().unwrap_or_else(|| unreachable!("standard layout"));
-            o.par_chunks_mut(w.max(1)).enumerate().for_each(|(y, d)| measure_row(&blur, &plane, h, w, y, method, d));
+            o.par_chunks_mut(w.max(1)).enumerate().for_each(|(y, d)| measure_row(&blur, 0, &plane, h, w, y, method, d));
         }
     });
     Ok(out)
@@ -203,15 +218,18 @@ pub fn focus_stack(stack: &Stack, sigma: f64, method: FocusMethod) -> Result<Foc
     };
     let image = with_pixels!(Stack, stack, a, T => {
         let planes: Vec<std::borrow::Cow<'_, [T]>> = (0..n).map(|z| plane_of(a, z)).collect();
-        for (z, plane) in planes.iter().enumerate() {
-            let blur = blur_plane(plane, h, w, &g);
-            let zz = z as u16;
-            let update = |bi: usize, b: &mut [f32], d: &mut [u16], m: &mut Vec<f32>| {
-                let y0 = bi * ROWS_PER_TASK;
-                m.resize(b.len(), 0.0);
-                for (j, mr) in m.chunks_mut(w).enumerate() {
-                    measure_row(&blur, plane, h, w, y0 + j, method, mr);
+        // Row blocks in parallel; within a block, planes in order (each plane's slab
+        // is blurred, measured and folded into the running argmax while in cache).
+        let fold = |bi: usize, b: &mut [f32], d: &mut [u16], m: &mut Vec<f32>, mut acc: Option<(&mut [f32], &mut [f32], &mut [f32])>| {
+            let y0 = bi * ROWS_PER_TASK;
+            let y1 = y0 + b.len() / w.max(1);
+            m.resize(b.len(), 0.0);
+            for (z, plane) in planes.iter().enumerate() {
+                let (s0, blur) = blur_slab(plane, h, w, y0, y1, &g);
+                for (j, mr) in m.chunks_mut(w.max(1)).enumerate() {
+                    measure_row(&blur, s0, plane, h, w, y0 + j, method, mr);
                 }
+                let zz = z as u16;
                 if z == 0 {
                     b.copy_from_slice(m);
                     d.iter_mut().for_each(|v| *v = 0);
@@ -223,27 +241,30 @@ pub fn focus_stack(stack: &Stack, sigma: f64, method: FocusMethod) -> Result<Foc
                         *di = if gt { zz } else { *di };
                     }
                 }
-            };
-            match method {
-                FocusMethod::Log => {
-                    best.par_chunks_mut(rows).zip(depth.par_chunks_mut(rows)).enumerate().for_each_init(Vec::new, |m, (bi, (b, d))| update(bi, b, d, m));
+                if let Some((nu, de, su)) = acc.as_mut() {
+                    let px = &plane[y0 * w..y0 * w + nu.len()];
+                    for i in 0..nu.len() {
+                        let (wt, v) = (m[i], px[i].to_f32());
+                        nu[i] += wt * v;
+                        de[i] += wt;
+                        su[i] += v;
+                    }
                 }
-                FocusMethod::Weighted => {
-                    best.par_chunks_mut(rows)
-                        .zip(depth.par_chunks_mut(rows))
-                        .zip(num.par_chunks_mut(rows).zip(den.par_chunks_mut(rows)).zip(sum.par_chunks_mut(rows)))
-                        .enumerate()
-                        .for_each_init(Vec::new, |m, (bi, ((b, d), ((nu, de), su)))| {
-                            update(bi, b, d, m);
-                            let px = &plane[bi * rows..bi * rows + nu.len()];
-                            for i in 0..nu.len() {
-                                let (wt, v) = (m[i], px[i].to_f32());
-                                nu[i] += wt * v;
-                                de[i] += wt;
-                                su[i] += v;
-                            }
-                        });
-                }
+            }
+        };
+        match method {
+            FocusMethod::Log => {
+                best.par_chunks_mut(rows)
+                    .zip(depth.par_chunks_mut(rows))
+                    .enumerate()
+                    .for_each_init(Vec::new, |m, (bi, (b, d))| fold(bi, b, d, m, None));
+            }
+            FocusMethod::Weighted => {
+                best.par_chunks_mut(rows)
+                    .zip(depth.par_chunks_mut(rows))
+                    .zip(num.par_chunks_mut(rows).zip(den.par_chunks_mut(rows)).zip(sum.par_chunks_mut(rows)))
+                    .enumerate()
+                    .for_each_init(Vec::new, |m, (bi, ((b, d), ((nu, de), su)))| fold(bi, b, d, m, Some((nu, de, su))));
             }
         }
         match method {

@@ -144,3 +144,27 @@ fn rejects_bad_arguments() {
     assert_eq!(f.spec.contract, hcsflow_core::Contract::VolumetricToSlice);
     assert!(f.parse_args(&["method=sharpest".into()]).is_err());
 }
+
+#[test]
+fn row_blocks_equal_whole_plane_blur() {
+    // focus_stack blurs row slabs; focus_measure blurs whole planes: the argmax must
+    // agree exactly (several row blocks, kernels from 1 to beyond the block size).
+    for (sigma, h) in [(1.0, 200usize), (3.0, 150), (20.0, 140)] {
+        for method in [FocusMethod::Log, FocusMethod::Weighted] {
+            let s = defocus_stack(DType::U16, 4, h, 37, 99);
+            let m = focus_measure(&s, sigma, method).unwrap();
+            let r = focus_stack(&s, sigma, method).unwrap();
+            for y in 0..h {
+                for x in 0..37 {
+                    let mut best = 0;
+                    for z in 1..4 {
+                        if m[[z, y, x]] > m[[best, y, x]] {
+                            best = z;
+                        }
+                    }
+                    assert_eq!(r.depth.index[y * 37 + x] as usize, best, "sigma {sigma} {method:?} ({y}, {x})");
+                }
+            }
+        }
+    }
+}
