@@ -20,7 +20,7 @@ pub fn composite_weights(weights: &[f64], n: usize) -> Result<Vec<f32>, Function
     if weights.len() != n {
         return Err(FunctionError::failed(name, format!("{} weights given for a stack of {n} planes", weights.len())));
     }
-    if weights.iter().any(|&w| !(w >= 0.0) || !w.is_finite()) {
+    if weights.iter().any(|&w| !w.is_finite() || w < 0.0) {
         return Err(FunctionError::failed(name, "weights must be finite and >= 0"));
     }
     let sum: f64 = weights.iter().sum();

@@ -94,7 +94,7 @@ pub fn sobel(stack: &Stack) -> Stack {
 /// `mode='reflect'`): exact, same dtype. 3×3 uses a min/max network over
 /// column-sorted triples; other (odd) sizes select per pixel.
 pub fn median_filter(stack: &Stack, size: usize) -> Result<Stack, FunctionError> {
-    if size % 2 == 0 {
+    if size.is_multiple_of(2) {
         return Err(FunctionError::failed("median_filter", format!("size must be odd, got {size}")));
     }
     let [n, h, w] = stack.shape();

@@ -117,7 +117,7 @@ fn normalize_f32(a: &Array3<f32>, p: &PercentileNormalize) -> Option<Array3<f32>
 /// pure_2d, in the registry).
 pub fn percentile_normalize(stack: &Stack, p: &PercentileNormalize) -> Result<Stack, FunctionError> {
     const NAME: &str = "percentile_normalize";
-    if !(p.low_percentile <= p.high_percentile) {
+    if p.low_percentile > p.high_percentile {
         return Err(FunctionError::failed(
             NAME,
             format!("low_percentile ({}) must not exceed high_percentile ({})", p.low_percentile, p.high_percentile),

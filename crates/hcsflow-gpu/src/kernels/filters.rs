@@ -173,7 +173,9 @@ fn launch_unpack(ctx: &crate::GpuContext, input: &WgpuArray, out: &Handle, total
 }
 
 /// Separable correlation of every plane of `src` (f32, `planes × h × w`).
-fn separable(name: &str, ctx: &crate::GpuContext, src: &Handle, planes: usize, h: usize, w: usize, ky: &Kernel1d, kx: &Kernel1d) -> Result<Handle, FunctionError> {
+/// `dims` = (planes, h, w).
+fn separable(name: &str, ctx: &crate::GpuContext, src: &Handle, dims: (usize, usize, usize), ky: &Kernel1d, kx: &Kernel1d) -> Result<Handle, FunctionError> {
+    let (planes, h, w) = dims;
     let total = planes * h * w;
     let client = ctx.client();
     let tmp = zeros(ctx, name, total)?;
@@ -220,7 +222,7 @@ pub(super) fn gaussian_blur(array: Array, args: &Args) -> Result<Array, Function
     let ky = Kernel1d::gaussian(axis_sigma(args, "sigma_y")?, args.float("truncate"));
     let kx = Kernel1d::gaussian(axis_sigma(args, "sigma_x")?, args.float("truncate"));
     let (src, planes, h, w) = as_f32(NAME, input)?;
-    let out = separable(NAME, input.context(), &src, planes, h, w, &ky, &kx)?;
+    let out = separable(NAME, input.context(), &src, (planes, h, w), &ky, &kx)?;
     Ok(f32_result(input, out, DeviceBuffer::shape(input).to_vec()))
 }
 
@@ -230,7 +232,7 @@ pub(super) fn sharpen(array: Array, args: &Args) -> Result<Array, FunctionError>
     let k = Kernel1d::gaussian(args.float("radius"), 4.0);
     let (src, planes, h, w) = as_f32(NAME, input)?;
     let ctx = input.context();
-    let out = separable(NAME, ctx, &src, planes, h, w, &k, &k)?;
+    let out = separable(NAME, ctx, &src, (planes, h, w), &k, &k)?;
     let total = planes * h * w;
     // SAFETY: both buffers hold `total` f32 values.
     unsafe {

@@ -252,7 +252,7 @@ pub(super) fn apply_luts(name: &str, input: &WgpuArray, g: &Geometry, luts: &[u3
 pub(super) fn percentile_normalize(array: Array, args: &Args, name: &str, per_plane: bool) -> Result<Array, FunctionError> {
     let input = wgpu_input(name, &array)?;
     let p = PercentileNormalize::from_args(args);
-    if !(p.low_percentile <= p.high_percentile) {
+    if p.low_percentile > p.high_percentile {
         return Err(failed(
             "percentile_normalize",
             format!("low_percentile ({}) must not exceed high_percentile ({})", p.low_percentile, p.high_percentile),

@@ -151,7 +151,7 @@ pub fn assert_close(ours: &Stack, reference: &ArrayD<f64>, atol: f64, rtol: f64,
             continue;
         }
         let excess = (a - b).abs() - (atol + rtol * b.abs());
-        if !(excess <= 0.0) && (excess > worst.0 || worst.0 == 0.0) {
+        if (excess > 0.0 || excess.is_nan()) && (excess > worst.0 || worst.0 == 0.0) {
             worst = (excess.max(f64::MIN_POSITIVE), i);
         }
     }
