@@ -3,13 +3,9 @@
 use hcsflow_core::adapter::ALLOW_SOFTWARE_GPU_ENV;
 use hcsflow_core::{select_device, AdapterInfo, Conversions, DeviceChoice, DeviceError, DeviceRequest, Registry};
 
-/// Every function this build has (host, then GPU implementations) and the converters.
+/// Every function this build has and the converters: one implementation, in hcsflow-pipeline.
 pub fn builtin() -> (Registry, Conversions) {
-    let mut registry = Registry::new();
-    let mut conversions = Conversions::default();
-    hcsflow_ops::register(&mut registry);
-    hcsflow_gpu::register(&mut registry, &mut conversions);
-    (registry, conversions)
+    hcsflow_pipeline::builtin()
 }
 
 /// True if the flag is given or the environment variable is set to 1/true/yes.

@@ -2,10 +2,12 @@
 //! parsing, logging, human errors and exit codes; the work is in the library crates.
 
 mod apply;
+mod demo;
 mod doctor;
 mod engine;
 mod functions;
 mod inspect;
+mod run;
 mod synth;
 
 use std::process::ExitCode;
@@ -64,6 +66,10 @@ enum Command {
     Synth(synth::SynthArgs),
     /// Describe a plate: format, wells, sites, channels, z, timepoints, grid, pixel size, missing images.
     Inspect(inspect::InspectArgs),
+    /// Run a pipeline (TOML) on a plate: outputs, summary CSV and run manifest under OUT.
+    Run(run::RunArgs),
+    /// Generate a small synthetic plate and run the demo pipeline on it end to end.
+    Demo(demo::DemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -81,6 +87,8 @@ fn main() -> ExitCode {
         Command::Apply(a) => apply::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Inspect(a) => inspect::run(a),
+        Command::Run(a) => run::run(a),
+        Command::Demo(a) => demo::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

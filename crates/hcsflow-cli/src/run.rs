@@ -1,0 +1,284 @@
+//! `hcsflow run PLATE PIPELINE.toml OUT`: compile a pipeline for a plate, then
+//! run it (or print the plan with `--dry-run`). Never writes into the plate.
+
+use std::fmt::Write as _;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::Args;
+use hcsflow_core::{Conversions, ConversionPolicy, DeviceRequest, Registry};
+use hcsflow_pipeline::{Action, CompileConfig, PipelineError, PipelineSpec, Plan, Progress, RunOptions, RunSummary};
+use hcsflow_plate::Format;
+
+use crate::{engine, CliError, CliResult, Exit};
+
+#[derive(Args)]
+pub struct RunArgs {
+    /// The plate folder (or its .HTD / index XML). Read only.
+    plate: PathBuf,
+    /// The pipeline file (TOML; see examples/*.toml).
+    pipeline: PathBuf,
+    /// Output folder (created). Must not be inside the plate.
+    out: PathBuf,
+    /// Print the compiled plan and stop: nothing is read or written.
+    #[arg(long)]
+    dry_run: bool,
+    /// auto | cpu | gpu | gpu:N.
+    #[arg(long, default_value = "auto")]
+    device: String,
+    /// Allow a software GPU adapter (lavapipe/llvmpipe), for tests and CI.
+    #[arg(long)]
+    allow_software_gpu: bool,
+    /// Allow copies through host memory between two GPU libraries that cannot share memory.
+    #[arg(long)]
+    allow_host_round_trip: bool,
+    /// Wells processed at the same time (default: 2, or 1 on a single core).
+    #[arg(long)]
+    workers: Option<usize>,
+    /// Memory budget for wells in flight, e.g. 4G, 512M (estimated from stack sizes).
+    #[arg(long)]
+    max_memory: Option<String>,
+    /// Skip wells recorded complete in OUT/run_manifest.json by a previous run of the same pipeline.
+    #[arg(long)]
+    resume: bool,
+    /// Write a JSON report (device, timings, conversions, peak RSS, failures).
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// Override plate auto-detection: imagexpress | opera-phenix.
+    #[arg(long)]
+    format: Option<String>,
+}
+
+/// Parses `4G`, `512M`, `100k`, `1000` (bytes; binary multiples).
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim();
+    let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let unit = t[i..].to_ascii_lowercase();
+            let m: u64 = match unit.trim_end_matches("ib").trim_end_matches('b') {
+                "" => 1,
+                "k" => 1 << 10,
+                "m" => 1 << 20,
+                "g" => 1 << 30,
+                "t" => 1 << 40,
+                _ => return Err(format!("bad size '{text}': expected a number with an optional K, M, G or T suffix")),
+            };
+            (&t[..i], m)
+        }
+        None => (t, 1),
+    };
+    let n: f64 = num.trim().parse().map_err(|_| format!("bad size '{text}': expected e.g. 4G or 512M"))?;
+    if !(n.is_finite() && n > 0.0) {
+        return Err(format!("bad size '{text}': must be positive"));
+    }
+    Ok((n * mult as f64) as u64)
+}
+
+/// Compile-phase problems are usage errors (exit 2); others are failures.
+fn pipeline_err(e: PipelineError) -> CliError {
+    let exit = if e.is_usage() { Exit::Usage } else { Exit::Failure };
+    CliError::new(exit, e)
+}
+
+/// Everything `run` and `demo` share: options resolved from flags.
+pub struct Setup {
+    pub device: DeviceRequest,
+    pub allow_software_gpu: bool,
+    pub policy: ConversionPolicy,
+    pub workers: usize,
+    pub max_memory: Option<u64>,
+    pub resume: bool,
+    pub report: Option<PathBuf>,
+}
+
+pub fn run(a: RunArgs) -> CliResult {
+    let usage = |e: anyhow::Error| CliError::new(Exit::Usage, e);
+    let device: DeviceRequest = a.device.parse().map_err(|e: hcsflow_core::BadDevice| usage(e.into()))?;
+    let max_memory = a.max_memory.as_deref().map(parse_size).transpose().map_err(|e| usage(anyhow::anyhow!(e)))?;
+    let format = a.format.as_deref().map(str::parse::<Format>).transpose().map_err(|e| usage(e.into()))?;
+    let spec = PipelineSpec::read(&a.pipeline).map_err(pipeline_err)?;
+    let setup = Setup {
+        device,
+        allow_software_gpu: a.allow_software_gpu,
+        policy: ConversionPolicy { allow_host_round_trip: a.allow_host_round_trip },
+        workers: a.workers.unwrap_or_else(default_workers),
+        max_memory,
+        resume: a.resume,
+        report: a.report,
+    };
+    if setup.workers == 0 {
+        return Err(usage(anyhow::anyhow!("--workers must be at least 1")));
+    }
+    let plate = hcsflow_plate::open_plate(&a.plate, format).with_context(|| format!("opening plate {}", a.plate.display()))?;
+    let (registry, conversions) = hcsflow_pipeline::builtin();
+    let plan = compile(&plate, &spec, &registry, &conversions, &setup, &a.out)?;
+    if a.dry_run {
+        print!("{}", plan_text(&plan));
+        return Ok(());
+    }
+    let summary = execute(&plan, &registry, &conversions, &setup)?;
+    finish(&plan, &summary, &setup)
+}
+
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map(|n| n.get().clamp(1, 2)).unwrap_or(1)
+}
+
+/// Chooses the device and compiles; errors carry their exit codes.
+pub fn compile(
+    plate: &hcsflow_plate::Plate,
+    spec: &PipelineSpec,
+    registry: &Registry,
+    conversions: &Conversions,
+    setup: &Setup,
+    out: &Path,
+) -> Result<Plan, CliError> {
+    let allow = engine::software_gpu_allowed(setup.allow_software_gpu);
+    let (choice, _) = engine::choose_device(setup.device, allow).map_err(|e| CliError::new(Exit::DeviceUnavailable, e))?;
+    let config = CompileConfig { device: choice.device, device_reason: choice.reason, policy: setup.policy, out: out.to_path_buf() };
+    hcsflow_pipeline::compile(plate, spec, registry, conversions, &config).map_err(pipeline_err)
+}
+
+/// Runs a compiled plan with Ctrl-C handling and progress lines on stderr.
+pub fn execute(plan: &Plan, registry: &Registry, conversions: &Conversions, setup: &Setup) -> Result<RunSummary, CliError> {
+    let cancel = Arc::new(AtomicBool::new(false));
+    let flag = cancel.clone();
+    // First Ctrl-C: finish the wells in flight (their files are written
+    // atomically), start no more. Second: exit at once; atomic writes still
+    // leave no partial file under a final name.
+    if let Err(e) = ctrlc::set_handler(move || {
+        if flag.swap(true, Ordering::SeqCst) {
+            std::process::exit(130);
+        }
+        eprintln!("interrupted: finishing the wells in flight, starting no more (Ctrl-C again to stop at once)");
+    }) {
+        tracing::warn!("cannot install the Ctrl-C handler: {e}");
+    }
+    let options = RunOptions { workers: setup.workers, max_memory: setup.max_memory, resume: setup.resume, cancel };
+    let tty = std::io::stderr().is_terminal();
+    eprintln!(
+        "running {} step(s) on {} well(s) of {} on {} ({}); {} worker(s)",
+        plan.steps.len(),
+        plan.wells.len(),
+        plan.plate_root.display(),
+        plan.device,
+        plan.device_reason,
+        setup.workers
+    );
+    let progress = move |p: Progress<'_>| match p {
+        Progress::Skipped { well } => eprintln!("{well}: complete in a previous run, skipped (--resume)"),
+        Progress::Started { well } if tty => eprintln!("{well}: started"),
+        Progress::Started { .. } => {}
+        Progress::Finished { well, done, total, seconds, error: None } => eprintln!("[{done}/{total}] {well}: done in {seconds:.2} s"),
+        Progress::Finished { well, done, total, error: Some(e), .. } => eprintln!("[{done}/{total}] {well}: FAILED: {e}"),
+    };
+    hcsflow_pipeline::execute(plan, registry, conversions, &options, &progress).map_err(pipeline_err)
+}
+
+/// Prints the summary, writes the report, maps the outcome to an exit code.
+pub fn finish(plan: &Plan, summary: &RunSummary, setup: &Setup) -> CliResult {
+    let r = &summary.report;
+    if let Some(path) = &setup.report {
+        let json = serde_json::to_vec_pretty(r).context("serialising the report")?;
+        std::fs::write(path, json).with_context(|| format!("writing the report {}", path.display()))?;
+    }
+    eprintln!(
+        "{} of {} well(s) complete ({} skipped as already complete), {} failed, {} not started; {:.2} s, {:.1} MB/s, peak RSS {}",
+        summary.completed.len() + summary.skipped.len(),
+        summary.total,
+        summary.skipped.len(),
+        summary.failed.len(),
+        summary.not_started.len(),
+        r.seconds,
+        r.mb_per_s,
+        r.peak_rss_bytes.map(|b| format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64)).unwrap_or_else(|| "unknown".into())
+    );
+    eprintln!("outputs: {} (summary: {})", plan.out.display(), plan.out.join(hcsflow_pipeline::SUMMARY_NAME).display());
+    for z in &summary.zarr_plates {
+        eprintln!("OME-Zarr: {}", z.display());
+    }
+    if !summary.failed.is_empty() {
+        let list: Vec<String> = summary.failed.iter().map(|f| format!("  {}: {}", f.well, f.error)).collect();
+        return Err(CliError::new(
+            Exit::Failure,
+            anyhow::anyhow!(
+                "{} well(s) failed (the others' results are kept; fix and re-run with --resume):\n{}",
+                summary.failed.len(),
+                list.join("\n")
+            ),
+        ));
+    }
+    if !summary.not_started.is_empty() {
+        return Err(CliError::new(
+            Exit::Failure,
+            anyhow::anyhow!("interrupted: {} well(s) not started; re-run with --resume to finish", summary.not_started.len()),
+        ));
+    }
+    Ok(())
+}
+
+/// The `--dry-run` text: per step the chain, memory types, routes and device;
+/// per well the number of stacks of each step.
+pub fn plan_text(plan: &Plan) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "plan: pipeline '{}' (digest {})", plan.pipeline_name, plan.digest);
+    let _ = writeln!(s, "plate: {} ({} wells, planes {}×{} {})", plan.plate_root.display(), plan.wells.len(), plan.plane.0, plan.plane.1, plan.plane.2);
+    if plan.missing_images > 0 {
+        let _ = writeln!(s, "missing images: {} (filled with zeros in memory)", plan.missing_images);
+    }
+    let _ = writeln!(s, "device: {} ({})", plan.device, plan.device_reason);
+    let _ = writeln!(s, "output: {}", plan.out.display());
+    for (i, step) in plan.steps.iter().enumerate() {
+        let variable: Vec<&str> = step.variable.iter().map(|c| c.name()).collect();
+        let _ = writeln!(
+            s,
+            "step {} '{}': variable_components [{}], group_by {}, input {}, materialize [{}], dtype {:?}",
+            i + 1,
+            step.name,
+            variable.join(", "),
+            step.group_by.map(|g| g.name()).unwrap_or("none"),
+            match step.input_source {
+                hcsflow_pipeline::InputSource::Previous => "previous",
+                hcsflow_pipeline::InputSource::PipelineStart => "pipeline_start (re-read from the plate)",
+            },
+            step.materialize.iter().map(|m| format!("{m:?}").to_lowercase()).collect::<Vec<_>>().join(", "),
+            step.dtype.output,
+        );
+        for chain in &step.chains {
+            let prefix = chain.label.as_ref().map(|l| format!("  [{l}] ")).unwrap_or_else(|| "  ".into());
+            let calls: Vec<String> = chain
+                .calls
+                .iter()
+                .map(|c| format!("{} ({}, {} → {} on {})", c.function, c.contract, c.implementation.memory_in, c.implementation.memory_out, c.device))
+                .collect();
+            let _ = writeln!(s, "{prefix}chain: {}", calls.join(" → "));
+            for c in &chain.calls {
+                let _ = writeln!(s, "      route into {}: {}", c.function, c.route_in);
+            }
+            let _ = writeln!(s, "      route out: {}", chain.route_out);
+        }
+        let (mut pass, mut skip) = (0, 0);
+        let counts: Vec<String> = plan
+            .wells
+            .iter()
+            .filter_map(|w| w.steps.iter().find(|ws| ws.step == i).map(|ws| (w, ws)))
+            .map(|(w, ws)| {
+                pass += ws.groups.iter().filter(|g| g.action == Action::Passthrough).count();
+                skip += ws.groups.iter().filter(|g| g.action == Action::Skip).count();
+                let n_in = ws.groups.first().map(|g| g.inputs.len()).unwrap_or(0);
+                format!("{} {}×[{n_in}]", w.well, ws.groups.len())
+            })
+            .collect();
+        let _ = writeln!(s, "  stacks per well: {}", counts.join(", "));
+        if pass + skip > 0 {
+            let _ = writeln!(s, "  groups without a map entry: {pass} passed through, {skip} skipped");
+        }
+    }
+    for d in &plan.disabled {
+        let _ = writeln!(s, "step '{d}': disabled");
+    }
+    s
+}
