@@ -10,5 +10,5 @@
 pub mod measure;
 pub mod npy;
 
-pub use measure::{checksum, measure, peak_rss_mib, Measurement};
+pub use measure::{checksum, measure, measure_with_setup, peak_rss_mib, Measurement};
 pub use npy::{read_npy, write_npy, NpyError};

@@ -63,16 +63,28 @@ pub fn peak_rss_mib() -> f64 {
 /// Runs `f` `warmup` times untimed, then `repeats` times timed.
 /// Returns the measurement and the last result. Errors stop the measurement.
 pub fn measure<T, E>(warmup: usize, repeats: usize, mut f: impl FnMut() -> Result<T, E>) -> Result<(Measurement, Option<T>), E> {
+    measure_with_setup(warmup, repeats, || (), |()| f())
+}
+
+/// Like [`measure`], but each run's input comes from `setup`, which is not
+/// timed (e.g. a copy of the input for a function that consumes it).
+pub fn measure_with_setup<I, T, E>(
+    warmup: usize,
+    repeats: usize,
+    mut setup: impl FnMut() -> I,
+    mut f: impl FnMut(I) -> Result<T, E>,
+) -> Result<(Measurement, Option<T>), E> {
     for _ in 0..warmup {
-        f()?;
+        f(setup())?;
     }
     let load0 = loadavg();
     let (mut wall, mut cpu) = (Vec::with_capacity(repeats), Vec::with_capacity(repeats));
     let mut last = None;
     for _ in 0..repeats {
+        let input = setup();
         let c = process_cpu_seconds();
         let t = Instant::now();
-        let out = f()?;
+        let out = f(input)?;
         wall.push(t.elapsed().as_secs_f64());
         cpu.push(process_cpu_seconds() - c);
         last = Some(out);

@@ -2,6 +2,7 @@
 //! parsing, logging, human errors and exit codes; the work is in the library crates.
 
 mod apply;
+mod bench;
 mod demo;
 mod doctor;
 mod engine;
@@ -66,6 +67,8 @@ enum Command {
     Synth(synth::SynthArgs),
     /// Describe a plate: format, wells, sites, channels, z, timepoints, grid, pixel size, missing images.
     Inspect(inspect::InspectArgs),
+    /// Benchmarks: time functions on the peer benchmarks' .npy inputs (see scripts/bench-vs-peers.sh).
+    Bench(bench::BenchArgs),
     /// Run a pipeline (TOML) on a plate: outputs, summary CSV and run manifest under OUT.
     Run(run::RunArgs),
     /// Generate a small synthetic plate and run the demo pipeline on it end to end.
@@ -87,6 +90,7 @@ fn main() -> ExitCode {
         Command::Apply(a) => apply::run(a),
         Command::Synth(a) => synth::run(a),
         Command::Inspect(a) => inspect::run(a),
+        Command::Bench(a) => bench::run(a),
         Command::Run(a) => run::run(a),
         Command::Demo(a) => demo::run(a),
     };
