@@ -208,11 +208,11 @@ fn demo_runs_end_to_end() {
     assert!(o.status.success(), "{}", stderr(&o));
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(text.contains("max_z:"), "{text}");
-    assert_eq!(images(&out.join("results"), "max_z").len(), 2 * 18);
+    assert_eq!(images(&out.join("results"), "max_z").len(), 2 * 9, "one composite per site");
     assert!(out.join("results/summary.csv").exists());
     assert!(out.join("results/Synth_Plate_1.ome.zarr/zarr.json").exists(), "{text}");
     assert!(text.contains("OME-Zarr:"), "{text}");
-    assert_eq!(images(&out.join("results"), "mean_z").len(), 2 * 18);
+    assert_eq!(images(&out.join("results"), "channels_max_z").len(), 2 * 18);
     // Running it again replaces its own plate and results.
     let o = hcsflow(&["demo", out.to_str().unwrap(), "--size", "64", "--wells", "2", "--device", "cpu"]);
     assert!(o.status.success(), "{}", stderr(&o));

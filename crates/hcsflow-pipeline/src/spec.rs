@@ -271,10 +271,14 @@ fn arg_value(step: &str, function: &str, name: &str, v: &toml::Value) -> Result<
         toml::Value::Float(f) => Ok(ArgValue::Float(*f)),
         toml::Value::Boolean(b) => Ok(ArgValue::Bool(*b)),
         toml::Value::String(s) => Ok(ArgValue::Str(s.clone())),
+        // Lists of numbers (e.g. composite weights); the function's spec validates them.
+        toml::Value::Array(items) if items.iter().all(|v| v.is_integer() || v.is_float()) => Ok(ArgValue::FloatList(
+            items.iter().filter_map(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64))).collect(),
+        )),
         other => Err(PipelineError::step(
             step,
             format!("{function}: argument '{name}' cannot be {}", other.type_str()),
-            "arguments are integers, numbers, booleans or strings (`hcsflow functions` lists them)",
+            "arguments are integers, numbers, booleans, strings or lists of numbers (`hcsflow functions` lists them)",
         )),
     }
 }
