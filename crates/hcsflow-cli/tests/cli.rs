@@ -70,15 +70,15 @@ fn functions_json_lists_every_registered_function() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let names: Vec<&str> = v.as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
-    let mut registry = hcsflow_core::Registry::new();
-    let mut conversions = hcsflow_core::Conversions::default();
-    hcsflow_ops::register(&mut registry);
-    hcsflow_gpu::register(&mut registry, &mut conversions);
+    let (registry, _) = hcsflow_pipeline::builtin();
     let expected: Vec<&str> = registry.functions().map(|f| f.spec.name).collect();
     assert_eq!(names, expected);
     let max = v.as_array().unwrap().iter().find(|f| f["name"] == "max_projection").unwrap();
     assert_eq!(max["contract"], "volumetric_to_slice");
     assert_eq!(max["memory_types"], serde_json::json!(["host", "wgpu"]));
+    for name in ["tile_positions", "assemble", "white_tophat", "focus_stack", "count_cells"] {
+        assert!(names.contains(&name), "{name} is listed");
+    }
 }
 
 #[test]

@@ -40,6 +40,8 @@ pub fn builtin() -> (Registry, Conversions) {
     let mut registry = Registry::new();
     let mut conversions = Conversions::default();
     hcsflow_ops::register(&mut registry);
+    hcsflow_stitch::register(&mut registry);
+    // GPU implementations attach to the functions declared above.
     hcsflow_gpu::register(&mut registry, &mut conversions);
     (registry, conversions)
 }
