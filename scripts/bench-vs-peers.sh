@@ -12,7 +12,7 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WORK="${WORK:-/tmp/hcsflow-peerbench}"
 PEER_BENCH="${PEER_BENCH:-$REPO/../shared/bench}"
 export PEERBENCH_DATA="${PEERBENCH_DATA:-$WORK/data}"
-mkdir -p "$WORK" "$PEERBENCH_DATA"
+mkdir -p "$WORK/results" "$PEERBENCH_DATA"
 [ -f "$PEER_BENCH/common.py" ] || { echo "error: peer scripts not found in $PEER_BENCH (set PEER_BENCH)" >&2; exit 2; }
 
 # The peers' environment, created on first use (same packages as ../shared/bench/run_all.sh).

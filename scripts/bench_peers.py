@@ -131,7 +131,11 @@ def main():
 
 
 def o_peer(r):
-    return r["op"].split("_")[0]
+    """The peer library named in the op (the peer scripts name ops after what they call)."""
+    for lib in ("skimage", "scipy", "numpy", "openhcs"):
+        if lib in r["op"]:
+            return lib
+    return "numpy"
 
 
 if __name__ == "__main__":
