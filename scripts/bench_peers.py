@@ -47,7 +47,7 @@ def accuracy(ours_path, peer_path):
         return f"shapes differ: {ours.shape} vs {peer.shape}"
     d = np.abs(ours - peer)
     scale = max(np.abs(peer).max(), 1e-12)
-    return f"max|Δ| {d.max():.3g} ({d.max() / scale:.1e} rel)"
+    return f"max abs Δ {d.max():.3g} ({d.max() / scale:.1e} rel)"
 
 
 def main():
