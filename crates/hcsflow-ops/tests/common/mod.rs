@@ -55,14 +55,15 @@ pub fn cells_stack(dtype: DType, shape: [usize; 3], seed: u64) -> Stack {
     Stack::from_f32_array(f, dtype)
 }
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/ops_oracle.py")
+fn script(file: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle").join(file)
 }
 
 const PIP: &str = "pip install -r .ci/requirements-oracles.txt  (numpy scipy scikit-image)";
 
 /// A batch of reference computations run in one Python process.
 pub struct Oracle {
+    script: PathBuf,
     dir: tempfile::TempDir,
     jobs: Vec<Value>,
 }
@@ -71,6 +72,11 @@ impl Oracle {
     /// `None` when the oracle is unavailable and `HCSFLOW_SKIP_ORACLES=1`
     /// (prints a SKIPPED line); panics with the pip command otherwise.
     pub fn new(test: &str) -> Option<Oracle> {
+        Oracle::for_script(test, "ops_oracle.py")
+    }
+
+    /// Like [`Oracle::new`], running `tests/oracle/<file>` instead.
+    pub fn for_script(test: &str, file: &str) -> Option<Oracle> {
         let probe = Command::new("python3").args(["-c", "import numpy, scipy, skimage"]).output();
         if !matches!(&probe, Ok(out) if out.status.success()) {
             if std::env::var("HCSFLOW_SKIP_ORACLES").as_deref() == Ok("1") {
@@ -89,7 +95,7 @@ impl Oracle {
                  (or set HCSFLOW_SKIP_ORACLES=1 to skip). Probe said: {detail}"
             );
         }
-        Some(Oracle { dir: tempfile::tempdir().expect("tempdir"), jobs: Vec::new() })
+        Some(Oracle { script: script(file), dir: tempfile::tempdir().expect("tempdir"), jobs: Vec::new() })
     }
 
     /// Queues `op` on `inputs` with keyword `args`; returns the job index.
@@ -113,7 +119,7 @@ impl Oracle {
     pub fn run(self) -> Vec<ArrayD<f64>> {
         let list = self.dir.path().join("jobs.json");
         std::fs::write(&list, serde_json::to_vec(&self.jobs).unwrap()).expect("job list");
-        let out = Command::new("python3").arg(script()).arg(&list).output().expect("run python3");
+        let out = Command::new("python3").arg(&self.script).arg(&list).output().expect("run python3");
         assert!(
             out.status.success(),
             "oracle failed:\n{}\n{}",

@@ -5,13 +5,9 @@
 //! unless `HCSFLOW_SKIP_ORACLES=1` (then they print a SKIPPED line and pass).
 #![allow(dead_code)]
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
 use hcsflow_core::{DType, Stack};
-use ndarray::{Array3, ArrayD, IxDyn};
-use serde_json::{json, Value};
+use ndarray::{Array3, ArrayD};
+use serde_json::Value;
 
 /// xorshift64 stream.
 pub struct Rng(u64);
@@ -73,80 +69,28 @@ pub fn blobs_stack(dtype: DType, shape: [usize; 3], n_blobs: usize, top: f32, no
     (s, blobs.iter().map(|b| (b.0, b.1)).collect())
 }
 
-fn script() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/ops_b_oracle.py")
-}
+#[path = "../common/mod.rs"]
+mod common;
 
-const PIP: &str = "pip install -r .ci/requirements-oracles.txt  (numpy scipy scikit-image)";
-
-/// A batch of reference computations run in one Python process.
-pub struct Oracle {
-    dir: tempfile::TempDir,
-    jobs: Vec<Value>,
-}
+/// The shared oracle runner of `tests/common`, pointed at `ops_b_oracle.py`,
+/// with one input per job.
+pub struct Oracle(common::Oracle);
 
 impl Oracle {
     /// `None` when the oracle is unavailable and `HCSFLOW_SKIP_ORACLES=1`
     /// (prints a SKIPPED line); panics with the pip command otherwise.
     pub fn new(test: &str) -> Option<Oracle> {
-        let probe = Command::new("python3").args(["-c", "import numpy, scipy, skimage"]).output();
-        if !matches!(&probe, Ok(out) if out.status.success()) {
-            if std::env::var("HCSFLOW_SKIP_ORACLES").as_deref() == Ok("1") {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "SKIPPED: {test} (python3 with numpy/scipy/scikit-image not available, HCSFLOW_SKIP_ORACLES=1)"
-                );
-                return None;
-            }
-            let detail = match probe {
-                Ok(out) => String::from_utf8_lossy(&out.stderr).into_owned(),
-                Err(e) => format!("python3 could not be started: {e}"),
-            };
-            panic!(
-                "{test}: the oracle needs python3 with numpy, scipy and scikit-image: run `{PIP}` \
-                 (or set HCSFLOW_SKIP_ORACLES=1 to skip). Probe said: {detail}"
-            );
-        }
-        Some(Oracle { dir: tempfile::tempdir().expect("tempdir"), jobs: Vec::new() })
+        common::Oracle::for_script(test, "ops_b_oracle.py").map(Oracle)
     }
 
     /// Queues `op` on `input` with keyword `args`; returns the job index.
     pub fn add(&mut self, op: &str, input: &Stack, args: Value) -> usize {
-        let i = self.jobs.len();
-        let path = self.dir.path().join(format!("in-{i}.raw"));
-        std::fs::write(&path, input.as_bytes()).expect("write oracle input");
-        let output = self.dir.path().join(format!("out-{i}.f64"));
-        self.jobs.push(json!({
-            "op": op,
-            "inputs": [{"path": path, "dtype": input.dtype().name(), "shape": input.shape()}],
-            "args": args,
-            "output": output,
-        }));
-        i
+        self.0.add(op, &[input], args)
     }
 
     /// Runs every queued job; each result as float64 with the reference's shape.
     pub fn run(self) -> Vec<ArrayD<f64>> {
-        let list = self.dir.path().join("jobs.json");
-        std::fs::write(&list, serde_json::to_vec(&self.jobs).unwrap()).expect("job list");
-        let out = Command::new("python3").arg(script()).arg(&list).output().expect("run python3");
-        assert!(
-            out.status.success(),
-            "oracle failed:\n{}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            String::from_utf8_lossy(&out.stdout)
-        );
-        let shapes: Vec<Vec<usize>> =
-            serde_json::from_slice(&out.stdout).expect("oracle prints a JSON list of output shapes");
-        self.jobs
-            .iter()
-            .zip(shapes)
-            .map(|(job, shape)| {
-                let bytes = std::fs::read(job["output"].as_str().unwrap()).expect("oracle output");
-                let v: Vec<f64> = bytes.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect();
-                ArrayD::from_shape_vec(IxDyn(&shape), v).expect("output shape")
-            })
-            .collect()
+        self.0.run()
     }
 }
 
