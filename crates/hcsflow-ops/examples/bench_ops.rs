@@ -43,6 +43,7 @@ const CASES: &[Case] = &[
     Case { name: "stack_percentile_normalize 30x2048²", peer: "stack_percentile_norm_1_99_30x2048", function: "stack_percentile_normalize", args: &[], input: Input::ZStack },
     Case { name: "stack_equalize_histogram 2048²", peer: "skimage_equalize_hist_65536_2048", function: "stack_equalize_histogram", args: &[], input: Input::Image },
     Case { name: "stack_equalize_histogram 30x2048²", peer: "numpy_bincount_equalize_65536_30x2048", function: "stack_equalize_histogram", args: &[], input: Input::ZStack },
+    Case { name: "clahe 2048²", peer: "skimage_clahe_default_2048", function: "clahe", args: &[], input: Input::Image },
     Case { name: "gaussian_blur σ2 2048² (vs skimage)", peer: "skimage_gaussian_s2_2048", function: "gaussian_blur", args: &["sigma=2"], input: Input::Image },
     Case { name: "gaussian_blur σ2 2048² (vs scipy f32)", peer: "scipy_gaussian_s2_f32_2048", function: "gaussian_blur", args: &["sigma=2"], input: Input::Image },
     Case { name: "sharpen r1 a1 2048²", peer: "skimage_unsharp_r1_a1_2048", function: "sharpen", args: &[], input: Input::Image },

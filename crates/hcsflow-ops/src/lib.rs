@@ -5,6 +5,7 @@
 //! declares them (spec, contract, arguments) in a [`Registry`]. GPU crates add
 //! their implementations to the same logical functions afterwards.
 
+pub mod clahe;
 pub mod composite;
 pub mod convolve;
 pub mod count;
@@ -26,6 +27,7 @@ pub fn register(registry: &mut Registry) {
     projection::register(registry);
     normalize::register(registry);
     equalize::register(registry);
+    clahe::register(registry);
     filters::register(registry);
     geometry::register(registry);
     composite::register(registry);

@@ -62,6 +62,21 @@ def sobel(p):
     return filters.sobel(p.astype(np.float64))
 
 
+def clahe(p, kernel_size=None, clip_limit=0.01, nbins=256):
+    """equalize_adapthist, delivered in the input dtype as hcsflow documents it:
+    img_as_ubyte / img_as_uint of the float result for integers; f32 planes outside
+    [-1, 1] (rejected by skimage) are first stretched to [0, 1] by rescale_intensity."""
+    from skimage import exposure, util
+    if p.dtype == np.float32 and (p.min() < -1 or p.max() > 1):
+        p = exposure.rescale_intensity(p, out_range=(0, 1))
+    res = exposure.equalize_adapthist(p, kernel_size=kernel_size, clip_limit=clip_limit, nbins=nbins)
+    if p.dtype == np.uint8:
+        return util.img_as_ubyte(res)
+    if p.dtype == np.uint16:
+        return util.img_as_uint(res)
+    return res
+
+
 def binning(a, factor, mode):
     n, h, w = a.shape
     b = a[:, : h // factor * factor, : w // factor * factor].astype(np.float64)
@@ -93,6 +108,7 @@ OPS = {
     "unsharp": per_plane(unsharp),
     "median": per_plane(median),
     "sobel": per_plane(sobel),
+    "clahe": per_plane(clahe),
     "bin": binning,
     "crop": lambda a, y, x, height, width: a[:, y : y + height, x : x + width],
     "composite": composite,
