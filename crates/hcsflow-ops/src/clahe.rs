@@ -27,7 +27,7 @@
 //! are first stretched from their min..max to [0, 1] in f32
 //! (`rescale_intensity(x, out_range=(0, 1))`); NaN or ±inf is an error.
 
-use hcsflow_core::{with_pixels, ArgSpec, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
+use hcsflow_core::{with_pixels, ArgSpec, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack};
 use ndarray::{Array3, Axis};
 use rayon::prelude::*;
 
@@ -361,7 +361,7 @@ pub(crate) fn register(registry: &mut Registry) {
                 ArgSpec::int("nbins", 256, Some(1), Some(65_536), "histogram bins over the 16,384 grey levels"),
             ],
         },
-        Implementation::host(|s, a| {
+        crate::host_all_planes(|s, a| {
             let k = a.int("kernel_size") as usize;
             let params = ClaheParams {
                 kernel_size: (k > 0).then_some((k, k)),

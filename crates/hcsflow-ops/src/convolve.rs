@@ -3,9 +3,10 @@
 //! antisymmetric 1-D kernels applied along Y then X over contiguous rows,
 //! in f32, in parallel over rows, with scipy.ndimage's boundary modes.
 //!
-//! Vertical pass: each output row is a weighted sum of whole input rows
-//! (vectorised along X). Horizontal pass: the row is padded once into a
-//! per-task buffer, then every tap is a vectorised multiply-add over the row.
+//! Vertical pass: each output row is a weighted sum of input rows;
+//! horizontal pass: the row is padded once into a per-task buffer. Both
+//! compute [`BLOCK`] neighbouring outputs at once with the accumulators in
+//! registers (vectorised along X), and run with AVX2 where available.
 
 use rayon::prelude::*;
 
@@ -92,65 +93,155 @@ impl Kernel1d {
 /// Correlates one `h × w` plane with `ky` along Y then `kx` along X.
 /// `src` is row-major; returns the f32 result, row-major.
 pub fn correlate_separable<T: Pixel>(src: &[T], h: usize, w: usize, ky: &Kernel1d, kx: &Kernel1d, boundary: Boundary) -> Vec<f32> {
-    let mut tmp = vec![0f32; h * w];
-    if h == 0 || w == 0 {
-        return tmp;
-    }
-    vertical(src, h, w, ky, boundary, &mut tmp);
     let mut out = vec![0f32; h * w];
-    horizontal(&tmp, w, kx, boundary, &mut out);
+    correlate_separable_into(src, h, w, ky, kx, boundary, &mut out);
     out
 }
 
-/// `dst[y] = Σ_k ky[k] · src[reflect(y + k - r)]`, whole rows at a time.
-fn vertical<T: Pixel>(src: &[T], h: usize, w: usize, ky: &Kernel1d, boundary: Boundary, dst: &mut [f32]) {
-    let r = ky.radius() as isize;
-    let row = |y: isize| &src[boundary.index(y, h) * w..][..w];
-    dst.par_chunks_mut(ROWS_PER_TASK * w).enumerate().for_each(|(block, out)| {
-        for (j, o) in out.chunks_mut(w).enumerate() {
-            let y = (block * ROWS_PER_TASK + j) as isize;
-            let centre = row(y);
-            let wc = ky.weights[r as usize];
-            o.iter_mut().zip(centre).for_each(|(o, &v)| *o = wc * v.to_f32());
-            for k in 1..=r {
-                let wk = ky.weights[(r + k) as usize];
-                let wm = ky.weights[(r - k) as usize];
-                let (a, b) = (row(y - k), row(y + k));
-                if wk == wm {
-                    o.iter_mut().zip(a.iter().zip(b)).for_each(|(o, (&a, &b))| *o += wk * (a.to_f32() + b.to_f32()));
-                } else {
-                    o.iter_mut().zip(a.iter().zip(b)).for_each(|(o, (&a, &b))| *o += wm * a.to_f32() + wk * b.to_f32());
-                }
+/// [`correlate_separable`] into `dst` (`h · w` values). Each parallel task
+/// takes [`ROWS_PER_TASK`] output rows: their vertical pass goes to a small
+/// per-task buffer that stays in cache, then the horizontal pass writes `dst`
+/// (no full-size intermediate image).
+///
+/// Every output value is computed with the same operations in the same order
+/// whatever the CPU: `w_c·c`, then per tap pair `+= w·(a + b)` (symmetric taps)
+/// or `+= w₋·a + w₊·b`, so results do not depend on the SIMD width.
+pub fn correlate_separable_into<T: Pixel>(src: &[T], h: usize, w: usize, ky: &Kernel1d, kx: &Kernel1d, boundary: Boundary, dst: &mut [f32]) {
+    if h == 0 || w == 0 {
+        return;
+    }
+    let rx = kx.radius();
+    dst.par_chunks_mut(ROWS_PER_TASK * w).enumerate().for_each_init(
+        || (vec![0f32; ROWS_PER_TASK * w], vec![0f32; w + 2 * rx], Vec::new()),
+        |(vbuf, pad, rows), (block, out)| {
+            let n = out.len() / w;
+            let vbuf = &mut vbuf[..n * w];
+            for (j, o) in vbuf.chunks_mut(w).enumerate() {
+                let y = (block * ROWS_PER_TASK + j) as isize;
+                let r = ky.radius() as isize;
+                rows.clear();
+                rows.extend((-r..=r).map(|d| boundary.index(y + d, h)));
+                simd::vertical_row(src, w, &ky.weights, rows, o);
             }
-        }
-    });
+            for (o, s) in out.chunks_mut(w).zip(vbuf.chunks(w)) {
+                // Interior copied as is; only the 2r border samples need the boundary rule.
+                pad[rx..rx + w].copy_from_slice(s);
+                for i in (0..rx).chain(rx + w..w + 2 * rx) {
+                    pad[i] = s[boundary.index(i as isize - rx as isize, w)];
+                }
+                simd::horizontal_row(pad, &kx.weights, o);
+            }
+        },
+    );
 }
 
-/// `dst[x] = Σ_k kx[k] · src[reflect(x + k - r)]` per row, via a padded row.
-fn horizontal(src: &[f32], w: usize, kx: &Kernel1d, boundary: Boundary, dst: &mut [f32]) {
-    let r = kx.radius();
-    dst.par_chunks_mut(ROWS_PER_TASK * w).zip(src.par_chunks(ROWS_PER_TASK * w)).for_each(|(out, inp)| {
-        let mut pad = vec![0f32; w + 2 * r];
-        for (o, s) in out.chunks_mut(w).zip(inp.chunks(w)) {
-            // Interior copied as is; only the 2r border samples need the boundary rule.
-            pad[r..r + w].copy_from_slice(s);
-            for i in (0..r).chain(r + w..w + 2 * r) {
-                pad[i] = s[boundary.index(i as isize - r as isize, w)];
+/// Output values computed together, kept in registers across all taps.
+const BLOCK: usize = 32;
+
+/// The row kernels, compiled twice: for the baseline target and with AVX2
+/// (chosen at run time). The arithmetic is identical (no FMA contraction), so
+/// both give bit-identical results; AVX2 only widens the vectors.
+mod simd {
+    use hcsflow_core::Pixel;
+
+    use super::BLOCK;
+
+    /// `o[x] = Σ_k w[k] · src[rows[k]·w + x]` (rows: the 2r + 1 source row indices).
+    pub fn vertical_row<T: Pixel>(src: &[T], w: usize, weights: &[f32], rows: &[usize], o: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
+            return unsafe { vertical_row_avx2(src, w, weights, rows, o) };
+        }
+        vertical_row_impl(src, w, weights, rows, o)
+    }
+
+    /// `o[x] = Σ_k w[k] · pad[x + k]` (pad: the row with r samples added each side).
+    pub fn horizontal_row(pad: &[f32], weights: &[f32], o: &mut [f32]) {
+        #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
+            return unsafe { horizontal_row_avx2(pad, weights, o) };
+        }
+        horizontal_row_impl(pad, weights, o)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn vertical_row_avx2<T: Pixel>(src: &[T], w: usize, weights: &[f32], rows: &[usize], o: &mut [f32]) {
+        vertical_row_impl(src, w, weights, rows, o)
+    }
+
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    fn horizontal_row_avx2(pad: &[f32], weights: &[f32], o: &mut [f32]) {
+        horizontal_row_impl(pad, weights, o)
+    }
+
+    /// One output value from `at(offset)` = the sample at tap offset `-r..=r`.
+    #[inline(always)]
+    fn one(weights: &[f32], r: usize, at: impl Fn(usize) -> f32) -> f32 {
+        // at(i) is the sample under weights[i].
+        let mut s = weights[r] * at(r);
+        for k in 1..=r {
+            let (wm, wk) = (weights[r - k], weights[r + k]);
+            if wk == wm {
+                s += wk * (at(r - k) + at(r + k));
+            } else {
+                s += wm * at(r - k) + wk * at(r + k);
             }
-            let wc = kx.weights[r];
-            o.iter_mut().zip(&pad[r..r + w]).for_each(|(o, &v)| *o = wc * v);
-            for k in 1..=r {
-                let wk = kx.weights[r + k];
-                let wm = kx.weights[r - k];
-                let (a, b) = (&pad[r - k..r - k + w], &pad[r + k..r + k + w]);
-                if wk == wm {
-                    o.iter_mut().zip(a.iter().zip(b)).for_each(|(o, (&a, &b))| *o += wk * (a + b));
-                } else {
-                    o.iter_mut().zip(a.iter().zip(b)).for_each(|(o, (&a, &b))| *o += wm * a + wk * b);
+        }
+        s
+    }
+
+    /// [`BLOCK`] output values at once: `line(i)` is the slice under weights[i].
+    #[inline(always)]
+    fn block<'a, S: Copy + 'a>(weights: &[f32], r: usize, line: impl Fn(usize) -> &'a [S], f: impl Fn(S) -> f32, o: &mut [f32]) {
+        let mut acc = [0f32; BLOCK];
+        let (c, wc) = (line(r), weights[r]);
+        for l in 0..BLOCK {
+            acc[l] = wc * f(c[l]);
+        }
+        for k in 1..=r {
+            let (wm, wk) = (weights[r - k], weights[r + k]);
+            let (a, b) = (&line(r - k)[..BLOCK], &line(r + k)[..BLOCK]);
+            if wk == wm {
+                for l in 0..BLOCK {
+                    acc[l] += wk * (f(a[l]) + f(b[l]));
+                }
+            } else {
+                for l in 0..BLOCK {
+                    acc[l] += wm * f(a[l]) + wk * f(b[l]);
                 }
             }
         }
-    });
+        o[..BLOCK].copy_from_slice(&acc);
+    }
+
+    #[inline(always)]
+    fn vertical_row_impl<T: Pixel>(src: &[T], w: usize, weights: &[f32], rows: &[usize], o: &mut [f32]) {
+        let r = weights.len() / 2;
+        let full = w / BLOCK * BLOCK;
+        for x0 in (0..full).step_by(BLOCK) {
+            block(weights, r, |i| &src[rows[i] * w + x0..][..BLOCK], Pixel::to_f32, &mut o[x0..]);
+        }
+        for x in full..w {
+            o[x] = one(weights, r, |i| src[rows[i] * w + x].to_f32());
+        }
+    }
+
+    #[inline(always)]
+    fn horizontal_row_impl(pad: &[f32], weights: &[f32], o: &mut [f32]) {
+        let r = weights.len() / 2;
+        let w = o.len();
+        let full = w / BLOCK * BLOCK;
+        for x0 in (0..full).step_by(BLOCK) {
+            block(weights, r, |i| &pad[x0 + i..][..BLOCK], |v| v, &mut o[x0..]);
+        }
+        for x in full..w {
+            o[x] = one(weights, r, |i| pad[x + i]);
+        }
+    }
 }
 
 #[cfg(test)]

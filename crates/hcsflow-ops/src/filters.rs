@@ -5,47 +5,56 @@
 //! [0, 1]: scikit-image's `preserve_range=True`) and return f32; the dtype
 //! policy rounds and clips back to the input dtype. The median keeps the dtype.
 
-use hcsflow_core::{with_pixels, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
+use hcsflow_core::{with_pixels, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack};
 use ndarray::{Array3, Axis};
 use rayon::prelude::*;
 
-use crate::convolve::{correlate_separable, Boundary, Kernel1d};
+use crate::convolve::{correlate_separable_into, Boundary, Kernel1d};
 
-/// Runs `f(plane, h, w)` on every plane (row-major slices) and stacks the f32 results.
-fn map_planes_f32(stack: &Stack, f: impl Fn(&dyn PlaneRef, usize, usize) -> Vec<f32> + Sync) -> Stack {
+/// Runs `f(plane, h, w, dst)` on every plane (row-major slices); `f` fills
+/// `dst` (`h · w` values of the one f32 result, allocated once).
+fn map_planes_f32(stack: &Stack, f: impl Fn(&dyn PlaneRef, usize, usize, &mut [f32]) + Sync) -> Stack {
     let [n, h, w] = stack.shape();
-    let mut out = Vec::with_capacity(n * h * w);
-    with_pixels!(Stack, stack, a, T => {
-        for z in 0..n {
-            let plane = a.index_axis(Axis(0), z);
-            let owned;
-            let data: &[T] = match plane.as_slice() {
-                Some(s) => s,
-                None => {
-                    owned = plane.iter().copied().collect::<Vec<T>>();
-                    &owned
-                }
-            };
-            out.extend(f(&Plane(data), h, w));
-        }
-    });
+    let mut out = vec![0f32; n * h * w];
+    if h * w > 0 {
+        with_pixels!(Stack, stack, a, T => {
+            for (z, dst) in out.chunks_mut(h * w).enumerate() {
+                let plane = a.index_axis(Axis(0), z);
+                let owned;
+                let data: &[T] = match plane.as_slice() {
+                    Some(s) => s,
+                    None => {
+                        owned = plane.iter().copied().collect::<Vec<T>>();
+                        &owned
+                    }
+                };
+                f(&Plane(data), h, w, dst);
+            }
+        });
+    }
     Stack::F32(Array3::from_shape_vec((n, h, w), out).unwrap_or_else(|_| unreachable!("n*h*w values")))
 }
 
 /// A plane of any pixel type, for the filters that take every dtype.
 trait PlaneRef: Sync {
-    fn correlate(&self, h: usize, w: usize, ky: &Kernel1d, kx: &Kernel1d, b: Boundary) -> Vec<f32>;
-    fn to_f32(&self) -> Vec<f32>;
+    fn correlate(&self, h: usize, w: usize, ky: &Kernel1d, kx: &Kernel1d, b: Boundary, dst: &mut [f32]);
+    /// `dst[i] = x[i] + (x[i] - dst[i]) · amount`: the unsharp mask from the blur in `dst`.
+    fn unsharp_from_blur(&self, dst: &mut [f32], amount: f32);
 }
 
 struct Plane<'a, T>(&'a [T]);
 
 impl<T: Pixel> PlaneRef for Plane<'_, T> {
-    fn correlate(&self, h: usize, w: usize, ky: &Kernel1d, kx: &Kernel1d, b: Boundary) -> Vec<f32> {
-        correlate_separable(self.0, h, w, ky, kx, b)
+    fn correlate(&self, h: usize, w: usize, ky: &Kernel1d, kx: &Kernel1d, b: Boundary, dst: &mut [f32]) {
+        correlate_separable_into(self.0, h, w, ky, kx, b, dst)
     }
-    fn to_f32(&self) -> Vec<f32> {
-        self.0.iter().map(|v| v.to_f32()).collect()
+    fn unsharp_from_blur(&self, dst: &mut [f32], amount: f32) {
+        dst.par_chunks_mut(1 << 16).zip(self.0.par_chunks(1 << 16)).for_each(|(d, x)| {
+            d.iter_mut().zip(x).for_each(|(b, &v)| {
+                let v = v.to_f32();
+                *b = v + (v - *b) * amount;
+            })
+        });
     }
 }
 
@@ -57,7 +66,7 @@ impl<T: Pixel> PlaneRef for Plane<'_, T> {
 pub fn gaussian_blur(stack: &Stack, sigma_y: f64, sigma_x: f64, truncate: f64) -> Stack {
     let ky = Kernel1d::gaussian(sigma_y, truncate);
     let kx = Kernel1d::gaussian(sigma_x, truncate);
-    map_planes_f32(stack, |p, h, w| p.correlate(h, w, &ky, &kx, Boundary::Reflect))
+    map_planes_f32(stack, |p, h, w, dst| p.correlate(h, w, &ky, &kx, Boundary::Reflect, dst))
 }
 
 /// Unsharp mask: `x + (x - gaussian(x, σ = radius)) · amount`, the blur as in
@@ -67,11 +76,9 @@ pub fn gaussian_blur(stack: &Stack, sigma_y: f64, sigma_x: f64, truncate: f64) -
 pub fn unsharp_mask(stack: &Stack, radius: f64, amount: f64) -> Stack {
     let k = Kernel1d::gaussian(radius, 4.0);
     let amount = amount as f32;
-    map_planes_f32(stack, |p, h, w| {
-        let mut blurred = p.correlate(h, w, &k, &k, Boundary::Reflect);
-        let x = p.to_f32();
-        blurred.par_iter_mut().zip(x.par_iter()).for_each(|(b, &v)| *b = v + (v - *b) * amount);
-        blurred
+    map_planes_f32(stack, |p, h, w, dst| {
+        p.correlate(h, w, &k, &k, Boundary::Reflect, dst);
+        p.unsharp_from_blur(dst, amount);
     })
 }
 
@@ -81,12 +88,12 @@ pub fn unsharp_mask(stack: &Stack, radius: f64, amount: f64) -> Stack {
 pub fn sobel(stack: &Stack) -> Stack {
     let smooth = Kernel1d::new(vec![0.25, 0.5, 0.25]);
     let edge = Kernel1d::new(vec![-1.0, 0.0, 1.0]);
-    map_planes_f32(stack, |p, h, w| {
-        let mut gx = p.correlate(h, w, &smooth, &edge, Boundary::Reflect);
-        let gy = p.correlate(h, w, &edge, &smooth, Boundary::Reflect);
+    map_planes_f32(stack, |p, h, w, gx| {
+        p.correlate(h, w, &smooth, &edge, Boundary::Reflect, gx);
+        let mut gy = vec![0f32; h * w];
+        p.correlate(h, w, &edge, &smooth, Boundary::Reflect, &mut gy);
         let half = 0.5f32;
         gx.par_iter_mut().zip(gy.par_iter()).for_each(|(a, &b)| *a = ((*a * *a + b * b) * half).sqrt());
-        gx
     })
 }
 
@@ -403,7 +410,7 @@ pub(crate) fn register(registry: &mut Registry) {
                 ArgSpec::float("truncate", 4.0, Some(0.0), Some(100.0), "kernel radius in σ (radius = int(truncate·σ + 0.5))"),
             ],
         },
-        Implementation::host(|s, a| Ok(gaussian_blur(s, axis_sigma(a, "sigma_y")?, axis_sigma(a, "sigma_x")?, a.float("truncate")))),
+        crate::host_all_planes(|s, a| Ok(gaussian_blur(s, axis_sigma(a, "sigma_y")?, axis_sigma(a, "sigma_x")?, a.float("truncate")))),
     );
     registry.register(
         FunctionSpec {
@@ -415,7 +422,7 @@ pub(crate) fn register(registry: &mut Registry) {
                 ArgSpec::float("amount", 1.0, None, None, "strength of the added detail"),
             ],
         },
-        Implementation::host(|s, a| Ok(unsharp_mask(s, a.float("radius"), a.float("amount")))),
+        crate::host_all_planes(|s, a| Ok(unsharp_mask(s, a.float("radius"), a.float("amount")))),
     );
     registry.register(
         FunctionSpec {
@@ -424,7 +431,7 @@ pub(crate) fn register(registry: &mut Registry) {
             contract: Contract::Pure2d,
             args: vec![ArgSpec::int("size", 3, Some(1), Some(99), "window side in pixels (odd)")],
         },
-        Implementation::host(|s, a| median_filter(s, a.int("size") as usize)),
+        crate::host_all_planes(|s, a| median_filter(s, a.int("size") as usize)),
     );
     registry.register(
         FunctionSpec {
@@ -433,6 +440,6 @@ pub(crate) fn register(registry: &mut Registry) {
             contract: Contract::Pure2d,
             args: vec![],
         },
-        Implementation::host(|s, _| Ok(sobel(s))),
+        crate::host_all_planes(|s, _| Ok(sobel(s))),
     );
 }

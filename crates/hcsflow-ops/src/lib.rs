@@ -20,7 +20,34 @@ pub mod projection;
 pub mod threshold;
 pub mod tophat;
 
-use hcsflow_core::Registry;
+use std::sync::Arc;
+
+use hcsflow_core::{Args, FunctionError, Implementation, MemoryType, Registry, Stack};
+
+/// A host implementation that receives the whole stack even under a per-plane
+/// contract, for functions that already treat every plane on their own (and
+/// parallelise inside each plane). [`Implementation::host`] would have the
+/// registry copy each plane out and concatenate the results: two extra copies
+/// of the data per call, which cost as much as a fast filter itself.
+/// The registry still checks that the plane count is kept.
+pub(crate) fn host_all_planes(kernel: impl Fn(&Stack, &Args) -> Result<Stack, FunctionError> + Send + Sync + 'static) -> Implementation {
+    Implementation::array(
+        MemoryType::Host,
+        MemoryType::Host,
+        Arc::new(move |array, args| {
+            let got = array.memory_type();
+            let shape = array.shape().to_vec();
+            let stack = array.into_host_stack().ok_or_else(|| {
+                if got == MemoryType::Host {
+                    FunctionError::NotAStack { function: String::new(), shape }
+                } else {
+                    FunctionError::WrongMemory { function: String::new(), expected: MemoryType::Host, got }
+                }
+            })?;
+            Ok(kernel(&stack, args)?.into())
+        }),
+    )
+}
 
 /// Declares every host function in `registry`.
 pub fn register(registry: &mut Registry) {
