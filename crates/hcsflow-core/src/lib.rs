@@ -7,11 +7,14 @@
 //! - [`stack_slices`] / [`unstack_slices`]: 2D slices ↔ 3D stacks with validation.
 //! - [`registry`]: logical functions with implementations per memory type,
 //!   contracts and typed arguments.
+//! - [`artifact`]: what a function sees besides its stack (plane metadata,
+//!   tables from earlier steps) and the tables it produces.
 //! - [`adapter`]: GPU adapter descriptions and the device-selection policy.
 //!
 //! This crate has no I/O and no GPU dependency; everything above it points down to it.
 
 pub mod adapter;
+pub mod artifact;
 pub mod convert;
 pub mod dtype;
 pub mod memory;
@@ -20,6 +23,7 @@ pub mod slices;
 pub mod stack;
 
 pub use adapter::{select_device, AdapterInfo, AdapterKind, DeviceChoice, DeviceError};
+pub use artifact::{ArtifactDecl, Artifacts, CallContext, Cell, PlaneInfo, Row, StackInfo, Table};
 pub use convert::{plan_route, ConversionError, ConversionPolicy, Conversions, Route, RouteKind};
 pub use dtype::{DType, DTypeConversion, DTypePolicy, OutputDType};
 pub use memory::{Array, BadDevice, Device, DeviceBuffer, DeviceRequest, MemorySpace, MemoryType};

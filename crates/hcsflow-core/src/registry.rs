@@ -14,6 +14,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 use serde::Serialize;
 
+use crate::artifact::{Artifacts, CallContext, Table};
 use crate::convert::{ConversionError, ConversionPolicy, Conversions, Route};
 use crate::memory::{Array, Device, MemoryType};
 use crate::stack::Stack;
@@ -343,15 +344,20 @@ pub type HostKernel = Arc<dyn Fn(&Stack, &Args) -> Result<Stack, FunctionError> 
 /// A kernel on any memory type: receives an array of the implementation's
 /// input memory type, returns one of its output memory type.
 pub type ArrayKernel = Arc<dyn Fn(Array, &Args) -> Result<Array, FunctionError> + Send + Sync>;
+/// A host kernel that also receives the call's [`CallContext`] (injected
+/// metadata, consumed artifacts) and records what it produces there.
+pub type HostContextKernel = Arc<dyn Fn(&Stack, &Args, &mut CallContext) -> Result<Stack, FunctionError> + Send + Sync>;
+/// An [`ArrayKernel`] with the call's [`CallContext`].
+pub type ArrayContextKernel = Arc<dyn Fn(Array, &Args, &mut CallContext) -> Result<Array, FunctionError> + Send + Sync>;
 
 /// One implementation of a logical function.
 #[derive(Clone)]
 pub struct Implementation {
     pub memory_in: MemoryType,
     pub memory_out: MemoryType,
-    kernel: ArrayKernel,
+    kernel: ArrayContextKernel,
     /// For host kernels of per-plane contracts: the registry splits planes.
-    per_plane_host: Option<HostKernel>,
+    per_plane_host: Option<HostContextKernel>,
 }
 
 impl fmt::Debug for Implementation {
@@ -365,12 +371,21 @@ impl Implementation {
     /// flexible functions called with `slice_by_slice`) the registry calls it
     /// once per plane with a one-plane stack, in parallel.
     pub fn host(kernel: impl Fn(&Stack, &Args) -> Result<Stack, FunctionError> + Send + Sync + 'static) -> Self {
-        let kernel: HostKernel = Arc::new(kernel);
+        Implementation::host_in_context(move |stack, args, _| kernel(stack, args))
+    }
+
+    /// [`Implementation::host`] for functions that use the call context
+    /// (metadata, artifacts). Per-plane calls get a context holding their
+    /// plane's metadata and artifact rows; what they produce is merged in plane order.
+    pub fn host_in_context(
+        kernel: impl Fn(&Stack, &Args, &mut CallContext) -> Result<Stack, FunctionError> + Send + Sync + 'static,
+    ) -> Self {
+        let kernel: HostContextKernel = Arc::new(kernel);
         let whole = kernel.clone();
         Implementation {
             memory_in: MemoryType::Host,
             memory_out: MemoryType::Host,
-            kernel: Arc::new(move |array, args| {
+            kernel: Arc::new(move |array, args, context| {
                 let got = array.memory_type();
                 let shape = array.shape().to_vec();
                 let stack = array.into_host_stack().ok_or_else(|| {
@@ -380,7 +395,7 @@ impl Implementation {
                         FunctionError::WrongMemory { function: String::new(), expected: MemoryType::Host, got }
                     }
                 })?;
-                Ok(Array::from(whole(&stack, args)?))
+                Ok(Array::from(whole(&stack, args, context)?))
             }),
             per_plane_host: Some(kernel),
         }
@@ -389,6 +404,11 @@ impl Implementation {
     /// An implementation on arrays of `memory_in` returning `memory_out`
     /// (GPU runtimes). It receives the whole stack whatever the contract.
     pub fn array(memory_in: MemoryType, memory_out: MemoryType, kernel: ArrayKernel) -> Self {
+        Implementation::array_in_context(memory_in, memory_out, Arc::new(move |array, args, _| kernel(array, args)))
+    }
+
+    /// [`Implementation::array`] for functions that use the call context.
+    pub fn array_in_context(memory_in: MemoryType, memory_out: MemoryType, kernel: ArrayContextKernel) -> Self {
         Implementation { memory_in, memory_out, kernel, per_plane_host: None }
     }
 }
@@ -407,6 +427,8 @@ pub struct FunctionSpec {
 #[derive(Debug, Clone)]
 pub struct Function {
     pub spec: FunctionSpec,
+    /// Tables it produces and consumes besides its stack.
+    pub artifacts: Artifacts,
     pub implementations: Vec<Implementation>,
 }
 
@@ -511,6 +533,8 @@ pub struct CallPlan {
     pub implementation: Implementation,
     /// Input memory type → implementation input.
     pub route_in: Route,
+    /// The function's artifacts (copied from its registration).
+    pub artifacts: Artifacts,
 }
 
 /// All registered functions.
@@ -527,10 +551,16 @@ impl Registry {
     /// Registers a function, or adds implementations to one already registered
     /// under the same name (the host crate registers the spec; GPU crates add theirs).
     pub fn register(&mut self, spec: FunctionSpec, implementation: Implementation) {
+        self.register_with_artifacts(spec, Artifacts::default(), implementation);
+    }
+
+    /// [`Registry::register`] for a function that produces or consumes
+    /// artifacts (tables besides its stack, see [`crate::artifact`]).
+    pub fn register_with_artifacts(&mut self, spec: FunctionSpec, artifacts: Artifacts, implementation: Implementation) {
         let entry = self
             .functions
             .entry(spec.name)
-            .or_insert_with(|| Function { spec, implementations: Vec::new() });
+            .or_insert_with(|| Function { spec, artifacts, implementations: Vec::new() });
         entry.implementations.retain(|i| i.memory_in != implementation.memory_in);
         entry.implementations.push(implementation);
     }
@@ -590,15 +620,26 @@ impl Registry {
             args,
             implementation,
             route_in,
+            artifacts: function.artifacts.clone(),
         })
     }
 
-    /// Runs a planned call. The result is in the implementation's output memory type.
-    pub fn execute(
+    /// Runs a planned call without pipeline context (no metadata, no consumed
+    /// artifacts; produced artifacts are dropped). The result is in the
+    /// implementation's output memory type.
+    pub fn execute(&self, plan: &CallPlan, input: Array, conversions: &Conversions) -> Result<Array, FunctionError> {
+        self.execute_in(plan, input, conversions, &mut CallContext::default())
+    }
+
+    /// Runs a planned call in `context`: the function reads the injected
+    /// metadata and consumed artifacts there and leaves its artifacts and notes
+    /// there. Every artifact it declares must be produced, and only those.
+    pub fn execute_in(
         &self,
         plan: &CallPlan,
         input: Array,
         conversions: &Conversions,
+        context: &mut CallContext,
     ) -> Result<Array, FunctionError> {
         let name = plan.function;
         if input.shape().len() != 3 {
@@ -615,6 +656,7 @@ impl Registry {
             }
             other => other,
         };
+        let before = context.outputs().len();
         let output = match (&plan.implementation.per_plane_host, per_plane) {
             (Some(kernel), true) => {
                 let stack = input.into_host_stack().ok_or_else(|| FunctionError::WrongMemory {
@@ -622,10 +664,39 @@ impl Registry {
                     expected: MemoryType::Host,
                     got: plan.implementation.memory_in,
                 })?;
-                let planes: Vec<Stack> = (0..stack.depth())
+                let results: Vec<(Stack, CallContext)> = (0..stack.depth())
                     .into_par_iter()
-                    .map(|z| kernel(&stack.plane(z), &plan.args))
-                    .collect::<Result<_, _>>()?;
+                    .map(|z| {
+                        let mut plane_context = context.for_plane(z);
+                        let out = kernel(&stack.plane(z), &plan.args, &mut plane_context)?;
+                        Ok((out, plane_context))
+                    })
+                    .collect::<Result<_, FunctionError>>()?;
+                let mut planes = Vec::with_capacity(results.len());
+                let mut merged: Vec<(String, Table)> = Vec::new();
+                for (z, (plane, mut plane_context)) in results.into_iter().enumerate() {
+                    planes.push(plane);
+                    let (outputs, notes) = plane_context.take_results();
+                    for note in notes {
+                        context.note(note);
+                    }
+                    for (artifact, table) in outputs {
+                        let slot = match merged.iter().position(|(n, _)| *n == artifact) {
+                            Some(i) => i,
+                            None => {
+                                merged.push((artifact.clone(), Table::default()));
+                                merged.len() - 1
+                            }
+                        };
+                        merged[slot]
+                            .1
+                            .append(table, z)
+                            .map_err(|e| FunctionError::failed(name, format!("artifact '{artifact}': {e}")))?;
+                    }
+                }
+                for (artifact, table) in merged {
+                    context.produce(&artifact, table);
+                }
                 let got: usize = planes.iter().map(Stack::depth).sum();
                 let out = Stack::concat(&planes).filter(|_| got == n_in).ok_or(
                     FunctionError::ContractViolation {
@@ -638,7 +709,7 @@ impl Registry {
                 )?;
                 Array::from(out)
             }
-            _ => (plan.implementation.kernel)(input, &plan.args).map_err(label)?,
+            _ => (plan.implementation.kernel)(input, &plan.args, context).map_err(label)?,
         };
         if output.shape().len() != 3 {
             return Err(FunctionError::NotAStack { function: name.into(), shape: output.shape().to_vec() });
@@ -658,6 +729,17 @@ impl Registry {
                 got,
                 expected,
             });
+        }
+        let produced: Vec<&str> = context.outputs()[before..].iter().map(|(n, _)| n.as_str()).collect();
+        for p in &produced {
+            if !plan.artifacts.produces.iter().any(|d| d.name == *p) {
+                return Err(FunctionError::failed(name, format!("produced the undeclared artifact '{p}'")));
+            }
+        }
+        for d in &plan.artifacts.produces {
+            if !produced.contains(&d.name) {
+                return Err(FunctionError::failed(name, format!("did not produce its artifact '{}'", d.name)));
+            }
         }
         Ok(output)
     }
