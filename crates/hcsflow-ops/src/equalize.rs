@@ -12,12 +12,12 @@
 //!   in f64, returned as f32 in [0, 1]: skimage's arithmetic operation for
 //!   operation (agreement to 1 ulp of f32 in tests). NaN stays NaN; ±inf is an error.
 
-use hcsflow_core::{ArgSpec, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
+use hcsflow_core::{ArgSpec, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack};
 use ndarray::Array3;
 use rayon::prelude::*;
 
 use crate::histogram::{cumulative, histogram, histogram_by, Binned};
-use crate::normalize::{apply_lut, contiguous, integer_lut};
+use crate::normalize::{apply_lut_in_place, contiguous_mut, integer_lut};
 
 const NAME: &str = "stack_equalize_histogram";
 const CHUNK: usize = 1 << 18;
@@ -34,10 +34,11 @@ pub fn equalize_lut<T: Binned + Pixel>(hist: &[u64]) -> Option<Vec<T>> {
     Some(integer_lut::<T>(|v| cdf[v as usize] as f64 / n * max))
 }
 
-fn equalize_int<T: Binned + Pixel>(a: &Array3<T>) -> Option<Array3<T>> {
-    let data = contiguous(a);
-    let lut = equalize_lut::<T>(&histogram(&data))?;
-    Array3::from_shape_vec(a.raw_dim(), apply_lut(&data, &lut)).ok()
+fn equalize_int<T: Binned + Pixel>(a: &mut Array3<T>) -> Option<()> {
+    let data = contiguous_mut(a);
+    let lut = equalize_lut::<T>(&histogram(data))?;
+    apply_lut_in_place(data, &lut);
+    Some(())
 }
 
 /// The bin edges of `np.histogram(x_f32, nbins)`: `np.linspace(lo, hi, n + 1)`
@@ -52,8 +53,8 @@ fn linspace_f32(lo: f32, hi: f32, nbins: usize) -> Vec<f32> {
     e
 }
 
-fn equalize_f32(a: &Array3<f32>, nbins: usize) -> Result<Array3<f32>, FunctionError> {
-    let data = contiguous(a);
+fn equalize_f32(a: &mut Array3<f32>, nbins: usize) -> Result<(), FunctionError> {
+    let data = contiguous_mut(a);
     let (mn, mx) = data
         .par_chunks(CHUNK)
         .map(|c| c.iter().filter(|v| !v.is_nan()).fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v))))
@@ -74,7 +75,7 @@ fn equalize_f32(a: &Array3<f32>, nbins: usize) -> Result<Array3<f32>, FunctionEr
         let i = edges.partition_point(|&e| e <= v);
         Some(i.saturating_sub(1).min(nbins - 1))
     };
-    let hist = histogram_by(&data, nbins, bin);
+    let hist = histogram_by(data, nbins, bin);
     let cdf = cumulative(&hist);
     let total = *cdf.last().unwrap_or(&0) as f64;
     let cdf32: Vec<f64> = cdf.iter().map(|&c| (c as f64 / total) as f32 as f64).collect();
@@ -102,23 +103,27 @@ fn equalize_f32(a: &Array3<f32>, nbins: usize) -> Result<Array3<f32>, FunctionEr
             r
         }
     };
-    let mut out = vec![0f32; data.len()];
-    out.par_chunks_mut(CHUNK).zip(data.par_chunks(CHUNK)).for_each(|(o, d)| {
-        o.iter_mut().zip(d).for_each(|(o, &v)| *o = interp(v as f64) as f32);
-    });
-    Array3::from_shape_vec(a.raw_dim(), out).map_err(|e| FunctionError::failed(NAME, e.to_string()))
+    data.par_chunks_mut(CHUNK).for_each(|d| d.iter_mut().for_each(|v| *v = interp(*v as f64) as f32));
+    Ok(())
 }
 
 /// Equalises the histogram of the whole stack (all planes form one
 /// population); see the module docs for the exact contract per dtype.
 /// `nbins` (≥ 1) applies to f32 input only.
 pub fn stack_equalize_histogram(stack: &Stack, nbins: usize) -> Result<Stack, FunctionError> {
+    let mut out = stack.clone();
+    stack_equalize_histogram_in_place(&mut out, nbins)?;
+    Ok(out)
+}
+
+/// [`stack_equalize_histogram`] overwriting the stack (no second copy of the data).
+pub fn stack_equalize_histogram_in_place(stack: &mut Stack, nbins: usize) -> Result<(), FunctionError> {
     let empty = || FunctionError::failed(NAME, "the stack has no pixels (or only NaN)");
-    Ok(match stack {
-        Stack::U8(a) => Stack::U8(equalize_int(a).ok_or_else(empty)?),
-        Stack::U16(a) => Stack::U16(equalize_int(a).ok_or_else(empty)?),
-        Stack::F32(a) => Stack::F32(equalize_f32(a, nbins.max(1))?),
-    })
+    match stack {
+        Stack::U8(a) => equalize_int(a).ok_or_else(empty),
+        Stack::U16(a) => equalize_int(a).ok_or_else(empty),
+        Stack::F32(a) => equalize_f32(a, nbins.max(1)),
+    }
 }
 
 pub(crate) fn register(registry: &mut Registry) {
@@ -135,6 +140,9 @@ pub(crate) fn register(registry: &mut Registry) {
                 "histogram bins for f32 input (u8/u16 use one bin per value, like skimage)",
             )],
         },
-        Implementation::host(|s, a| stack_equalize_histogram(s, a.int("nbins") as usize)),
+        crate::host_owned(|mut s, a| {
+            stack_equalize_histogram_in_place(&mut s, a.int("nbins") as usize)?;
+            Ok(s)
+        }),
     );
 }

@@ -31,6 +31,13 @@ use hcsflow_core::{Args, FunctionError, Implementation, MemoryType, Registry, St
 /// of the data per call, which cost as much as a fast filter itself.
 /// The registry still checks that the plane count is kept.
 pub(crate) fn host_all_planes(kernel: impl Fn(&Stack, &Args) -> Result<Stack, FunctionError> + Send + Sync + 'static) -> Implementation {
+    host_owned(move |s, a| kernel(&s, a))
+}
+
+/// Like [`host_all_planes`], with the stack handed over by value: functions
+/// whose result has the input's dtype and shape (lookup tables) overwrite it
+/// instead of allocating and filling a second stack.
+pub(crate) fn host_owned(kernel: impl Fn(Stack, &Args) -> Result<Stack, FunctionError> + Send + Sync + 'static) -> Implementation {
     Implementation::array(
         MemoryType::Host,
         MemoryType::Host,
@@ -44,7 +51,7 @@ pub(crate) fn host_all_planes(kernel: impl Fn(&Stack, &Args) -> Result<Stack, Fu
                     FunctionError::WrongMemory { function: String::new(), expected: MemoryType::Host, got }
                 }
             })?;
-            Ok(kernel(&stack, args)?.into())
+            Ok(kernel(stack, args)?.into())
         }),
     )
 }

@@ -13,10 +13,8 @@
 //! policy). f32 output is the f64 value rounded to f32, NaN stays NaN.
 //! Results equal numpy's float64 formula rounded the same way, exactly.
 
-use std::borrow::Cow;
-
 use hcsflow_core::{
-    ArgSpec, Args, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack,
+    ArgSpec, Args, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack,
 };
 use ndarray::Array3;
 use rayon::prelude::*;
@@ -62,15 +60,6 @@ impl PercentileNormalize {
     }
 }
 
-/// The pixels of a stack as one contiguous slice (a copy only if the array is
-/// not in standard layout).
-pub(crate) fn contiguous<T: Pixel>(a: &Array3<T>) -> Cow<'_, [T]> {
-    match a.as_slice() {
-        Some(s) => Cow::Borrowed(s),
-        None => Cow::Owned(a.iter().copied().collect()),
-    }
-}
-
 /// Rounds to nearest (ties to even) in f64 and saturates to `[0, max]`; NaN → 0.
 #[inline]
 pub(crate) fn round_clip(v: f64, max: f64) -> f64 {
@@ -87,35 +76,58 @@ pub fn integer_lut<T: Binned + Pixel>(f: impl Fn(f64) -> f64) -> Vec<T> {
     (0..T::BINS).map(|v| T::from_f32_clip(round_clip(f(v as f64), max) as f32)).collect()
 }
 
-/// Applies `lut` to every pixel, in parallel (the output is written once, not zeroed first).
-pub(crate) fn apply_lut<T: Binned + Pixel>(data: &[T], lut: &[T]) -> Vec<T> {
-    let mut out = Vec::with_capacity(data.len());
-    data.par_iter().with_min_len(CHUNK).map(|&v| lut[v.bin()]).collect_into_vec(&mut out);
-    out
+/// Replaces every pixel by `lut[pixel]`, in place and in parallel.
+pub(crate) fn apply_lut_in_place<T: Binned + Pixel>(data: &mut [T], lut: &[T]) {
+    data.par_chunks_mut(CHUNK).for_each(|c| c.iter_mut().for_each(|v| *v = lut[v.bin()]));
 }
 
-fn normalize_int<T: Binned + Pixel>(a: &Array3<T>, p: &PercentileNormalize) -> Option<Array3<T>> {
-    let data = contiguous(a);
-    let q = percentiles_int(&data, &[p.low_percentile, p.high_percentile])?;
+/// The pixels of an owned stack as one mutable contiguous slice (re-laid out
+/// first only if the array is not in standard layout).
+pub(crate) fn contiguous_mut<T: Pixel>(a: &mut Array3<T>) -> &mut [T] {
+    if !a.is_standard_layout() {
+        *a = a.as_standard_layout().into_owned();
+    }
+    a.as_slice_mut().unwrap_or_else(|| unreachable!("standard layout is contiguous"))
+}
+
+fn normalize_int<T: Binned + Pixel>(data: &mut [T], p: &PercentileNormalize) -> Option<()> {
+    let q = percentiles_int(data, &[p.low_percentile, p.high_percentile])?;
     let lut = integer_lut::<T>(|v| p.map(v, q[0], q[1]));
-    Array3::from_shape_vec(a.raw_dim(), apply_lut(&data, &lut)).ok()
+    apply_lut_in_place(data, &lut);
+    Some(())
 }
 
-fn normalize_f32(a: &Array3<f32>, p: &PercentileNormalize) -> Option<Array3<f32>> {
-    let data = contiguous(a);
-    let q = percentiles_f32(&data, &[p.low_percentile, p.high_percentile])?;
-    let mut out = vec![0f32; data.len()];
-    out.par_chunks_mut(CHUNK).zip(data.par_chunks(CHUNK)).for_each(|(o, d)| {
-        o.iter_mut().zip(d).for_each(|(o, &v)| *o = if v.is_nan() { v } else { p.map(v as f64, q[0], q[1]) as f32 });
+fn normalize_f32(data: &mut [f32], p: &PercentileNormalize) -> Option<()> {
+    let q = percentiles_f32(data, &[p.low_percentile, p.high_percentile])?;
+    data.par_chunks_mut(CHUNK).for_each(|c| {
+        c.iter_mut().for_each(|v| {
+            if !v.is_nan() {
+                *v = p.map(*v as f64, q[0], q[1]) as f32;
+            }
+        })
     });
-    Array3::from_shape_vec(a.raw_dim(), out).ok()
+    Some(())
 }
 
 /// Percentile-normalises the whole stack with one pair of percentiles computed
-/// over all its pixels (see the module docs for the exact contract). Per-slice
-/// normalisation is the same call on each plane (`percentile_normalize`,
-/// pure_2d, in the registry).
+/// over all its pixels (see the module docs for the exact contract).
 pub fn percentile_normalize(stack: &Stack, p: &PercentileNormalize) -> Result<Stack, FunctionError> {
+    let mut out = stack.clone();
+    percentile_normalize_in_place(&mut out, p, false)?;
+    Ok(out)
+}
+
+/// Percentile-normalises each plane with its own percentiles (the per-slice
+/// registered function `percentile_normalize`).
+pub fn percentile_normalize_slices(stack: &Stack, p: &PercentileNormalize) -> Result<Stack, FunctionError> {
+    let mut out = stack.clone();
+    percentile_normalize_in_place(&mut out, p, true)?;
+    Ok(out)
+}
+
+/// [`percentile_normalize`] (or, with `per_plane`, [`percentile_normalize_slices`])
+/// overwriting the stack: no second copy of the data, which matters for whole stacks.
+pub fn percentile_normalize_in_place(stack: &mut Stack, p: &PercentileNormalize, per_plane: bool) -> Result<(), FunctionError> {
     const NAME: &str = "percentile_normalize";
     if p.low_percentile > p.high_percentile {
         return Err(FunctionError::failed(
@@ -124,11 +136,20 @@ pub fn percentile_normalize(stack: &Stack, p: &PercentileNormalize) -> Result<St
         ));
     }
     let empty = || FunctionError::failed(NAME, "the stack has no pixels (or only NaN)");
-    Ok(match stack {
-        Stack::U8(a) => Stack::U8(normalize_int(a, p).ok_or_else(empty)?),
-        Stack::U16(a) => Stack::U16(normalize_int(a, p).ok_or_else(empty)?),
-        Stack::F32(a) => Stack::F32(normalize_f32(a, p).ok_or_else(empty)?),
-    })
+    let [_, h, w] = stack.shape();
+    let unit = if per_plane { (h * w).max(1) } else { usize::MAX };
+    fn each<T: Send>(data: &mut [T], unit: usize, f: impl Fn(&mut [T]) -> Option<()> + Sync + Send) -> Option<()> {
+        if data.is_empty() {
+            return None;
+        }
+        data.par_chunks_mut(unit.min(data.len())).map(f).collect::<Option<Vec<()>>>().map(|_| ())
+    }
+    match stack {
+        Stack::U8(a) => each(contiguous_mut(a), unit, |d| normalize_int(d, p)),
+        Stack::U16(a) => each(contiguous_mut(a), unit, |d| normalize_int(d, p)),
+        Stack::F32(a) => each(contiguous_mut(a), unit, |d| normalize_f32(d, p)),
+    }
+    .ok_or_else(empty)
 }
 
 /// The arguments both registered normalisations take.
@@ -149,7 +170,10 @@ pub(crate) fn register(registry: &mut Registry) {
             contract: Contract::Pure2d,
             args: normalize_args(),
         },
-        Implementation::host(|s, a| percentile_normalize(s, &PercentileNormalize::from_args(a))),
+        crate::host_owned(|mut s, a| {
+            percentile_normalize_in_place(&mut s, &PercentileNormalize::from_args(a), true)?;
+            Ok(s)
+        }),
     );
     registry.register(
         FunctionSpec {
@@ -158,6 +182,9 @@ pub(crate) fn register(registry: &mut Registry) {
             contract: Contract::Pure3d,
             args: normalize_args(),
         },
-        Implementation::host(|s, a| percentile_normalize(s, &PercentileNormalize::from_args(a))),
+        crate::host_owned(|mut s, a| {
+            percentile_normalize_in_place(&mut s, &PercentileNormalize::from_args(a), false)?;
+            Ok(s)
+        }),
     );
 }

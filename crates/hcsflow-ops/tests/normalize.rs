@@ -4,8 +4,8 @@
 
 mod common;
 
-use common::{assert_close, assert_exact, cells_stack, random_stack, Oracle};
-use hcsflow_core::{Array, ConversionPolicy, Conversions, DType, Device, MemoryType, Registry, Stack};
+use common::{assert_close, assert_exact, cells_stack, random_stack, run_registered as run, Oracle};
+use hcsflow_core::{DType, Stack};
 use hcsflow_ops::histogram::{percentiles_f32, percentiles_int};
 use hcsflow_ops::normalize::{percentile_normalize, PercentileNormalize};
 use ndarray::{Array3, ArrayD};
@@ -61,16 +61,6 @@ fn percentiles_are_bit_identical_to_numpy() {
             assert_eq!(a.to_bits(), b.to_bits(), "{name}: percentile {} is {a}, numpy says {b}", ps[i]);
         }
     }
-}
-
-fn run(name: &str, args: &[&str], s: &Stack) -> Stack {
-    let mut r = Registry::new();
-    hcsflow_ops::register(&mut r);
-    let conv = Conversions::default();
-    let texts: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let args = r.get(name).unwrap().parse_args(&texts).unwrap();
-    let plan = r.plan_call(name, args, MemoryType::Host, Device::Cpu, &conv, ConversionPolicy::default()).unwrap();
-    r.execute(&plan, Array::from(s.clone()), &conv).unwrap().into_host_stack().unwrap()
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use hcsflow_core::{DType, Stack};
+use hcsflow_core::{Array, ConversionPolicy, Conversions, DType, Device, MemoryType, Registry, Stack};
 use ndarray::{Array3, ArrayD, IxDyn};
 use serde_json::{json, Value};
 
@@ -179,4 +179,16 @@ pub fn assert_close(ours: &Stack, reference: &ArrayD<f64>, atol: f64, rtol: f64,
 /// Exact equality of every value.
 pub fn assert_exact(ours: &Stack, reference: &ArrayD<f64>, what: &str) {
     assert_close(ours, reference, 0.0, 0.0, what);
+}
+
+/// Runs registered function `name` with text arguments through the registry
+/// on the host, as a pipeline step would.
+pub fn run_registered(name: &str, args: &[&str], s: &Stack) -> Stack {
+    let mut r = Registry::new();
+    hcsflow_ops::register(&mut r);
+    let conv = Conversions::default();
+    let texts: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let args = r.get(name).unwrap().parse_args(&texts).unwrap();
+    let plan = r.plan_call(name, args, MemoryType::Host, Device::Cpu, &conv, ConversionPolicy::default()).unwrap();
+    r.execute(&plan, Array::from(s.clone()), &conv).unwrap().into_host_stack().unwrap()
 }
