@@ -1,6 +1,6 @@
 //! Timings of the part-B functions at the sizes of shared/docs/performance.md.
 //!
-//! `cargo run --release -p hcsflow-ops --example bench_ops_b [-- --repeats N]`
+//! `cargo run --release -p hcsflow-ops --example bench_ops_b [-- --repeats N] [--only NAME,..]`
 //!
 //! Inputs: the peer benchmark's cached arrays when present
 //! (`$PEERBENCH_DATA/cells_2048x2048_s0.npy`, `zstack_30x2048x2048_s0.npy`, written by
@@ -89,6 +89,9 @@ fn cpu_seconds() -> f64 {
 /// Median wall and CPU seconds; on a loaded machine compare CPU time (the peer's
 /// `cpu_median_s` is the same measure).
 fn time<R>(name: &str, repeats: usize, mut f: impl FnMut() -> R, note: impl Fn(&R) -> String) {
+    if ONLY.get().is_some_and(|only| !only.split(',').any(|o| name.contains(o))) {
+        return;
+    }
     let r = f(); // warm-up
     let mut t: Vec<(f64, f64)> = (0..repeats)
         .map(|_| {
@@ -111,7 +114,13 @@ fn time<R>(name: &str, repeats: usize, mut f: impl FnMut() -> R, note: impl Fn(&
     );
 }
 
+/// `--only a,b`: time only the functions whose name contains one of these.
+static ONLY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
 fn main() {
+    if let Some(only) = std::env::args().skip_while(|a| a != "--only").nth(1) {
+        let _ = ONLY.set(only);
+    }
     let repeats = std::env::args()
         .skip_while(|a| a != "--repeats")
         .nth(1)
