@@ -1,12 +1,17 @@
 #!/usr/bin/env bash
-# One command, one table: hcsflow and its peers (numpy/scipy/scikit-image from ../shared/bench),
-# interleaved on identical inputs, ratios measured in the same session.
+# One command, one table: hcsflow and its peers (../shared/bench: numpy/scipy/scikit-image, ASHLAR,
+# OpenHCS; BaSiCPy and CAREamics with PEERS_HEAVY=1), interleaved on identical inputs, ratios
+# measured in the same session. What runs is listed in bench/suite.json.
 #
-#   scripts/bench-vs-peers.sh                 # every op of bench/suite.json
-#   scripts/bench-vs-peers.sh zproj,gaussian  # ops whose peer name contains one of these
+#   scripts/bench-vs-peers.sh                      # everything (≈ 30–60 min on a 2-core machine)
+#   scripts/bench-vs-peers.sh zproj,gaussian       # rows whose name contains one of these
+#   scripts/bench-vs-peers.sh stitch               # the ASHLAR tile grids only
+#   scripts/bench-vs-peers.sh pipeline             # the end-to-end pipeline against OpenHCS only
 #
-# WORK (default /tmp/hcsflow-peerbench) holds the peer venv, the cached inputs and the results.
+# WORK (default /tmp/hcsflow-peerbench) holds one virtualenv per peer (created on first use, from
+# PyPI), the cached inputs ($WORK/data) and the results ($WORK/results/bench-vs-peers.{md,json}).
 # PEER_BENCH (default ../shared/bench next to the repository) holds the peer scripts.
+# REPEATS (default 5) is the number of timed runs of our side per op.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WORK="${WORK:-/tmp/hcsflow-peerbench}"
@@ -15,12 +20,14 @@ export PEERBENCH_DATA="${PEERBENCH_DATA:-$WORK/data}"
 mkdir -p "$WORK/results" "$PEERBENCH_DATA"
 [ -f "$PEER_BENCH/common.py" ] || { echo "error: peer scripts not found in $PEER_BENCH (set PEER_BENCH)" >&2; exit 2; }
 
-# The peers' environment, created on first use (same packages as ../shared/bench/run_all.sh).
+# The main peer environment (numpy/scipy/scikit-image), which also runs the driver; the driver
+# creates the other peers' environments on first use. Packages: bench/suite.json "venvs".
 V="$WORK/venv-main"
 if [ ! -x "$V/bin/python" ]; then
   python3 -m venv "$V"
   "$V/bin/pip" install -q --upgrade pip
-  "$V/bin/pip" install -q numpy scipy scikit-image tifffile psutil
+  # shellcheck disable=SC2046
+  "$V/bin/pip" install -q $(python3 -c 'import json,sys; print(" ".join(json.load(open(sys.argv[1]))["venvs"]["main"]))' "$REPO/bench/suite.json")
 fi
 
 cargo build --release -p hcsflow-cli --manifest-path "$REPO/Cargo.toml"
@@ -29,4 +36,5 @@ BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/hcsflow"
 ONLY=()
 [ $# -gt 0 ] && ONLY=(--only "$1")
 "$V/bin/python" -W ignore "$REPO/scripts/bench_peers.py" --peer-dir "$PEER_BENCH" --hcsflow "$BIN" \
-  --suite "$REPO/bench/suite.json" --work "$WORK/results" "${ONLY[@]}" | tee "$WORK/results/bench-vs-peers.log"
+  --suite "$REPO/bench/suite.json" --work "$WORK/results" --venvs "$WORK" --repeats "${REPEATS:-5}" "${ONLY[@]}" \
+  | tee "$WORK/results/bench-vs-peers.log"

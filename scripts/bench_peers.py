@@ -1,16 +1,35 @@
 """Side-by-side benchmark driver: the peers from ../shared/bench and hcsflow, interleaved,
-on identical inputs (the peer's cached .npy files, verified by SHA-256 on both sides).
+on identical inputs, in one session (on a shared machine only ratios from one run mean anything).
 
-Run through scripts/bench-vs-peers.sh, which creates the peer virtualenv and builds hcsflow.
-Prints one Markdown table (and writes JSON): operation, peer, peer median, our median,
-ratio (peer / ours: > 1 means hcsflow is faster), CPU medians, peak RSS, accuracy.
+Run through scripts/bench-vs-peers.sh, which creates the main peer virtualenv and builds hcsflow;
+this driver creates the other peers' virtualenvs on first use (bench/suite.json lists them).
+
+Three sections, one table (Markdown on stdout and in WORK/bench-vs-peers.md, JSON in
+WORK/bench-vs-peers.json):
+- ops: numpy/scipy/scikit-image ops of bench_skimage.py (and BaSiCPy/CAREamics with
+  PEERS_HEAVY=1) against `hcsflow bench op` on the peer's own cached .npy input; accuracy is
+  our output against the peer's output. Ops whose function we lack are listed as not implemented.
+- stitch: bench_ashlar.py's tile grids (ASHLAR reads them as TIFFs) against `hcsflow bench stitch`
+  on the same TIFFs; accuracy is the position error against the grid's ground truth, with
+  bench_ashlar.py's own formula (per axis, relative to tile 0) applied to our positions.
+- pipeline: bench_openhcs.py (OpenHCS's own synthetic ImageXpress plate and demo pipeline) and
+  `hcsflow run` with our demo pipeline on the same image files, MB/s and peak RSS.
+
+Each row carries the input SHA-256 as each side saw it, median/min/max wall time, CPU time and
+peak RSS of both sides.
 """
 import argparse
+import glob
 import hashlib
 import json
 import os
+import re
+import resource
+import shutil
+import statistics
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -19,6 +38,60 @@ def sha256(a):
     return hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest()
 
 
+def last_json(text):
+    lines = [l for l in text.splitlines() if l.startswith("{")]
+    try:
+        return json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        return None
+
+
+def children_cpu():
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def timing(d):
+    """The timing fields both sides report (median/min/max wall, CPU, peak RSS)."""
+    keys = ("median_s", "min_s", "max_s", "runs", "cpu_median_s", "peak_rss_mib")
+    return {k: d.get(k) for k in keys} if d else None
+
+
+class Venvs:
+    """One virtualenv per peer under WORK (as ../shared/bench/run_all.sh does), created on first use."""
+
+    def __init__(self, root, spec, heavy, allow_heavy):
+        self.root, self.spec, self.heavy, self.allow_heavy = root, spec, set(heavy), allow_heavy
+
+    def available(self, name):
+        return name not in self.heavy or self.allow_heavy
+
+    def python(self, name):
+        if name == "main":
+            return sys.executable  # the driver runs in the main venv
+        v = os.path.join(self.root, f"venv-{name}")
+        py = os.path.join(v, "bin", "python")
+        if not os.path.exists(py):
+            print(f"creating the {name} peer venv in {v} (first use)", file=sys.stderr, flush=True)
+            subprocess.run(["python3", "-m", "venv", v], check=True)
+            subprocess.run([py, "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
+            subprocess.run([py, "-m", "pip", "install", "-q", *self.spec[name]], check=True)
+        return py
+
+
+def run_peer(py, peer_dir, script, op, env=None, extra=()):
+    """One peer op in its own interpreter; returns (its JSON line or an error, process CPU s)."""
+    c0 = children_cpu()
+    p = subprocess.run([py, "-W", "ignore", os.path.join(peer_dir, script), *(["--op", op] if op else []), *extra],
+                       capture_output=True, text=True, env=env)
+    cpu = children_cpu() - c0
+    res = last_json(p.stdout)
+    if p.returncode != 0 or res is None:
+        return {"error": (p.stderr or p.stdout)[-400:].strip() or f"exit {p.returncode}"}, cpu
+    return res, cpu
+
+
+# ---------------------------------------------------------------- ops
 def reference(peer_dir, script, op, out_path):
     """Run the peer op once (its own code) and save its output for the accuracy column."""
     sys.path.insert(0, peer_dir)
@@ -34,11 +107,6 @@ def reference(peer_dir, script, op, out_path):
         print(json.dumps({"saved": None, "type": type(out).__name__}))
 
 
-def last_json(text):
-    lines = [l for l in text.splitlines() if l.startswith("{")]
-    return json.loads(lines[-1]) if lines else None
-
-
 def accuracy(ours_path, peer_path):
     ours = np.load(ours_path).astype(np.float64)
     peer = np.load(peer_path).astype(np.float64)
@@ -50,26 +118,22 @@ def accuracy(ours_path, peer_path):
     return f"max abs Δ {d.max():.3g} ({d.max() / scale:.1e} rel)"
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--peer-dir", required=True)
-    ap.add_argument("--hcsflow", required=True, help="path to the hcsflow binary")
-    ap.add_argument("--suite", required=True)
-    ap.add_argument("--work", required=True)
-    ap.add_argument("--only", help="comma-separated substrings of peer ops")
-    ap.add_argument("--repeats", type=int, default=5)
-    ap.add_argument("--reference", nargs=3, metavar=("SCRIPT", "OP", "OUT"), help=argparse.SUPPRESS)
-    a = ap.parse_args()
-    if a.reference:
-        return reference(a.peer_dir, *a.reference)
+def peer_library(script, op):
+    """The peer library an op measures (the peer scripts name ops after what they call)."""
+    by_script = {"bench_basicpy.py": "BaSiCPy", "bench_n2v.py": "CAREamics", "bench_ashlar.py": "ASHLAR",
+                 "bench_openhcs.py": "OpenHCS"}
+    if script in by_script:
+        return by_script[script]
+    for lib in ("skimage", "scipy", "numpy", "openhcs"):
+        if lib in op:
+            return {"openhcs": "OpenHCS-style numpy"}.get(lib, lib)
+    return "numpy"
 
-    sys.path.insert(0, a.peer_dir)
-    import common  # the peer's own input generator (cached .npy under $PEERBENCH_DATA)
 
-    suite = json.load(open(a.suite))["ops"]
-    if a.only:
-        suite = [o for o in suite if any(s in o["peer_op"] for s in a.only.split(","))]
-    # Inputs are generated once by the peer's code; we pass the same files to hcsflow.
+def run_ops(a, suite, venvs, registered, common, rows):
+    ops = [o for o in suite["ops"] if selected(a, o["peer_op"])]
+    if not ops:
+        return
     common.cells_image()
     common.z_stack()
     inputs = {
@@ -77,65 +141,332 @@ def main():
         "stack": os.path.join(common.DATA, "zstack_30x2048x2048_s0.npy"),
     }
     sums = {k: sha256(np.load(p)) for k, p in inputs.items()}
-    registered = {f["name"] for f in json.loads(subprocess.run([a.hcsflow, "functions", "--json"], capture_output=True, text=True, check=True).stdout)}
-    os.makedirs(a.work, exist_ok=True)
-    rows = []
-    for o in suite:
-        row = {"op": o["peer_op"], "function": o["function"]}
-        # Peer timing: its own script, its own process.
-        p = subprocess.run([sys.executable, "-W", "ignore", os.path.join(a.peer_dir, o["peer_script"]), "--op", o["peer_op"]],
-                           capture_output=True, text=True)
-        row["peer"] = last_json(p.stdout) or {"error": p.stderr[-400:]}
-        if o["function"] not in registered:
-            row["ours"] = {"error": "not implemented"}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
-            continue
-        ref = os.path.join(a.work, o["peer_op"] + ".peer.npy")
-        r = subprocess.run([sys.executable, "-W", "ignore", __file__, "--peer-dir", a.peer_dir, "--hcsflow", a.hcsflow,
-                            "--suite", a.suite, "--work", a.work, "--reference", o["peer_script"], o["peer_op"], ref],
-                           capture_output=True, text=True)
-        saved = (last_json(r.stdout) or {}).get("saved")
-        ours_out = os.path.join(a.work, o["peer_op"] + ".ours.npy")
-        cmd = [a.hcsflow, "bench", "op", o["function"], "--input", inputs[o["input"]], "--dtype", o.get("dtype", "input"),
-               "--repeats", str(a.repeats), "--save-output", ours_out, "--label", o["peer_op"]]
-        for arg in o.get("args", []):
-            cmd += ["--arg", arg]
-        q = subprocess.run(cmd, capture_output=True, text=True)
-        row["ours"] = last_json(q.stdout) or {"error": q.stderr[-400:]}
-        if "input_sha256" in row["ours"]:
-            row["identical_input"] = row["ours"]["input_sha256"] == sums[o["input"]]
-        if saved and os.path.exists(ours_out):
-            row["accuracy"] = accuracy(ours_out, saved)
-        if o.get("note"):
-            row["accuracy"] = f"{row.get('accuracy', 'n/a')}; {o['note']}"
+    for o in ops:
+        venv = o.get("venv", "main")
+        lib = peer_library(o["peer_script"], o["peer_op"])
+        label = o["peer_op"] if o["peer_script"] == "bench_skimage.py" else f"{lib} {o['peer_op']}"
+        row = {"section": "ops", "op": label, "peer": lib, "peer_op": o["peer_op"],
+               "function": o["function"], "notes": o.get("note", "")}
+        implemented = o["function"] in registered
+        if not implemented:
+            row["ours"] = {"error": f"not implemented (no function `{o['function']}`)"}
+            row["notes"] = o.get("what", "")
+        if venvs.available(venv):
+            res, _ = run_peer(venvs.python(venv), a.peer_dir, o["peer_script"], o["peer_op"])
+            row["peer_result"] = res
+            if "error" not in res and res.get("median_s") is not None:
+                row["peer_time"] = timing(res)
+                if venv == "main":
+                    row["input_sha256_peer"] = sums[o["input"]]
+            else:
+                row["peer_error"] = res.get("error", "no timing")
+        else:
+            row["peer_error"] = f"not run (its venv `{venv}` needs torch; PEERS_HEAVY=1 runs it)"
+        if implemented:
+            run_our_op(a, o, inputs, row)
         rows.append(row)
         print(json.dumps(row), flush=True)
 
-    meta = {"versions": common.versions("numpy", "scipy", "skimage"), "input_sha256": sums, "loadavg": os.getloadavg()}
+
+def run_our_op(a, o, inputs, row):
+    ref = os.path.join(a.work, o["peer_op"] + ".peer.npy")
+    r = subprocess.run([sys.executable, "-W", "ignore", __file__, "--peer-dir", a.peer_dir, "--hcsflow", a.hcsflow,
+                        "--suite", a.suite, "--work", a.work, "--reference", o["peer_script"], o["peer_op"], ref],
+                       capture_output=True, text=True)
+    saved = (last_json(r.stdout) or {}).get("saved")
+    ours_out = os.path.join(a.work, o["peer_op"] + ".ours.npy")
+    cmd = [a.hcsflow, "bench", "op", o["function"], "--input", inputs[o["input"]], "--dtype", o.get("dtype", "input"),
+           "--repeats", str(a.repeats), "--save-output", ours_out, "--label", o["peer_op"]]
+    for arg in o.get("args", []):
+        cmd += ["--arg", arg]
+    q = subprocess.run(cmd, capture_output=True, text=True)
+    res = last_json(q.stdout)
+    if q.returncode != 0 or res is None:
+        row["ours"] = {"error": q.stderr[-400:].strip()}
+        return
+    row["ours"] = res
+    row["ours_time"] = timing(res)
+    row["input_sha256_ours"] = res["input_sha256"]
+    if saved and os.path.exists(ours_out):
+        row["accuracy"] = accuracy(ours_out, saved)
+    for p in (ref, ours_out):  # up to 250 MB each: keep the results folder small
+        if os.path.exists(p):
+            os.remove(p)
+
+
+# ---------------------------------------------------------------- stitch
+def position_error(pos_yx, true_yx):
+    """bench_ashlar.py's error: |(pos − pos₀) − (true − true₀)| per axis, px; (max, mean)."""
+    pos, true = np.asarray(pos_yx, float), np.asarray(true_yx, float)
+    err = np.abs((pos - pos[0]) - (true - true[0]))
+    return float(err.max()), float(err.mean())
+
+
+def ashlar_error(note):
+    """ASHLAR's error as bench_ashlar.py computed it from ASHLAR's positions (its `note`)."""
+    m = re.search(r"max_err_px=([0-9.]+) mean_err_px=([0-9.]+)", note or "")
+    return (float(m.group(1)), float(m.group(2))) if m else None
+
+
+def run_stitch(a, suite, venvs, rows):
+    cfgs = [c for c in suite["stitch"] if selected(a, "stitch " + c["name"])]
+    if not cfgs:
+        return
+    sys.path.insert(0, a.peer_dir)
+    import bench_ashlar  # its grid generator and TIFF writer (tifffile is in the main venv)
+    import tifffile
+    py = venvs.python("ashlar")
+    for c in cfgs:
+        name = c["name"]
+        d, cfg, _nominal, true = bench_ashlar.write_tiles(name)
+        n = cfg["rows"] * cfg["cols"]
+        tiles = np.stack([tifffile.imread(os.path.join(d, f"img_{i:03d}.tif")) for i in range(n)])
+        peer_sum = sha256(tiles)  # what ASHLAR reads
+        del tiles
+        label = f"{cfg['rows']}×{cfg['cols']} × {c['tile']}²"
+        peer = {}
+        for kind in ("align", "align_noperm"):
+            peer[kind], _ = run_peer(py, a.peer_dir, "bench_ashlar.py", f"{kind}:{name}")
+        cmd = [a.hcsflow, "bench", "stitch", d, "--rows", str(cfg["rows"]), "--cols", str(cfg["cols"]),
+               "--overlap", str(c["overlap"]), "--repeats", str(a.repeats), "--label", f"stitch_{name}"]
+        q = subprocess.run(cmd, capture_output=True, text=True)
+        ours = last_json(q.stdout) if q.returncode == 0 else None
+        if ours is None:
+            ours = {"error": q.stderr[-400:].strip()}
+        peer["assemble"], _ = run_peer(py, a.peer_dir, "bench_ashlar.py", f"assemble:{name}")
+        ours_err = position_error(ours["positions_yx"], true) if "positions_yx" in ours else None
+        for kind, what in (("align", f"tile positions {label} (ASHLAR default: permutation test)"),
+                           ("align_noperm", f"tile positions {label} (ASHLAR max_error=inf)"),
+                           ("assemble", f"mosaic assembly {label}, blended")):
+            p = peer[kind]
+            row = {"section": "stitch", "op": what, "peer": "ASHLAR", "peer_op": f"{kind}:{name}", "peer_result": p,
+                   "ours": {k: v for k, v in ours.items() if k != "positions_yx"}, "input_sha256_peer": peer_sum}
+            if "error" in p:
+                row["peer_error"] = p["error"]
+            else:
+                row["peer_time"] = timing(p)
+            if "error" not in ours:
+                t = ours["assemble" if kind == "assemble" else "positions"]
+                row["ours_time"] = timing(t)
+                row["input_sha256_ours"] = ours["input_sha256"]
+                inner = ours["assemble_in_memory" if kind == "assemble" else "positions_in_memory"]["median_s"]
+                row["notes"] = f"ours incl. reading the TIFFs as the peer does; {inner:.3f} s with tiles in memory"
+            if kind == "assemble":
+                shape = ours.get("mosaic_shape")
+                row["accuracy"] = "–"
+                if shape:
+                    row["notes"] += f"; mosaic {shape[0]}×{shape[1]} ({shape[0] * shape[1] / 1e6:.1f} MPix), {ours['blend']} blend; peer {p.get('note', '')}"
+            else:
+                pe = ashlar_error(p.get("note"))
+                parts = []
+                if pe:
+                    parts.append(f"ASHLAR max {pe[0]:.2f} / mean {pe[1]:.2f} px")
+                if ours_err:
+                    parts.append(f"hcsflow max {ours_err[0]:.3f} / mean {ours_err[1]:.3f} px")
+                row["accuracy"] = "; ".join(parts) or "n/a"
+                if "edges" in ours:
+                    row["notes"] += f"; {ours['edges_accepted']}/{ours['edges']} edges accepted"
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+
+
+# ---------------------------------------------------------------- pipeline
+def files_sha256(root, names):
+    """SHA-256 over the bytes of `names` (paths relative to root), in the given order."""
+    h = hashlib.sha256()
+    for n in names:
+        with open(os.path.join(root, n), "rb") as fh:
+            for chunk in iter(lambda: fh.read(1 << 22), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def plate_view(plate, view, prefix="ohcs"):
+    """A view of OpenHCS's ImageXpress plate that hcsflow's reader accepts: the same files (hard
+    links, a copy across filesystems) named `<prefix>_<well>_s<site>_w<wave>.tif` — OpenHCS's
+    generator omits the plate prefix MetaXpress writes, which our reader requires. Returns the
+    original and the view's relative image paths, in matching order."""
+    if os.path.exists(view):
+        shutil.rmtree(view)
+    orig, linked = [], []
+    for src in sorted(glob.glob(os.path.join(plate, "TimePoint_*", "**", "*.tif"), recursive=True)):
+        rel = os.path.relpath(src, plate)
+        dst_rel = os.path.join(os.path.dirname(rel), f"{prefix}_{os.path.basename(rel)}")
+        dst = os.path.join(view, dst_rel)
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        try:
+            os.link(src, dst)
+        except OSError:
+            shutil.copy2(src, dst)
+        orig.append(rel)
+        linked.append(dst_rel)
+    for htd in glob.glob(os.path.join(plate, "*.HTD")) + glob.glob(os.path.join(plate, "*.htd")):
+        shutil.copy2(htd, view)
+    return orig, linked
+
+
+def run_pipeline(a, suite, venvs, rows, common):
+    cases = [c for c in suite["pipeline"] if selected(a, "pipeline " + c["name"])]
+    if not cases:
+        return
+    py = venvs.python("openhcs")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for c in cases:
+        row = {"section": "pipeline", "op": f"pipeline: {c['name']}", "peer": "OpenHCS", "peer_op": " ".join(c["peer_args"])}
+        before = set(glob.glob(os.path.join(common.DATA, "ohcs_*")))
+        env = dict(os.environ, KEEP="1")
+        peer, peer_cpu = run_peer(py, a.peer_dir, "bench_openhcs.py", None, env=env, extra=c["peer_args"])
+        row["peer_result"] = peer
+        new = sorted(set(glob.glob(os.path.join(common.DATA, "ohcs_*"))) - before)
+        if "error" in peer or not new:
+            row["peer_error"] = peer.get("error", "OpenHCS left no plate")
+            row["ours"] = {"error": "not run: no OpenHCS plate to read"}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            continue
+        t = peer["execute_s"]
+        row["peer_time"] = {"median_s": t, "min_s": t, "max_s": t, "runs": 1, "cpu_median_s": None,
+                            "peak_rss_mib": peer["peak_rss_mib"]}
+        plate = os.path.join(new[-1], "plate")
+        view = os.path.join(a.work, "openhcs_plate_view")
+        orig, linked = plate_view(plate, view)
+        row["input_sha256_peer"] = files_sha256(plate, orig)
+        walls, cpus, secs, rss, mbps, reports = [], [], [], [], [], []
+        err = None
+        for i in range(c.get("repeats", 3)):
+            out = os.path.join(a.work, "pipeline_out")
+            shutil.rmtree(out, ignore_errors=True)
+            report = os.path.join(a.work, f"pipeline_report_{i}.json")
+            c0, t0 = children_cpu(), time.perf_counter()
+            q = subprocess.run([a.hcsflow, "run", view, os.path.join(repo, c["pipeline"]), out, "--device", "cpu",
+                                "--report", report], capture_output=True, text=True)
+            walls.append(time.perf_counter() - t0)
+            cpus.append(children_cpu() - c0)
+            if q.returncode != 0 or not os.path.exists(report):
+                err = q.stderr[-400:].strip()
+                break
+            r = json.load(open(report))
+            reports.append(r)
+            secs.append(r["seconds"])
+            mbps.append(r["mb_per_s"])
+            rss.append((r.get("peak_rss_bytes") or 0) / 2**20)
+        shutil.rmtree(os.path.join(a.work, "pipeline_out"), ignore_errors=True)
+        row["input_sha256_ours"] = files_sha256(view, linked)  # after our runs: also shows the input unchanged
+        if err:
+            row["ours"] = {"error": err}
+        else:
+            r = reports[-1]
+            row["ours"] = {"seconds": secs, "process_wall_s": walls, "process_cpu_s": cpus, "mb_per_s": mbps,
+                           "peak_rss_mib": rss, "input_bytes": r["input_bytes"], "steps": [s["name"] for s in r["steps"]],
+                           "workers": r.get("workers"), "device": r.get("device")}
+            row["ours_time"] = {"median_s": statistics.median(secs), "min_s": min(secs), "max_s": max(secs),
+                                "runs": len(secs), "cpu_median_s": statistics.median(cpus), "peak_rss_mib": max(rss)}
+            planes = peer.get("images")
+            row["notes"] = (f"MB/s (input pixel bytes / execution s): OpenHCS {peer['MB_per_s']}, hcsflow "
+                            f"{statistics.median(mbps):.1f} (target ≥ 100); {planes} planes, "
+                            f"{r['input_bytes'] / 1e6:.0f} MB; OpenHCS: its 8-step demo (normalise, composite, max-Z, "
+                            f"ASHLAR positions, re-normalise, assemble, max-Z, count cells), 1 worker, plate generation "
+                            f"{peer['generate_s']} s and compile {peer['compile_s']} s not counted; hcsflow: "
+                            f"{c['pipeline']} steps {' → '.join(row['ours']['steps'])}, workers {r.get('workers')}, "
+                            f"process wall incl. compile {statistics.median(walls):.2f} s; ours CPU = whole process")
+            row["accuracy"] = "– (different step lists; outputs not compared)"
+        shutil.rmtree(new[-1], ignore_errors=True)
+        shutil.rmtree(view, ignore_errors=True)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+
+# ---------------------------------------------------------------- table
+def fmt_time(t):
+    if not t or t.get("median_s") is None:
+        return "–"
+    if t.get("runs") == 1:
+        return f"{t['median_s']:.4g} (1 run)"
+    return f"{t['median_s']:.4g} ({t['min_s']:.4g}–{t['max_s']:.4g})"
+
+
+def fmt_num(v, spec):
+    return "–" if v is None else format(v, spec)
+
+
+def cell(s):
+    return str(s).replace("|", "/").replace("\n", " ")
+
+
+def markdown(rows):
+    out = ["| operation | peer | peer s, median (min–max) | hcsflow s, median (min–max) | ratio peer/ours | "
+           "CPU s peer / ours | peak RSS MiB peer / ours | input SHA-256 peer / ours | accuracy | notes |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        pt, ot = r.get("peer_time"), r.get("ours_time")
+        peer_s = fmt_time(pt) if pt else (r.get("peer_error") or "–")[:80]
+        ours_s = fmt_time(ot) if ot else r.get("ours", {}).get("error", "–")[:80]
+        ratio = f"{pt['median_s'] / ot['median_s']:.1f}×" if pt and ot and ot["median_s"] else "–"
+        cpu = f"{fmt_num((pt or {}).get('cpu_median_s'), '.3g')} / {fmt_num((ot or {}).get('cpu_median_s'), '.3g')}"
+        rss = f"{fmt_num((pt or {}).get('peak_rss_mib'), '.0f')} / {fmt_num((ot or {}).get('peak_rss_mib'), '.0f')}"
+        sp, so = r.get("input_sha256_peer"), r.get("input_sha256_ours")
+        if sp and so:
+            sums = f"{sp[:12]} / {so[:12]} ({'identical' if sp == so else 'DIFFERENT'})"
+        else:
+            sums = f"{(sp or '–')[:12]} / {(so or '–')[:12]}"
+        out.append("| " + " | ".join(cell(x) for x in (r["op"], r["peer"], peer_s, ours_s, ratio, cpu, rss, sums,
+                                                        r.get("accuracy", "–"), r.get("notes", ""))) + " |")
+    return "\n".join(out)
+
+
+def selected(a, name):
+    return not a.only or any(s in name for s in a.only.split(","))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--peer-dir", required=True)
+    ap.add_argument("--hcsflow", required=True, help="path to the hcsflow binary")
+    ap.add_argument("--suite", required=True)
+    ap.add_argument("--work", required=True, help="results folder")
+    ap.add_argument("--venvs", help="folder of the peer virtualenvs (default: the parent of --work)")
+    ap.add_argument("--only", help="comma-separated substrings of op names (ops: the peer op; 'stitch', 'pipeline')")
+    ap.add_argument("--sections", default="ops,stitch,pipeline")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--reference", nargs=3, metavar=("SCRIPT", "OP", "OUT"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.reference:
+        return reference(a.peer_dir, *a.reference)
+    a.peer_dir, a.work, a.suite = os.path.abspath(a.peer_dir), os.path.abspath(a.work), os.path.abspath(a.suite)
+    os.makedirs(a.work, exist_ok=True)
+
+    sys.path.insert(0, a.peer_dir)
+    import common  # the peers' input generators (cached under $PEERBENCH_DATA)
+
+    suite = json.load(open(a.suite))
+    venvs = Venvs(a.venvs or os.path.dirname(a.work), suite["venvs"], suite.get("heavy_venvs", []),
+                  os.environ.get("PEERS_HEAVY") == "1")
+    registered = {f["name"] for f in json.loads(subprocess.run([a.hcsflow, "functions", "--json"], capture_output=True,
+                                                                text=True, check=True).stdout)}
+    sections = a.sections.split(",")
+    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    load0 = os.getloadavg()
+    rows = []
+    if "ops" in sections:
+        run_ops(a, suite, venvs, registered, common, rows)
+    if "stitch" in sections:
+        run_stitch(a, suite, venvs, rows)
+    if "pipeline" in sections:
+        run_pipeline(a, suite, venvs, rows, common)
+
+    git = subprocess.run(["git", "-C", os.path.dirname(a.suite), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    meta = {"started": started, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "hcsflow_commit": git,
+            "versions": common.versions("numpy", "scipy", "skimage"), "loadavg_start": load0, "loadavg_end": os.getloadavg(),
+            "cpus": os.cpu_count()}
+    table = markdown(rows)
     with open(os.path.join(a.work, "bench-vs-peers.json"), "w") as fh:
         json.dump({"meta": meta, "rows": rows}, fh, indent=1)
+    with open(os.path.join(a.work, "bench-vs-peers.md"), "w") as fh:
+        fh.write(table + "\n")
     print()
-    print("| operation | peer | peer median s | hcsflow median s | ratio (peer/ours) | peer CPU s | ours CPU s | peer RSS MiB | ours RSS MiB | identical input | accuracy |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        pe, ou = r["peer"], r["ours"]
-        if "error" in ou or "error" in pe:
-            print(f"| {r['op']} | {o_peer(r)} | {pe.get('median_s', '–')} | {ou.get('error', pe.get('error', ''))[:60]} | | | | | | | |")
-            continue
-        ratio = pe["median_s"] / ou["median_s"] if ou["median_s"] > 0 else float("inf")
-        print(f"| {r['op']} | {o_peer(r)} | {pe['median_s']:.4f} | {ou['median_s']:.4f} | {ratio:.1f}× | {pe.get('cpu_median_s', float('nan')):.4f} | "
-              f"{ou['cpu_median_s']:.4f} | {pe.get('peak_rss_mib', float('nan')):.0f} | {ou['peak_rss_mib']:.0f} | "
-              f"{'yes' if r.get('identical_input') else 'NO'} | {r.get('accuracy', 'n/a')} |")
-    print(f"\ninputs (sha256): {json.dumps(sums)}; load average {os.getloadavg()}")
-
-
-def o_peer(r):
-    """The peer library named in the op (the peer scripts name ops after what they call)."""
-    for lib in ("skimage", "scipy", "numpy", "openhcs"):
-        if lib in r["op"]:
-            return lib
-    return "numpy"
+    print(table)
+    print(f"\n{started} → {meta['finished']}, hcsflow {git}, load average {load0[0]:.1f} → {os.getloadavg()[0]:.1f} "
+          f"on {os.cpu_count()} CPUs; peers' versions in bench-vs-peers.json")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 //! `hcsflow bench`: time registered functions on the same `.npy` inputs the
-//! peer benchmarks use, one operation per process so peak RSS belongs to it.
+//! peer benchmarks use, and the stitching library on the same TIFF tile grids
+//! ASHLAR reads, one operation per process so peak RSS belongs to it.
 
 use std::path::PathBuf;
 
@@ -20,6 +21,36 @@ pub struct BenchArgs {
 enum BenchCommand {
     /// Time one function on one .npy input (2D or 3D u8/u16/f32) and print one JSON line.
     Op(OpArgs),
+    /// Time tile positions and assembly on a grid of TIFF tiles (raster order) and print one JSON line
+    /// with the timings, the input SHA-256 and the positions (for the accuracy column).
+    Stitch(StitchArgs),
+}
+
+#[derive(Args)]
+struct StitchArgs {
+    /// Folder of the tiles.
+    dir: PathBuf,
+    /// Tile file names; `{}` is the 0-based raster index, zero-padded to 3 digits.
+    #[arg(long, default_value = "img_{}.tif")]
+    pattern: String,
+    #[arg(long)]
+    rows: u32,
+    #[arg(long)]
+    cols: u32,
+    /// Nominal overlap (fraction of a tile): the expected grid is `size × (1 − overlap)` per step,
+    /// the same information a peer stitcher gets.
+    #[arg(long)]
+    overlap: f64,
+    /// Blending of the assembly: linear | none | max.
+    #[arg(long, default_value = "linear")]
+    blend: String,
+    #[arg(long, default_value_t = 5)]
+    repeats: usize,
+    #[arg(long, default_value_t = 1)]
+    warmup: usize,
+    /// Label for the JSON line.
+    #[arg(long)]
+    label: Option<String>,
 }
 
 #[derive(Args)]
@@ -70,6 +101,7 @@ struct OpReport {
 pub fn run(a: BenchArgs) -> CliResult {
     match a.command {
         BenchCommand::Op(o) => run_op(o),
+        BenchCommand::Stitch(s) => run_stitch(s),
     }
 }
 
@@ -118,6 +150,101 @@ fn run_op(a: OpArgs) -> CliResult {
         output_shape: result.shape(),
         output_dtype: result.dtype(),
         timing,
+    };
+    println!("{}", serde_json::to_string(&report).context("serialising the report")?);
+    Ok(())
+}
+
+#[derive(Serialize)]
+struct StitchReport {
+    op: String,
+    dir: PathBuf,
+    rows: u32,
+    cols: u32,
+    overlap: f64,
+    /// SHA-256 of the tiles' pixels in raster order (C order, little-endian), as
+    /// `hashlib.sha256(np.stack(tiles).tobytes())` computes it.
+    input_sha256: String,
+    input_shape: [usize; 3],
+    input_dtype: hcsflow_core::DType,
+    /// Reading the tiles plus `tile_positions`: what a peer's alignment timing covers.
+    positions: hcsflow_bench::Measurement,
+    /// `tile_positions` alone, tiles already in memory.
+    positions_in_memory: hcsflow_bench::Measurement,
+    /// Reading the tiles plus `assemble`.
+    assemble: hcsflow_bench::Measurement,
+    /// `assemble` alone.
+    assemble_in_memory: hcsflow_bench::Measurement,
+    blend: &'static str,
+    mosaic_shape: [usize; 2],
+    /// Top-left corner of every tile, `[y, x]` px (the peers' order), relative to the nominal grid's origin.
+    positions_yx: Vec<[f64; 2]>,
+    edges: usize,
+    edges_accepted: usize,
+    fell_back_to_stage: bool,
+    message: Option<String>,
+    threads: usize,
+}
+
+fn tile_path(dir: &std::path::Path, pattern: &str, k: u32) -> PathBuf {
+    dir.join(pattern.replace("{}", &format!("{k:03}")))
+}
+
+/// Reads the `rows × cols` tiles into one stack, plane = raster index.
+fn read_tiles(a: &StitchArgs) -> anyhow::Result<hcsflow_core::Stack> {
+    let planes = (0..a.rows * a.cols)
+        .map(|k| {
+            let p = tile_path(&a.dir, &a.pattern, k);
+            hcsflow_tiff::read_stack(&p).with_context(|| format!("reading {}", p.display()))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    hcsflow_core::Stack::concat(&planes).ok_or_else(|| anyhow::anyhow!("the tiles in {} differ in size or dtype", a.dir.display()))
+}
+
+fn run_stitch(a: StitchArgs) -> CliResult {
+    let usage = |e: anyhow::Error| CliError::new(Exit::Usage, e);
+    if a.rows == 0 || a.cols == 0 || !(0.0..1.0).contains(&a.overlap) {
+        return Err(usage(anyhow::anyhow!("--rows and --cols must be at least 1 and --overlap in [0, 1)")));
+    }
+    if a.repeats == 0 {
+        return Err(usage(anyhow::anyhow!("--repeats must be at least 1")));
+    }
+    let blend: hcsflow_stitch::Blend = a.blend.parse().map_err(|e: hcsflow_stitch::StitchError| usage(e.into()))?;
+    let tiles = read_tiles(&a)?;
+    let [_, h, w] = tiles.shape();
+    let layout = hcsflow_stitch::TileLayout::grid(a.rows, a.cols, w, h, a.overlap);
+    let params = hcsflow_stitch::PositionParams::default();
+    let positions_of = |t: &hcsflow_core::Stack| hcsflow_stitch::tile_positions(t, &layout, &params).context("tile_positions");
+
+    let (positions, _) = hcsflow_bench::measure(a.warmup, a.repeats, || read_tiles(&a).and_then(|t| positions_of(&t)))?;
+    let (positions_in_memory, result) = hcsflow_bench::measure(a.warmup, a.repeats, || positions_of(&tiles))?;
+    let result = result.ok_or_else(|| anyhow::anyhow!("no positions computed"))?;
+    let assemble_of = |t: &hcsflow_core::Stack| hcsflow_stitch::assemble(t, &result.positions, blend).context("assemble");
+    let (assemble, _) = hcsflow_bench::measure(a.warmup, a.repeats, || read_tiles(&a).and_then(|t| assemble_of(&t)))?;
+    let (assemble_in_memory, mosaic) = hcsflow_bench::measure(a.warmup, a.repeats, || assemble_of(&tiles))?;
+    let [_, mh, mw] = mosaic.ok_or_else(|| anyhow::anyhow!("no mosaic assembled"))?.shape();
+
+    let report = StitchReport {
+        op: a.label.clone().unwrap_or_else(|| format!("stitch_{}x{}_{w}", a.rows, a.cols)),
+        dir: a.dir.clone(),
+        rows: a.rows,
+        cols: a.cols,
+        overlap: a.overlap,
+        input_sha256: hcsflow_bench::checksum(tiles.as_bytes()),
+        input_shape: tiles.shape(),
+        input_dtype: tiles.dtype(),
+        positions,
+        positions_in_memory,
+        assemble,
+        assemble_in_memory,
+        blend: blend.name(),
+        mosaic_shape: [mh, mw],
+        positions_yx: result.positions.iter().map(|&(x, y)| [y, x]).collect(),
+        edges: result.edges.len(),
+        edges_accepted: result.edges.iter().filter(|e| e.accepted()).count(),
+        fell_back_to_stage: result.fell_back_to_stage,
+        message: result.message,
+        threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
     println!("{}", serde_json::to_string(&report).context("serialising the report")?);
     Ok(())
