@@ -23,6 +23,10 @@ pub enum GpuError {
     TooLarge { what: String, bytes: u64, limit: u64, adapter: String },
     #[error("GPU {operation} failed on {adapter}: {message}")]
     Runtime { operation: String, adapter: String, message: String },
+    /// Invalid stitching input (tile count vs positions, non-finite positions,
+    /// canvas too large): the same checks and errors as the host assembly.
+    #[error(transparent)]
+    Stitch(#[from] hcsflow_stitch::StitchError),
 }
 
 /// The wgpu adapter behind a `gpu:N` index, kept with what cubecl needs to reach it.

@@ -7,6 +7,8 @@
 //! - [`WgpuArray`]: a stack in GPU memory, the [`MemoryType::Wgpu`] array;
 //!   [`register`] adds host ↔ wgpu converters and the GPU implementations
 //!   of registered functions.
+//! - [`assemble`]: a tile stack on the GPU stitched into one mosaic plane,
+//!   the same mosaic as `hcsflow_stitch::assemble`.
 //!
 //! Pixel storage on the device: wgpu shaders have no 8/16-bit integer
 //! storage everywhere, so u8 and u16 planes are stored packed into 32-bit
@@ -19,6 +21,7 @@ mod kernels;
 
 pub use array::{download, upload, upload_stack, WgpuArray};
 pub use context::{discover_adapters, GpuContext, GpuError};
-pub use kernels::{focus_stack_wgpu, register};
+pub use kernels::{assemble, assemble_chunked, focus_stack_wgpu, register, DEFAULT_CHUNK_PIXELS};
+pub use hcsflow_stitch::Blend;
 
 pub use hcsflow_core::{AdapterInfo, MemoryType};

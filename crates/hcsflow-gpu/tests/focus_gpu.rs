@@ -6,21 +6,12 @@
 //! the `log` image is the exact gather of the GPU's depth map; the `weighted`
 //! image agrees to 1e-4 relative to the stack's largest value.
 
+mod common;
+
+use common::{gpu, to_host};
 use hcsflow_core::{Array, ConversionPolicy, Conversions, DType, Device, MemoryType, Registry, Stack};
 use hcsflow_ops::focus::{focus_measure, focus_stack, FocusMethod};
 use ndarray::Array3;
-
-fn gpu() -> Option<Device> {
-    let adapters = hcsflow_gpu::discover_adapters();
-    if adapters.is_empty() {
-        if std::env::var("HCSFLOW_SKIP_GPU_TESTS").as_deref() == Ok("1") {
-            eprintln!("skipping GPU test: no adapter and HCSFLOW_SKIP_GPU_TESTS=1");
-            return None;
-        }
-        panic!("no GPU adapter found: install mesa-vulkan-drivers libvulkan1 (or set HCSFLOW_SKIP_GPU_TESTS=1)");
-    }
-    Some(Device::Gpu(adapters[0].index))
-}
 
 /// Smooth random blobs plus noise, values spread over the dtype's range.
 fn stack(dtype: DType, shape: [usize; 3], seed: u64) -> Stack {
@@ -39,10 +30,6 @@ fn stack(dtype: DType, shape: [usize; 3], seed: u64) -> Stack {
     });
     let f = f.mapv(|v| v * (0.9 + 0.2 * next()));
     Stack::from_f32_array(f, dtype)
-}
-
-fn to_host(a: &hcsflow_gpu::WgpuArray) -> Stack {
-    hcsflow_gpu::download(a).unwrap().into_stack().unwrap()
 }
 
 #[test]

@@ -38,7 +38,7 @@ fn reflect_shifted(i: u32, r: u32, n: u32) -> u32 {
 /// Pixel `p` of plane `z` as f32; `kind`: 0 = u8 (4 per word), 1 = u16 (2 per word), 2 = f32 bits.
 #[allow(unused_assignments)]
 #[cube]
-fn load_pixel(input: &[u32], z: u32, plane_words: u32, p: u32, #[comptime] kind: u32) -> f32 {
+pub(super) fn load_pixel(input: &[u32], z: u32, plane_words: u32, p: u32, #[comptime] kind: u32) -> f32 {
     let base = (z * plane_words) as usize;
     let mut v = 0.0f32;
     if kind == 0 {

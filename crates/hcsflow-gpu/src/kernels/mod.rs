@@ -5,6 +5,7 @@
 //! precision), so results are bit-exact where IEEE arithmetic allows; the
 //! tests compare them on lavapipe. One file per family of functions.
 
+mod assemble;
 mod focus;
 mod equalize;
 mod filters;
@@ -19,6 +20,7 @@ use hcsflow_core::{Array, Conversions, FunctionError, Implementation, MemoryType
 use crate::array::{as_wgpu, Download, Upload, WgpuArray};
 use projection::Reduce;
 
+pub use assemble::{assemble, assemble_chunked, DEFAULT_CHUNK_PIXELS};
 pub use focus::focus_stack_wgpu;
 
 /// Threads per workgroup for element-wise kernels.
