@@ -1,45 +1,15 @@
 //! GPU (wgpu, lavapipe in CI) against the host implementations of the same
 //! functions. One shared device per test process (GpuContext caches it).
 
+mod common;
+
+use common::{gpu, random_stack};
+
 use hcsflow_core::{
     stack_slices, unstack_slices, Array, ConversionPolicy, Conversions, DType, Device, HostArray,
     MemoryType, Registry, RouteKind, Stack,
 };
 use ndarray::Array3;
-
-/// The adapter to test on: the first one found (lavapipe in CI). Fails, rather
-/// than skips, when there is none, unless HCSFLOW_SKIP_GPU_TESTS=1.
-fn gpu() -> Option<Device> {
-    let adapters = hcsflow_gpu::discover_adapters();
-    if adapters.is_empty() {
-        if std::env::var("HCSFLOW_SKIP_GPU_TESTS").as_deref() == Ok("1") {
-            eprintln!("skipping GPU test: no adapter and HCSFLOW_SKIP_GPU_TESTS=1");
-            return None;
-        }
-        panic!("no GPU adapter found: install mesa-vulkan-drivers libvulkan1 (or set HCSFLOW_SKIP_GPU_TESTS=1)");
-    }
-    Some(Device::Gpu(adapters[0].index))
-}
-
-/// Deterministic pseudo-random stack (xorshift), values spread over the dtype's range.
-fn random_stack(dtype: DType, shape: [usize; 3], seed: u64) -> Stack {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
-    let n = shape.iter().product();
-    let f: Vec<f32> = (0..n)
-        .map(|_| match dtype {
-            DType::U8 => (next() % 256) as f32,
-            DType::U16 => (next() % 65536) as f32,
-            DType::F32 => (next() % 2_000_001) as f32 / 1000.0 - 1000.0,
-        })
-        .collect();
-    Stack::from_f32_array(Array3::from_shape_vec(shape, f).unwrap(), dtype)
-}
 
 fn setup() -> (Registry, Conversions) {
     let mut registry = Registry::new();
@@ -185,15 +155,7 @@ fn std_projection_gpu_matches_host() {
 
 /// Like [`call`], with `name=value` arguments.
 fn call_args(name: &str, args: &[&str], stack: &Stack, device: Device) -> Stack {
-    let (registry, conversions) = setup();
-    let texts: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let args = registry.get(name).unwrap().parse_args(&texts).unwrap();
-    let plan = registry
-        .plan_call(name, args, MemoryType::Host, device, &conversions, ConversionPolicy::default())
-        .unwrap();
-    let out = registry.execute(&plan, Array::from(stack.clone()), &conversions).unwrap();
-    let back = conversions.plan(out.memory_type(), MemoryType::Host, ConversionPolicy::default()).unwrap();
-    conversions.execute(&back, out, Device::Cpu).unwrap().into_host_stack().unwrap()
+    try_call_args(name, args, stack, device).unwrap()
 }
 
 /// u8/u16: same histogram, same f64 lookup table → bit-exact. f32: exact
@@ -224,7 +186,7 @@ fn percentile_normalize_gpu_matches_host() {
     assert_eq!(call_args("stack_percentile_normalize", &["target_min=7"], &c, dev), Stack::from_f32_array(Array3::from_elem((2, 3, 5), 7.0), DType::U16));
 }
 
-/// Same histogram, same lookup table: bit-exact for u8/u16; f32 is refused with a message.
+/// Same histogram, same lookup table: bit-exact for u8/u16.
 #[test]
 fn stack_equalize_histogram_gpu_is_bit_exact_with_host() {
     let Some(dev) = gpu() else { return };
@@ -236,13 +198,65 @@ fn stack_equalize_histogram_gpu_is_bit_exact_with_host() {
             assert_eq!(gpu, host, "{dtype} {shape:?}");
         }
     }
+}
+
+/// Runs `name` with `args` on `device`, returning the error message if it fails.
+fn try_call_args(name: &str, args: &[&str], stack: &Stack, device: Device) -> Result<Stack, String> {
     let (registry, conversions) = setup();
-    let args = registry.get("stack_equalize_histogram").unwrap().validate_args(vec![]).unwrap();
+    let texts: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let args = registry.get(name).unwrap().parse_args(&texts).unwrap();
     let plan = registry
-        .plan_call("stack_equalize_histogram", args, MemoryType::Host, dev, &conversions, ConversionPolicy::default())
+        .plan_call(name, args, MemoryType::Host, device, &conversions, ConversionPolicy::default())
         .unwrap();
-    let err = registry.execute(&plan, Array::from(random_stack(DType::F32, [1, 4, 4], 1)), &conversions).unwrap_err();
-    assert!(err.to_string().contains("--device cpu"), "{err}");
+    let out = registry.execute(&plan, Array::from(stack.clone()), &conversions).map_err(|e| e.to_string())?;
+    let back = conversions.plan(out.memory_type(), MemoryType::Host, ConversionPolicy::default()).unwrap();
+    Ok(conversions.execute(&back, out, Device::Cpu).unwrap().into_host_stack().unwrap())
+}
+
+/// f32: the same bins (exact counts), interpolation in f32 instead of the
+/// host's f64: within 2e-6 of the host (outputs in [0, 1]); NaN stays NaN;
+/// the host's errors for non-finite and all-NaN stacks.
+#[test]
+fn stack_equalize_histogram_f32_gpu_matches_host() {
+    let Some(dev) = gpu() else { return };
+    const NAME: &str = "stack_equalize_histogram";
+    let mut cases: Vec<(String, Stack, &[&str])> = Vec::new();
+    for (i, shape) in SHAPES.iter().enumerate() {
+        for args in [&[][..], &["nbins=1"][..], &["nbins=7"][..], &["nbins=4096"][..]] {
+            cases.push((format!("{shape:?} {args:?}"), random_stack(DType::F32, *shape, 650 + i as u64), args));
+        }
+    }
+    // Few distinct values (many ties on bin edges), a constant stack, NaNs.
+    let steps = random_stack(DType::F32, [3, 17, 19], 660).to_f32().mapv(|v| (v / 250.0).round() * 0.25);
+    cases.push(("ties".into(), Stack::from_f32_array(steps, DType::F32), &["nbins=9"][..]));
+    cases.push(("constant".into(), Stack::from_f32_array(Array3::from_elem((2, 3, 5), 4.5), DType::F32), &[][..]));
+    let mut nan = random_stack(DType::F32, [2, 9, 11], 661).to_f32();
+    nan.iter_mut().step_by(7).for_each(|v| *v = f32::NAN);
+    cases.push(("NaN".into(), Stack::from_f32_array(nan, DType::F32), &["nbins=16"][..]));
+    let mut worst = 0.0f32;
+    for (what, s, args) in &cases {
+        let host = call_args(NAME, args, s, Device::Cpu);
+        let gpu = call_args(NAME, args, s, dev);
+        assert_eq!(gpu.dtype(), DType::F32, "{what}");
+        assert_eq!(gpu.shape(), host.shape(), "{what}");
+        for (i, (a, b)) in gpu.to_f32().iter().zip(host.to_f32().iter()).enumerate() {
+            assert_eq!(a.is_nan(), b.is_nan(), "{what}: value {i}: gpu {a}, host {b}");
+            assert!(a.is_nan() || (a - b).abs() <= 2e-6, "{what}: value {i}: gpu {a}, host {b}");
+            if !a.is_nan() {
+                worst = worst.max((a - b).abs());
+            }
+        }
+    }
+    eprintln!("f32 equalisation: max |gpu - host| = {worst:e}");
+    let mut inf = random_stack(DType::F32, [1, 4, 4], 662).to_f32();
+    inf[[0, 1, 2]] = f32::INFINITY;
+    let all_nan = Array3::from_elem((1, 2, 3), f32::NAN);
+    for bad in [inf, all_nan] {
+        let s = Stack::from_f32_array(bad, DType::F32);
+        let host = try_call_args(NAME, &[], &s, Device::Cpu).unwrap_err();
+        let gpu = try_call_args(NAME, &[], &s, dev).unwrap_err();
+        assert_eq!(gpu, host);
+    }
 }
 
 /// Same weights and tap order as the host; FMA contraction in the shader

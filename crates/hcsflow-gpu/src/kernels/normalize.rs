@@ -59,7 +59,7 @@ pub(super) fn histogram_u8(input: &[u32], hist: &mut [Atomic<u32>], total_words:
 
 /// Order-preserving key of an f32's bits; NaN gets 0xFFFF_FFFF... callers test NaN first.
 #[cube]
-fn key_of(b: u32) -> u32 {
+pub(super) fn key_of(b: u32) -> u32 {
     let mut k = b | 0x8000_0000u32;
     if (b & 0x8000_0000u32) != 0u32 {
         k = b ^ 0xFFFF_FFFFu32;
