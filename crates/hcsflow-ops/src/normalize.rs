@@ -77,7 +77,10 @@ pub fn integer_lut<T: Binned + Pixel>(f: impl Fn(f64) -> f64) -> Vec<T> {
 }
 
 /// Replaces every pixel by `lut[pixel]`, in place and in parallel.
+/// `lut` must hold one entry per value of the dtype (`T::BINS`).
 pub(crate) fn apply_lut_in_place<T: Binned + Pixel>(data: &mut [T], lut: &[T]) {
+    // Sliced to the dtype's constant length: every pixel is a valid index, no bounds checks.
+    let lut = &lut[..T::BINS];
     data.par_chunks_mut(CHUNK).for_each(|c| c.iter_mut().for_each(|v| *v = lut[v.bin()]));
 }
 
