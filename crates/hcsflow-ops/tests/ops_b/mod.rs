@@ -2,7 +2,7 @@
 //! oracle `tests/oracle/ops_b_oracle.py` (numpy / scipy / scikit-image).
 //!
 //! Missing python3 or packages make the oracle tests FAIL with the pip command,
-//! unless `HCSFLOW_SKIP_ORACLES=1` (then they print a SKIPPED line and pass).
+//! unless `HCSFLOW_SKIP_ORACLES=1` outside CI (see `common::Oracle`: with `CI=true` they always fail).
 #![allow(dead_code)]
 
 use hcsflow_core::{DType, Stack};
@@ -77,7 +77,7 @@ mod common;
 pub struct Oracle(common::Oracle);
 
 impl Oracle {
-    /// `None` when the oracle is unavailable and `HCSFLOW_SKIP_ORACLES=1`
+    /// `None` when the oracle is unavailable and `HCSFLOW_SKIP_ORACLES=1` outside CI
     /// (prints a SKIPPED line); panics with the pip command otherwise.
     pub fn new(test: &str) -> Option<Oracle> {
         common::Oracle::for_script(test, "ops_b_oracle.py").map(Oracle)
