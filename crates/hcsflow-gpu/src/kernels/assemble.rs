@@ -26,7 +26,7 @@ use hcsflow_core::{DType, DeviceBuffer};
 use hcsflow_stitch::{canvas_geometry, Blend, StitchError};
 
 use super::focus::load_pixel;
-use super::{grid, BLOCK};
+use super::{grid, kind_of, BLOCK};
 use crate::array::{words_for, WgpuArray};
 use crate::context::GpuError;
 
@@ -221,13 +221,6 @@ fn placed(positions: &[(f64, f64)], origin: (i64, i64)) -> Vec<Placed> {
         .collect()
 }
 
-fn kind_of(dtype: DType) -> u32 {
-    match dtype {
-        DType::U8 => 0,
-        DType::U16 => 1,
-        DType::F32 => 2,
-    }
-}
 
 /// Assembles GPU `tiles` (`[N, Y, X]`) at `positions` (top-left `(x, y)` px,
 /// one per tile) into one plane `[1, H, W]` of the input dtype on the same

@@ -17,7 +17,7 @@ use cubecl::prelude::*;
 use hcsflow_core::{Array, DType, DeviceBuffer, FunctionError};
 use hcsflow_ops::focus::{focus_kernel, FocusMethod, MAX_PLANES};
 
-use super::{grid, wgpu_input, BLOCK};
+use super::{grid, kind_of, wgpu_input, BLOCK};
 use crate::array::{words_for, WgpuArray};
 
 const NAME: &str = "focus_stack";
@@ -249,13 +249,6 @@ fn gather(
     }
 }
 
-fn kind_of(dtype: DType) -> u32 {
-    match dtype {
-        DType::U8 => 0,
-        DType::U16 => 1,
-        DType::F32 => 2,
-    }
-}
 
 fn too_large(what: &str) -> FunctionError {
     FunctionError::failed(NAME, format!("{what} too large for GPU indexing"))

@@ -59,6 +59,16 @@ pub(crate) fn grid(n: usize) -> CubeCount {
     }
 }
 
+/// The storage kind the kernels take as a comptime parameter: 0 = u8 (4 per
+/// 32-bit word), 1 = u16 (2 per word), 2 = f32 (the word is the f32's bits).
+pub(crate) fn kind_of(dtype: hcsflow_core::DType) -> u32 {
+    match dtype {
+        hcsflow_core::DType::U8 => 0,
+        hcsflow_core::DType::U16 => 1,
+        hcsflow_core::DType::F32 => 2,
+    }
+}
+
 pub(crate) fn wgpu_input<'a>(function: &str, array: &'a Array) -> Result<&'a WgpuArray, FunctionError> {
     as_wgpu(array).ok_or_else(|| FunctionError::WrongMemory {
         function: function.to_string(),

@@ -1,11 +1,15 @@
 //! Projections over the stack axis (max, min, mean, sum, std).
+//!
+//! One kernel per reduction for all dtypes: a thread reduces the lanes of
+//! one 32-bit word (4 u8, 2 u16 or 1 f32 pixel, the storage `kind` a comptime
+//! parameter), pixel by pixel in the host's operation order.
 
 use std::sync::Arc;
 
 use cubecl::prelude::*;
 use hcsflow_core::{Array, DType, FunctionError};
 
-use super::{grid, wgpu_input, BLOCK};
+use super::{grid, kind_of, wgpu_input, BLOCK};
 use crate::array::{words_for, WgpuArray};
 
 /// `v` replaces `m` if strictly greater (`is_max`) or strictly smaller.
@@ -27,241 +31,132 @@ fn better_f32(v: f32, m: f32, #[comptime] is_max: bool) -> bool {
     }
 }
 
-/// Max (or min) over planes of u16 pixels packed two per word; plane 0 seeds.
+/// Lanes per 32-bit word of a storage `kind` (see `kind_of`): 4, 2 or 1.
+#[cube]
+fn lanes_of(#[comptime] kind: u32) -> u32 {
+    let mut lanes = 1u32;
+    if kind == 0 {
+        lanes = 4u32;
+    } else if kind == 1 {
+        lanes = 2u32;
+    }
+    lanes
+}
+
+/// Lane `j` of `word` as raw bits: the u8/u16 value, or the f32's bits.
+#[cube]
+fn lane(word: u32, j: u32, #[comptime] kind: u32) -> u32 {
+    let mut v = word;
+    if kind == 0 {
+        v = (word >> (8u32 * j)) & 0xFFu32;
+    } else if kind == 1 {
+        v = (word >> (16u32 * j)) & 0xFFFFu32;
+    }
+    v
+}
+
+/// Lane `j` of `word` as f32 (integers converted, f32 reinterpreted).
+#[allow(unused_assignments)]
+#[cube]
+fn lane_f32(word: u32, j: u32, #[comptime] kind: u32) -> f32 {
+    let mut v = 0.0f32;
+    if kind == 2 {
+        v = f32::reinterpret(word);
+    } else {
+        v = f32::cast_from(lane(word, j, kind));
+    }
+    v
+}
+
+/// `v` replaces `m` (raw lane bits): compared as u32, or as f32 for `kind` 2
+/// (NaN never replaces a number, like the host code).
+#[allow(unused_assignments)]
+#[cube]
+fn better(v: u32, m: u32, #[comptime] kind: u32, #[comptime] is_max: bool) -> bool {
+    let mut b = false;
+    if kind == 2 {
+        b = better_f32(f32::reinterpret(v), f32::reinterpret(m), is_max);
+    } else {
+        b = better_u32(v, m, is_max);
+    }
+    b
+}
+
+/// Max (or min) over planes, one thread per word of every lane; plane 0
+/// seeds; output in the input's storage.
 #[cube(launch)]
-fn extreme_projection_u16(input: &[u32], output: &mut [u32], planes: u32, plane_words: u32, #[comptime] is_max: bool) {
+fn extreme_projection_words(input: &[u32], output: &mut [u32], planes: u32, plane_words: u32, #[comptime] kind: u32, #[comptime] is_max: bool) {
     let i = ABSOLUTE_POS;
     if i < plane_words as usize {
         let stride = plane_words as usize;
-        let w0 = input[i];
-        let mut lo = w0 & 0xFFFFu32;
-        let mut hi = w0 >> 16u32;
-        for z in 1..planes {
-            let w = input[z as usize * stride + i];
-            let a = w & 0xFFFFu32;
-            let b = w >> 16u32;
-            if better_u32(a, lo, is_max) {
-                lo = a;
+        let lanes = lanes_of(kind);
+        let bits = 32u32 / lanes;
+        let mut out = 0u32;
+        for j in 0..lanes {
+            let mut m = lane(input[i], j, kind);
+            for z in 1..planes {
+                let v = lane(input[z as usize * stride + i], j, kind);
+                if better(v, m, kind, is_max) {
+                    m = v;
+                }
             }
-            if better_u32(b, hi, is_max) {
-                hi = b;
-            }
+            out |= m << (j * bits);
         }
-        output[i] = lo | (hi << 16u32);
+        output[i] = out;
     }
 }
 
-/// Max (or min) over planes of u8 pixels packed four per word; plane 0 seeds.
+/// Mean (or, without `divide`, sum) over planes, f32 output, one value per
+/// pixel. Sums in f32 in plane order, then divides (dividing by 1 leaves the
+/// sum unchanged): exact sums of u8/u16 for up to 256 planes.
 #[cube(launch)]
-fn extreme_projection_u8(input: &[u32], output: &mut [u32], planes: u32, plane_words: u32, #[comptime] is_max: bool) {
+fn mean_projection_words(input: &[u32], output: &mut [f32], planes: u32, plane_words: u32, pixels: u32, #[comptime] kind: u32, #[comptime] divide: bool) {
     let i = ABSOLUTE_POS;
     if i < plane_words as usize {
         let stride = plane_words as usize;
-        let w0 = input[i];
-        let mut m0 = w0 & 0xFFu32;
-        let mut m1 = (w0 >> 8u32) & 0xFFu32;
-        let mut m2 = (w0 >> 16u32) & 0xFFu32;
-        let mut m3 = w0 >> 24u32;
-        for z in 1..planes {
-            let w = input[z as usize * stride + i];
-            let a = w & 0xFFu32;
-            let b = (w >> 8u32) & 0xFFu32;
-            let c = (w >> 16u32) & 0xFFu32;
-            let d = w >> 24u32;
-            if better_u32(a, m0, is_max) {
-                m0 = a;
-            }
-            if better_u32(b, m1, is_max) {
-                m1 = b;
-            }
-            if better_u32(c, m2, is_max) {
-                m2 = c;
-            }
-            if better_u32(d, m3, is_max) {
-                m3 = d;
-            }
-        }
-        output[i] = m0 | (m1 << 8u32) | (m2 << 16u32) | (m3 << 24u32);
-    }
-}
-
-/// Max (or min) over planes of f32 pixels (plane 0 seeds, like the host code:
-/// NaN never replaces a number).
-#[cube(launch)]
-fn extreme_projection_f32(input: &[f32], output: &mut [f32], planes: u32, plane_words: u32, #[comptime] is_max: bool) {
-    let i = ABSOLUTE_POS;
-    if i < plane_words as usize {
-        let stride = plane_words as usize;
-        let mut m = input[i];
-        for z in 1..planes {
-            let v = input[z as usize * stride + i];
-            if better_f32(v, m, is_max) {
-                m = v;
-            }
-        }
-        output[i] = m;
-    }
-}
-
-/// Mean (or, without `divide`, sum) over planes of u16 pixels packed two per word;
-/// f32 output, one value per pixel. Dividing by 1 leaves the sum unchanged.
-/// Sums in f32 in plane order, then divides: exact sums for up to 256 planes.
-#[cube(launch)]
-fn mean_projection_u16(input: &[u32], output: &mut [f32], planes: u32, plane_words: u32, pixels: u32, #[comptime] divide: bool) {
-    let i = ABSOLUTE_POS;
-    if i < plane_words as usize {
-        let stride = plane_words as usize;
-        let mut lo = 0.0f32;
-        let mut hi = 0.0f32;
-        for z in 0..planes {
-            let w = input[z as usize * stride + i];
-            lo += f32::cast_from(w & 0xFFFFu32);
-            hi += f32::cast_from(w >> 16u32);
-        }
+        let lanes = lanes_of(kind);
         let mut n = 1.0f32;
         if divide {
             n = f32::cast_from(planes);
         }
-        output[2 * i] = lo / n;
-        if 2 * i + 1 < pixels as usize {
-            output[2 * i + 1] = hi / n;
-        }
-    }
-}
-
-/// Mean (or sum) over planes of u8 pixels packed four per word; f32 output.
-#[cube(launch)]
-fn mean_projection_u8(input: &[u32], output: &mut [f32], planes: u32, plane_words: u32, pixels: u32, #[comptime] divide: bool) {
-    let i = ABSOLUTE_POS;
-    if i < plane_words as usize {
-        let stride = plane_words as usize;
-        let mut s0 = 0.0f32;
-        let mut s1 = 0.0f32;
-        let mut s2 = 0.0f32;
-        let mut s3 = 0.0f32;
-        for z in 0..planes {
-            let w = input[z as usize * stride + i];
-            s0 += f32::cast_from(w & 0xFFu32);
-            s1 += f32::cast_from((w >> 8u32) & 0xFFu32);
-            s2 += f32::cast_from((w >> 16u32) & 0xFFu32);
-            s3 += f32::cast_from(w >> 24u32);
-        }
-        let mut n = 1.0f32;
-        if divide {
-            n = f32::cast_from(planes);
-        }
-        let base = 4 * i;
-        let px = pixels as usize;
-        output[base] = s0 / n;
-        if base + 1 < px {
-            output[base + 1] = s1 / n;
-        }
-        if base + 2 < px {
-            output[base + 2] = s2 / n;
-        }
-        if base + 3 < px {
-            output[base + 3] = s3 / n;
-        }
-    }
-}
-
-/// Mean (or sum) over planes of f32 pixels.
-#[cube(launch)]
-fn mean_projection_f32(input: &[f32], output: &mut [f32], planes: u32, plane_words: u32, #[comptime] divide: bool) {
-    let i = ABSOLUTE_POS;
-    if i < plane_words as usize {
-        let stride = plane_words as usize;
-        let mut s = 0.0f32;
-        for z in 0..planes {
-            s += input[z as usize * stride + i];
-        }
-        let mut n = 1.0f32;
-        if divide {
-            n = f32::cast_from(planes);
-        }
-        output[i] = s / n;
-    }
-}
-
-/// Population std over planes of u16 pixels packed two per word (f32 output):
-/// the host's two passes in the same order: `mean = Σv / n`, `sqrt(Σ(v - mean)² / n)`.
-#[cube(launch)]
-fn std_projection_u16(input: &[u32], output: &mut [f32], planes: u32, plane_words: u32, pixels: u32) {
-    let i = ABSOLUTE_POS;
-    if i < plane_words as usize {
-        let stride = plane_words as usize;
-        let n = f32::cast_from(planes);
-        let mut s0 = 0.0f32;
-        let mut s1 = 0.0f32;
-        for z in 0..planes {
-            let w = input[z as usize * stride + i];
-            s0 += f32::cast_from(w & 0xFFFFu32);
-            s1 += f32::cast_from(w >> 16u32);
-        }
-        let m0 = s0 / n;
-        let m1 = s1 / n;
-        let mut d0 = 0.0f32;
-        let mut d1 = 0.0f32;
-        for z in 0..planes {
-            let w = input[z as usize * stride + i];
-            let t0 = f32::cast_from(w & 0xFFFFu32) - m0;
-            let t1 = f32::cast_from(w >> 16u32) - m1;
-            d0 += t0 * t0;
-            d1 += t1 * t1;
-        }
-        output[2 * i] = f32::sqrt(d0 / n);
-        if 2 * i + 1 < pixels as usize {
-            output[2 * i + 1] = f32::sqrt(d1 / n);
-        }
-    }
-}
-
-/// Population std over planes of u8 pixels packed four per word (f32 output).
-#[cube(launch)]
-fn std_projection_u8(input: &[u32], output: &mut [f32], planes: u32, plane_words: u32, pixels: u32) {
-    let i = ABSOLUTE_POS;
-    if i < plane_words as usize {
-        let stride = plane_words as usize;
-        let n = f32::cast_from(planes);
-        let px = pixels as usize;
-        for k in 0..4u32 {
-            let p = 4 * i + k as usize;
-            if p < px {
-                let shift = 8u32 * k;
+        for j in 0..lanes {
+            let p = i * lanes as usize + j as usize;
+            if p < pixels as usize {
                 let mut s = 0.0f32;
                 for z in 0..planes {
-                    s += f32::cast_from((input[z as usize * stride + i] >> shift) & 0xFFu32);
+                    s += lane_f32(input[z as usize * stride + i], j, kind);
+                }
+                output[p] = s / n;
+            }
+        }
+    }
+}
+
+/// Population std over planes (f32 output): the host's two passes in the
+/// same order: `mean = Σv / n`, `sqrt(Σ(v - mean)² / n)`.
+#[cube(launch)]
+fn std_projection_words(input: &[u32], output: &mut [f32], planes: u32, plane_words: u32, pixels: u32, #[comptime] kind: u32) {
+    let i = ABSOLUTE_POS;
+    if i < plane_words as usize {
+        let stride = plane_words as usize;
+        let lanes = lanes_of(kind);
+        let n = f32::cast_from(planes);
+        for j in 0..lanes {
+            let p = i * lanes as usize + j as usize;
+            if p < pixels as usize {
+                let mut s = 0.0f32;
+                for z in 0..planes {
+                    s += lane_f32(input[z as usize * stride + i], j, kind);
                 }
                 let m = s / n;
                 let mut d = 0.0f32;
                 for z in 0..planes {
-                    let t = f32::cast_from((input[z as usize * stride + i] >> shift) & 0xFFu32) - m;
+                    let t = lane_f32(input[z as usize * stride + i], j, kind) - m;
                     d += t * t;
                 }
                 output[p] = f32::sqrt(d / n);
             }
         }
-    }
-}
-
-/// Population std over planes of f32 pixels.
-#[cube(launch)]
-fn std_projection_f32(input: &[f32], output: &mut [f32], planes: u32, plane_words: u32) {
-    let i = ABSOLUTE_POS;
-    if i < plane_words as usize {
-        let stride = plane_words as usize;
-        let n = f32::cast_from(planes);
-        let mut s = 0.0f32;
-        for z in 0..planes {
-            s += input[z as usize * stride + i];
-        }
-        let m = s / n;
-        let mut d = 0.0f32;
-        for z in 0..planes {
-            let t = input[z as usize * stride + i] - m;
-            d += t * t;
-        }
-        output[i] = f32::sqrt(d / n);
     }
 }
 
@@ -290,11 +185,7 @@ pub(super) fn extreme_projection(array: Array, name: &str, is_max: bool) -> Resu
     unsafe {
         let inp = BufferArg::from_raw_parts(input.handle.clone(), n_in);
         let outp = BufferArg::from_raw_parts(out.clone(), words as usize);
-        match dtype {
-            DType::U16 => extreme_projection_u16::launch(client, count, dim, inp, outp, planes, words, is_max),
-            DType::U8 => extreme_projection_u8::launch(client, count, dim, inp, outp, planes, words, is_max),
-            DType::F32 => extreme_projection_f32::launch(client, count, dim, inp, outp, planes, words, is_max),
-        }
+        extreme_projection_words::launch(client, count, dim, inp, outp, planes, words, kind_of(dtype), is_max);
     }
     Ok(Array::Device(Arc::new(WgpuArray::from_parts(ctx.clone(), out, out_shape, dtype))))
 }
@@ -329,13 +220,10 @@ pub(super) fn float_projection(array: Array, name: &str, reduce: Reduce) -> Resu
     unsafe {
         let inp = BufferArg::from_raw_parts(input.handle.clone(), n_in);
         let outp = BufferArg::from_raw_parts(out.clone(), out_words);
-        match (dtype, reduce) {
-            (DType::U16, Reduce::Std) => std_projection_u16::launch(client, count, dim, inp, outp, planes, words, pixels_u32),
-            (DType::U8, Reduce::Std) => std_projection_u8::launch(client, count, dim, inp, outp, planes, words, pixels_u32),
-            (DType::F32, Reduce::Std) => std_projection_f32::launch(client, count, dim, inp, outp, planes, words),
-            (DType::U16, _) => mean_projection_u16::launch(client, count, dim, inp, outp, planes, words, pixels_u32, divide),
-            (DType::U8, _) => mean_projection_u8::launch(client, count, dim, inp, outp, planes, words, pixels_u32, divide),
-            (DType::F32, _) => mean_projection_f32::launch(client, count, dim, inp, outp, planes, words, divide),
+        if reduce == Reduce::Std {
+            std_projection_words::launch(client, count, dim, inp, outp, planes, words, pixels_u32, kind_of(dtype));
+        } else {
+            mean_projection_words::launch(client, count, dim, inp, outp, planes, words, pixels_u32, kind_of(dtype), divide);
         }
     }
     Ok(Array::Device(Arc::new(WgpuArray::from_parts(ctx.clone(), out, out_shape, DType::F32))))
