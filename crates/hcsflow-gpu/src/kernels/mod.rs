@@ -69,6 +69,43 @@ pub(crate) fn kind_of(dtype: hcsflow_core::DType) -> u32 {
     }
 }
 
+/// Lanes per 32-bit word of a storage `kind` (see `kind_of`): 4, 2 or 1.
+#[cube]
+pub(crate) fn lanes_of(#[comptime] kind: u32) -> u32 {
+    let mut lanes = 1u32;
+    if kind == 0 {
+        lanes = 4u32;
+    } else if kind == 1 {
+        lanes = 2u32;
+    }
+    lanes
+}
+
+/// Lane `j` of `word` as raw bits: the u8/u16 value, or the f32's bits.
+#[cube]
+pub(crate) fn lane(word: u32, j: u32, #[comptime] kind: u32) -> u32 {
+    let mut v = word;
+    if kind == 0 {
+        v = (word >> (8u32 * j)) & 0xFFu32;
+    } else if kind == 1 {
+        v = (word >> (16u32 * j)) & 0xFFFFu32;
+    }
+    v
+}
+
+/// Lane `j` of `word` as f32 (integers converted, f32 reinterpreted).
+#[allow(unused_assignments)]
+#[cube]
+pub(crate) fn lane_f32(word: u32, j: u32, #[comptime] kind: u32) -> f32 {
+    let mut v = 0.0f32;
+    if kind == 2 {
+        v = f32::reinterpret(word);
+    } else {
+        v = f32::cast_from(lane(word, j, kind));
+    }
+    v
+}
+
 pub(crate) fn wgpu_input<'a>(function: &str, array: &'a Array) -> Result<&'a WgpuArray, FunctionError> {
     as_wgpu(array).ok_or_else(|| FunctionError::WrongMemory {
         function: function.to_string(),

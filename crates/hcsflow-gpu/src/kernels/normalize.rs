@@ -15,7 +15,7 @@ use hcsflow_core::{Args, Array, DType, DeviceBuffer, FunctionError};
 use hcsflow_ops::histogram::{percentile_rank_list, percentiles_by_rank, percentiles_from_histogram, F32Selection};
 use hcsflow_ops::normalize::{integer_lut, PercentileNormalize};
 
-use super::{grid, wgpu_input, BLOCK};
+use super::{grid, kind_of, lane, lanes_of, wgpu_input, BLOCK};
 use crate::array::WgpuArray;
 use crate::context::GpuContext;
 
@@ -24,34 +24,19 @@ const NO_BUCKET: u32 = 0x1_0000;
 /// Buckets per population in the second f32 pass (2 percentiles × 2 ranks).
 const SLOTS: usize = 4;
 
-/// Counts u16 values (two per word) into `hist[plane · hist_stride + v]`.
+/// Counts packed u8/u16 values (storage `kind` 0/1) into `hist[plane · hist_stride + v]`.
 #[cube(launch)]
-pub(super) fn histogram_u16(input: &[u32], hist: &mut [Atomic<u32>], total_words: u32, plane_words: u32, pixels: u32, hist_stride: u32) {
+pub(super) fn histogram_packed(input: &[u32], hist: &mut [Atomic<u32>], total_words: u32, plane_words: u32, pixels: u32, hist_stride: u32, #[comptime] kind: u32) {
     let i = ABSOLUTE_POS;
     if i < total_words as usize {
         let plane = i / plane_words as usize;
         let word = i % plane_words as usize;
         let base = plane * hist_stride as usize;
         let w = input[i];
-        hist[base + (w & 0xFFFFu32) as usize].fetch_add(1u32);
-        if 2 * word + 1 < pixels as usize {
-            hist[base + (w >> 16u32) as usize].fetch_add(1u32);
-        }
-    }
-}
-
-/// Counts u8 values (four per word) into `hist[plane · hist_stride + v]`.
-#[cube(launch)]
-pub(super) fn histogram_u8(input: &[u32], hist: &mut [Atomic<u32>], total_words: u32, plane_words: u32, pixels: u32, hist_stride: u32) {
-    let i = ABSOLUTE_POS;
-    if i < total_words as usize {
-        let plane = i / plane_words as usize;
-        let word = i % plane_words as usize;
-        let base = plane * hist_stride as usize;
-        let w = input[i];
-        for k in 0..4u32 {
-            if 4 * word + (k as usize) < pixels as usize {
-                hist[base + ((w >> (8u32 * k)) & 0xFFu32) as usize].fetch_add(1u32);
+        let lanes = lanes_of(kind);
+        for j in 0..lanes {
+            if word * lanes as usize + (j as usize) < pixels as usize {
+                hist[base + lane(w, j, kind) as usize].fetch_add(1u32);
             }
         }
     }
@@ -101,27 +86,18 @@ fn histogram_f32_lo(input: &[f32], buckets: &[u32], hist: &mut [Atomic<u32>], to
     }
 }
 
-/// `output = lut[plane · lut_stride + v]` for u16 values packed two per word.
+/// `output = lut[plane · lut_stride + v]` for packed u8/u16 values (storage `kind` 0/1).
 #[cube(launch)]
-fn lut_u16(input: &[u32], lut: &[u32], output: &mut [u32], total_words: u32, plane_words: u32, lut_stride: u32) {
+fn lut_packed(input: &[u32], lut: &[u32], output: &mut [u32], total_words: u32, plane_words: u32, lut_stride: u32, #[comptime] kind: u32) {
     let i = ABSOLUTE_POS;
     if i < total_words as usize {
         let base = (i / plane_words as usize) * lut_stride as usize;
         let w = input[i];
-        output[i] = lut[base + (w & 0xFFFFu32) as usize] | (lut[base + (w >> 16u32) as usize] << 16u32);
-    }
-}
-
-/// `output = lut[plane · lut_stride + v]` for u8 values packed four per word.
-#[cube(launch)]
-fn lut_u8(input: &[u32], lut: &[u32], output: &mut [u32], total_words: u32, plane_words: u32, lut_stride: u32) {
-    let i = ABSOLUTE_POS;
-    if i < total_words as usize {
-        let base = (i / plane_words as usize) * lut_stride as usize;
-        let w = input[i];
+        let lanes = lanes_of(kind);
+        let bits = 32u32 / lanes;
         let mut out = 0u32;
-        for k in 0..4u32 {
-            out |= lut[base + ((w >> (8u32 * k)) & 0xFFu32) as usize] << (8u32 * k);
+        for j in 0..lanes {
+            out |= lut[base + lane(w, j, kind) as usize] << (j * bits);
         }
         output[i] = out;
     }
@@ -214,11 +190,7 @@ pub(super) fn integer_histograms(name: &str, input: &WgpuArray, g: &Geometry, pe
         let h = BufferArg::from_raw_parts(hist.clone(), pops * bins);
         let (count, dim) = (grid(g.total_words), CubeDim::new_1d(BLOCK));
         let (t, w, p) = (g.total_words as u32, g.plane_words as u32, g.pixels as u32);
-        if dtype == DType::U8 {
-            histogram_u8::launch(client, count, dim, inp, h, t, w, p, stride);
-        } else {
-            histogram_u16::launch(client, count, dim, inp, h, t, w, p, stride);
-        }
+        histogram_packed::launch(client, count, dim, inp, h, t, w, p, stride, kind_of(dtype));
     }
     let counts = read_u32(ctx, name, hist, pops * bins)?;
     Ok(counts.chunks(bins).map(|c| c.iter().map(|&v| u64::from(v)).collect()).collect())
@@ -238,11 +210,7 @@ pub(super) fn apply_luts(name: &str, input: &WgpuArray, g: &Geometry, luts: &[u3
         let o = BufferArg::from_raw_parts(out.clone(), g.total_words);
         let (count, dim) = (grid(g.total_words), CubeDim::new_1d(BLOCK));
         let (t, w, s) = (g.total_words as u32, g.plane_words as u32, lut_stride as u32);
-        if dtype == DType::U8 {
-            lut_u8::launch(client, count, dim, inp, l, o, t, w, s);
-        } else {
-            lut_u16::launch(client, count, dim, inp, l, o, t, w, s);
-        }
+        lut_packed::launch(client, count, dim, inp, l, o, t, w, s, kind_of(dtype));
     }
     let shape = DeviceBuffer::shape(input).to_vec();
     Ok(Array::Device(Arc::new(WgpuArray::from_parts(ctx.clone(), out, shape, dtype))))

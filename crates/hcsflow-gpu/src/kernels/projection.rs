@@ -9,7 +9,7 @@ use std::sync::Arc;
 use cubecl::prelude::*;
 use hcsflow_core::{Array, DType, FunctionError};
 
-use super::{grid, kind_of, wgpu_input, BLOCK};
+use super::{grid, kind_of, lane, lane_f32, lanes_of, wgpu_input, BLOCK};
 use crate::array::{words_for, WgpuArray};
 
 /// `v` replaces `m` if strictly greater (`is_max`) or strictly smaller.
@@ -29,43 +29,6 @@ fn better_f32(v: f32, m: f32, #[comptime] is_max: bool) -> bool {
     } else {
         v < m
     }
-}
-
-/// Lanes per 32-bit word of a storage `kind` (see `kind_of`): 4, 2 or 1.
-#[cube]
-fn lanes_of(#[comptime] kind: u32) -> u32 {
-    let mut lanes = 1u32;
-    if kind == 0 {
-        lanes = 4u32;
-    } else if kind == 1 {
-        lanes = 2u32;
-    }
-    lanes
-}
-
-/// Lane `j` of `word` as raw bits: the u8/u16 value, or the f32's bits.
-#[cube]
-fn lane(word: u32, j: u32, #[comptime] kind: u32) -> u32 {
-    let mut v = word;
-    if kind == 0 {
-        v = (word >> (8u32 * j)) & 0xFFu32;
-    } else if kind == 1 {
-        v = (word >> (16u32 * j)) & 0xFFFFu32;
-    }
-    v
-}
-
-/// Lane `j` of `word` as f32 (integers converted, f32 reinterpreted).
-#[allow(unused_assignments)]
-#[cube]
-fn lane_f32(word: u32, j: u32, #[comptime] kind: u32) -> f32 {
-    let mut v = 0.0f32;
-    if kind == 2 {
-        v = f32::reinterpret(word);
-    } else {
-        v = f32::cast_from(lane(word, j, kind));
-    }
-    v
 }
 
 /// `v` replaces `m` (raw lane bits): compared as u32, or as f32 for `kind` 2
