@@ -31,7 +31,10 @@ if [ ! -x "$V/bin/python" ]; then
 fi
 
 cargo build --release -p hcsflow-cli --manifest-path "$REPO/Cargo.toml"
-BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/hcsflow"
+# A private copy: a build in a shared target folder cannot swap the binary during the run.
+mkdir -p "$WORK/bin"
+BIN="$WORK/bin/hcsflow"
+cp "${CARGO_TARGET_DIR:-$REPO/target}/release/hcsflow" "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
 
 ONLY=()
 [ $# -gt 0 ] && ONLY=(--only "$1")
