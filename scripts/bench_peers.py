@@ -164,8 +164,7 @@ def run_ops(a, suite, venvs, registered, common, rows):
             row["peer_error"] = f"not run (its venv `{venv}` needs torch; PEERS_HEAVY=1 runs it)"
         if implemented:
             run_our_op(a, o, inputs, row)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        rows.add(row)
 
 
 def run_our_op(a, o, inputs, row):
@@ -216,6 +215,8 @@ def run_stitch(a, suite, venvs, rows):
     import bench_ashlar  # its grid generator and TIFF writer (tifffile is in the main venv)
     import tifffile
     py = venvs.python("ashlar")
+    v = subprocess.run([py, "-c", "import importlib.metadata as m; print(m.version('ashlar'))"], capture_output=True, text=True)
+    rows.meta["ashlar_version"] = v.stdout.strip()
     for c in cfgs:
         name = c["name"]
         d, cfg, _nominal, true = bench_ashlar.write_tiles(name)
@@ -266,8 +267,7 @@ def run_stitch(a, suite, venvs, rows):
                 row["accuracy"] = "; ".join(parts) or "n/a"
                 if "edges" in ours:
                     row["notes"] += f"; {ours['edges_accepted']}/{ours['edges']} edges accepted"
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            rows.add(row)
 
 
 # ---------------------------------------------------------------- pipeline
@@ -317,12 +317,12 @@ def run_pipeline(a, suite, venvs, rows, common):
         env = dict(os.environ, KEEP="1")
         peer, peer_cpu = run_peer(py, a.peer_dir, "bench_openhcs.py", None, env=env, extra=c["peer_args"])
         row["peer_result"] = peer
+        rows.meta["openhcs_versions"] = peer.get("versions")
         new = sorted(set(glob.glob(os.path.join(common.DATA, "ohcs_*"))) - before)
         if "error" in peer or not new:
             row["peer_error"] = peer.get("error", "OpenHCS left no plate")
             row["ours"] = {"error": "not run: no OpenHCS plate to read"}
-            rows.append(row)
-            print(json.dumps(row), flush=True)
+            rows.add(row)
             continue
         t = peer["execute_s"]
         row["peer_time"] = {"median_s": t, "min_s": t, "max_s": t, "runs": 1, "cpu_median_s": None,
@@ -368,12 +368,12 @@ def run_pipeline(a, suite, venvs, rows, common):
                             f"ASHLAR positions, re-normalise, assemble, max-Z, count cells), 1 worker, plate generation "
                             f"{peer['generate_s']} s and compile {peer['compile_s']} s not counted; hcsflow: "
                             f"{c['pipeline']} steps {' → '.join(row['ours']['steps'])}, workers {r.get('workers')}, "
-                            f"process wall incl. compile {statistics.median(walls):.2f} s; ours CPU = whole process")
+                            f"process wall incl. compile {statistics.median(walls):.2f} s; ours CPU = whole process; "
+                            f"OpenHCS process CPU incl. plate generation {peer_cpu:.1f} s")
             row["accuracy"] = "– (different step lists; outputs not compared)"
         shutil.rmtree(new[-1], ignore_errors=True)
         shutil.rmtree(view, ignore_errors=True)
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        rows.add(row)
 
 
 # ---------------------------------------------------------------- table
@@ -414,6 +414,31 @@ def markdown(rows):
     return "\n".join(out)
 
 
+class Results:
+    """The rows so far, written out after every row (WORK/bench-vs-peers.{json,md}), so an
+    interrupted run still leaves the table of what it measured."""
+
+    def __init__(self, work, meta):
+        self.work, self.meta, self.rows = work, meta, []
+
+    def add(self, row):
+        self.rows.append(row)
+        print(json.dumps(row), flush=True)
+        self.save()
+
+    def save(self):
+        self.meta.update(finished=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), loadavg_end=os.getloadavg())
+        with open(os.path.join(self.work, "bench-vs-peers.json"), "w") as fh:
+            json.dump({"meta": self.meta, "rows": self.rows}, fh, indent=1)
+        with open(os.path.join(self.work, "bench-vs-peers.md"), "w") as fh:
+            fh.write(markdown(self.rows) + "\n\n" + self.footer() + "\n")
+
+    def footer(self):
+        m = self.meta
+        return (f"{m['started']} → {m['finished']}, hcsflow {m['hcsflow_commit']}, load average "
+                f"{m['loadavg_start'][0]:.1f} → {m['loadavg_end'][0]:.1f} on {m['cpus']} CPUs")
+
+
 def selected(a, name):
     return not a.only or any(s in name for s in a.only.split(","))
 
@@ -444,29 +469,23 @@ def main():
     registered = {f["name"] for f in json.loads(subprocess.run([a.hcsflow, "functions", "--json"], capture_output=True,
                                                                 text=True, check=True).stdout)}
     sections = a.sections.split(",")
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    load0 = os.getloadavg()
-    rows = []
+    git = subprocess.run(["git", "-C", os.path.dirname(a.suite), "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True).stdout.strip()
+    meta = {"started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "hcsflow_commit": git,
+            "versions": common.versions("numpy", "scipy", "skimage"), "loadavg_start": os.getloadavg(),
+            "cpus": os.cpu_count()}
+    rows = Results(a.work, meta)
     if "ops" in sections:
         run_ops(a, suite, venvs, registered, common, rows)
     if "stitch" in sections:
         run_stitch(a, suite, venvs, rows)
     if "pipeline" in sections:
         run_pipeline(a, suite, venvs, rows, common)
-
-    git = subprocess.run(["git", "-C", os.path.dirname(a.suite), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    meta = {"started": started, "finished": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "hcsflow_commit": git,
-            "versions": common.versions("numpy", "scipy", "skimage"), "loadavg_start": load0, "loadavg_end": os.getloadavg(),
-            "cpus": os.cpu_count()}
-    table = markdown(rows)
-    with open(os.path.join(a.work, "bench-vs-peers.json"), "w") as fh:
-        json.dump({"meta": meta, "rows": rows}, fh, indent=1)
-    with open(os.path.join(a.work, "bench-vs-peers.md"), "w") as fh:
-        fh.write(table + "\n")
+    rows.save()
     print()
-    print(table)
-    print(f"\n{started} → {meta['finished']}, hcsflow {git}, load average {load0[0]:.1f} → {os.getloadavg()[0]:.1f} "
-          f"on {os.cpu_count()} CPUs; peers' versions in bench-vs-peers.json")
+    print(markdown(rows.rows))
+    print()
+    print(rows.footer() + "; peers' versions in bench-vs-peers.json")
 
 
 if __name__ == "__main__":
