@@ -12,8 +12,12 @@ use rayon::prelude::*;
 
 use hcsflow_core::Pixel;
 
-/// Rows per parallel task.
-const ROWS_PER_TASK: usize = 16;
+/// Rows per parallel task on tall planes: each source row the vertical pass
+/// loads serves up to 64 output rows of the task.
+const ROWS_PER_TASK: usize = 64;
+/// Rows per task on short planes (e.g. the slabs of focus stacking), so they
+/// still split into several tasks and per-task buffers stay small.
+const ROWS_PER_SHORT_TASK: usize = 16;
 
 /// How samples outside the image are taken (scipy.ndimage `mode`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,7 +103,8 @@ pub fn correlate_separable<T: Pixel>(src: &[T], h: usize, w: usize, ky: &Kernel1
 }
 
 /// [`correlate_separable`] into `dst` (`h · w` values). Each parallel task
-/// takes [`ROWS_PER_TASK`] output rows: their vertical pass goes to a small
+/// takes [`ROWS_PER_TASK`] output rows ([`ROWS_PER_SHORT_TASK`] for planes of
+/// fewer than 4·[`ROWS_PER_TASK`] rows): their vertical pass goes to a small
 /// per-task buffer that stays in cache, then the horizontal pass writes `dst`
 /// (no full-size intermediate image).
 ///
@@ -111,12 +116,13 @@ pub fn correlate_separable_into<T: Pixel>(src: &[T], h: usize, w: usize, ky: &Ke
         return;
     }
     let rx = kx.radius();
-    dst.par_chunks_mut(ROWS_PER_TASK * w).enumerate().for_each_init(
-        || (vec![0f32; ROWS_PER_TASK * w], vec![0f32; w + 2 * rx], Vec::new()),
+    let task = if h >= 4 * ROWS_PER_TASK { ROWS_PER_TASK } else { ROWS_PER_SHORT_TASK };
+    dst.par_chunks_mut(task * w).enumerate().for_each_init(
+        || (vec![0f32; task.min(h) * w], vec![0f32; w + 2 * rx], Vec::new()),
         |(vbuf, pad, rows), (block, out)| {
             let n = out.len() / w;
             let vbuf = &mut vbuf[..n * w];
-            let (y0, r) = ((block * ROWS_PER_TASK) as isize, ky.radius() as isize);
+            let (y0, r) = ((block * task) as isize, ky.radius() as isize);
             // Source row of every image row the block reads: y0 - r ..= y0 + n - 1 + r.
             rows.clear();
             rows.extend((y0 - r..y0 + n as isize + r).map(|y| boundary.index(y, h)));
@@ -148,7 +154,7 @@ pub fn correlate_separable_into<T: Pixel>(src: &[T], h: usize, w: usize, ky: &Ke
 const BLOCK: usize = 32;
 
 /// Columns per strip of the vertical pass (a multiple of the vector width).
-const STRIP: usize = 64;
+const STRIP: usize = 32;
 
 /// The row kernels, compiled twice: for the baseline target and with AVX2
 /// (chosen at run time). The arithmetic is identical (no FMA contraction), so
@@ -174,10 +180,23 @@ mod simd {
     /// `rows`: the 2r + 4 source rows they read).
     pub fn vertical_rows4<T: Pixel>(src: &[T], w: usize, weights: &[f32], rows: &[usize], o: &mut [f32], xs: Range<usize>) {
         #[cfg(target_arch = "x86_64")]
+        if std::arch::is_x86_feature_detected!("avx512vl") {
+            // SAFETY: the CPU supports AVX-512 VL (and so AVX2), checked just above.
+            return unsafe { vertical_rows4_avx512vl(src, w, weights, rows, o, xs) };
+        }
+        #[cfg(target_arch = "x86_64")]
         if std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU supports AVX2, checked just above.
             return unsafe { vertical_rows4_avx2(src, w, weights, rows, o, xs) };
         }
+        vertical_rows4_impl(src, w, weights, rows, o, xs)
+    }
+
+    /// 256-bit vectors still, but AVX-512 VL gives 32 vector registers: the
+    /// four accumulators and eight rolling rows fit without spills.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,avx512f,avx512vl")]
+    fn vertical_rows4_avx512vl<T: Pixel>(src: &[T], w: usize, weights: &[f32], rows: &[usize], o: &mut [f32], xs: Range<usize>) {
         vertical_rows4_impl(src, w, weights, rows, o, xs)
     }
 
@@ -225,9 +244,17 @@ mod simd {
                 let mut hi = [load(src, at(r + 1)), load(src, at(r + 2)), load(src, at(r + 3)), load(src, at(r + 4))];
                 for k in 1..=r {
                     let (wm, wk) = (weights[r - k], weights[r + k]);
-                    for j in 0..4 {
-                        for l in 0..V {
-                            acc[j][l] += if wk == wm { wk * (lo[j][l] + hi[j][l]) } else { wm * lo[j][l] + wk * hi[j][l] };
+                    if wk == wm {
+                        for j in 0..4 {
+                            for l in 0..V {
+                                acc[j][l] += wk * (lo[j][l] + hi[j][l]);
+                            }
+                        }
+                    } else {
+                        for j in 0..4 {
+                            for l in 0..V {
+                                acc[j][l] += wm * lo[j][l] + wk * hi[j][l];
+                            }
                         }
                     }
                     if k < r {
@@ -387,10 +414,10 @@ mod tests {
 
     #[test]
     fn every_path_keeps_the_documented_operation_order() {
-        // Sizes that exercise the 4-row and single-row vertical paths, strips,
+        // Sizes that exercise short and tall (64-row) tasks, the 4-row and single-row vertical paths, strips,
         // full blocks and scalar tails; symmetric and antisymmetric kernels.
         let mut seed = 0x1234_5678_9abc_def0u64;
-        for &(h, w) in &[(1, 1), (3, 7), (21, 70), (37, 131), (50, 33)] {
+        for &(h, w) in &[(1, 1), (3, 7), (21, 70), (37, 131), (50, 33), (301, 45)] {
             let src: Vec<f32> = (0..h * w)
                 .map(|_| {
                     seed ^= seed << 13;
