@@ -30,9 +30,10 @@ use super::{grid, kind_of, BLOCK};
 use crate::array::{words_for, WgpuArray};
 use crate::context::GpuError;
 
-/// Canvas pixels per launch by default: 16 Mi pixels keeps one launch short
-/// on a software rasteriser while a 33 MPix mosaic needs only a few launches.
-pub const DEFAULT_CHUNK_PIXELS: usize = 1 << 24;
+/// Canvas pixels per launch by default: 1 Mi pixels keeps every launch short
+/// (no driver watchdog) and its tile list small, while a 33 MPix mosaic needs
+/// only ~33 launches (on lavapipe 16 Mi-pixel chunks were no faster).
+pub const DEFAULT_CHUNK_PIXELS: usize = 1 << 20;
 
 /// i32 values per listed tile: canvas row, canvas column of tile pixel (0, 0),
 /// tile index, dy, dx (1 when the fraction is non-zero).
