@@ -475,12 +475,13 @@ def main():
             "versions": common.versions("numpy", "scipy", "skimage"), "loadavg_start": os.getloadavg(),
             "cpus": os.cpu_count()}
     rows = Results(a.work, meta)
-    if "ops" in sections:
-        run_ops(a, suite, venvs, registered, common, rows)
-    if "stitch" in sections:
-        run_stitch(a, suite, venvs, rows)
+    # Longest and most telling first: an interrupted run keeps the end-to-end and stitching rows.
     if "pipeline" in sections:
         run_pipeline(a, suite, venvs, rows, common)
+    if "stitch" in sections:
+        run_stitch(a, suite, venvs, rows)
+    if "ops" in sections:
+        run_ops(a, suite, venvs, registered, common, rows)
     rows.save()
     print()
     print(markdown(rows.rows))
