@@ -89,6 +89,7 @@ pub fn run(a: DemoArgs) -> CliResult {
         max_memory: None,
         resume: false,
         report: a.report,
+        zarr_format: Default::default(),
     };
     let plate = hcsflow_plate::open_plate(&plate_dir, None).with_context(|| format!("opening {}", plate_dir.display()))?;
     let (registry, conversions) = hcsflow_pipeline::builtin();

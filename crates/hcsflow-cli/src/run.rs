@@ -10,7 +10,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 use hcsflow_core::{Conversions, ConversionPolicy, DeviceRequest, Registry};
-use hcsflow_pipeline::{Action, CompileConfig, PipelineError, PipelineSpec, Plan, Progress, RunOptions, RunSummary};
+use hcsflow_pipeline::{Action, CompileConfig, NgffVersion, PipelineError, PipelineSpec, Plan, Progress, RunOptions, RunSummary};
 use hcsflow_plate::Format;
 
 use crate::{engine, CliError, CliResult, Exit};
@@ -50,6 +50,10 @@ pub struct RunArgs {
     /// Override plate auto-detection: imagexpress | opera-phenix.
     #[arg(long)]
     format: Option<String>,
+    /// OME-Zarr output (`materialize = ["zarr"]`): NGFF 0.5 on Zarr v3, or 0.4 on
+    /// Zarr v2 for readers that predate Zarr v3 (zarr-python 2, older Fiji/MoBIE).
+    #[arg(long, default_value = "0.5")]
+    zarr_format: String,
 }
 
 /// Parses `4G`, `512M`, `100k`, `1000` (bytes; binary multiples).
@@ -92,6 +96,7 @@ pub struct Setup {
     pub max_memory: Option<u64>,
     pub resume: bool,
     pub report: Option<PathBuf>,
+    pub zarr_format: NgffVersion,
 }
 
 pub fn run(a: RunArgs) -> CliResult {
@@ -99,6 +104,7 @@ pub fn run(a: RunArgs) -> CliResult {
     let device: DeviceRequest = a.device.parse().map_err(|e: hcsflow_core::BadDevice| usage(e.into()))?;
     let max_memory = a.max_memory.as_deref().map(parse_size).transpose().map_err(|e| usage(anyhow::anyhow!(e)))?;
     let format = a.format.as_deref().map(str::parse::<Format>).transpose().map_err(|e| usage(e.into()))?;
+    let zarr_format = a.zarr_format.parse::<NgffVersion>().map_err(|e| usage(e.into()))?;
     let spec = PipelineSpec::read(&a.pipeline).map_err(pipeline_err)?;
     let setup = Setup {
         device,
@@ -108,6 +114,7 @@ pub fn run(a: RunArgs) -> CliResult {
         max_memory,
         resume: a.resume,
         report: a.report,
+        zarr_format,
     };
     if setup.workers == 0 {
         return Err(usage(anyhow::anyhow!("--workers must be at least 1")));
@@ -157,7 +164,13 @@ pub fn execute(plan: &Plan, registry: &Registry, conversions: &Conversions, setu
     }) {
         tracing::warn!("cannot install the Ctrl-C handler: {e}");
     }
-    let options = RunOptions { workers: setup.workers, max_memory: setup.max_memory, resume: setup.resume, cancel };
+    let options = RunOptions {
+        workers: setup.workers,
+        max_memory: setup.max_memory,
+        resume: setup.resume,
+        cancel,
+        zarr_format: setup.zarr_format,
+    };
     let tty = std::io::stderr().is_terminal();
     eprintln!(
         "running {} step(s) on {} well(s) of {} on {} ({}); {} worker(s)",

@@ -217,3 +217,32 @@ fn demo_runs_end_to_end() {
     let o = hcsflow(&["demo", out.to_str().unwrap(), "--size", "64", "--wells", "2", "--device", "cpu"]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
+
+#[test]
+fn zarr_format_0_4_writes_ngff_0_4_on_zarr_v2_and_a_bad_version_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let plate = dir.path().join("plate");
+    synth(&plate, &["A01"], 64);
+    let p = pipeline_file(dir.path(), "p.toml", &MAX_Z.replace("[\"tiff\"]", "[\"zarr\"]"));
+    let out = dir.path().join("out");
+    let o = hcsflow(&["run", plate.to_str().unwrap(), &p, out.to_str().unwrap(), "--device", "cpu", "--zarr-format", "0.4"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let root = out.join("Synth_Plate_1.ome.zarr");
+    let zgroup: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join(".zgroup")).unwrap()).unwrap();
+    assert_eq!(zgroup["zarr_format"], 2);
+    let attrs: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join(".zattrs")).unwrap()).unwrap();
+    assert_eq!(attrs["plate"]["version"], "0.4", "{attrs}");
+    assert!(!root.join("zarr.json").exists(), "no Zarr v3 metadata in a v2 plate");
+    // The default is NGFF 0.5 on Zarr v3.
+    let v3 = dir.path().join("v3");
+    let o = hcsflow(&["run", plate.to_str().unwrap(), &p, v3.to_str().unwrap(), "--device", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let z: serde_json::Value = serde_json::from_slice(&std::fs::read(v3.join("Synth_Plate_1.ome.zarr/zarr.json")).unwrap()).unwrap();
+    assert_eq!((z["zarr_format"].as_u64(), z["attributes"]["ome"]["version"].as_str()), (Some(3), Some("0.5")), "{z}");
+    // An unknown version is a usage error, before anything is written.
+    let bad = dir.path().join("bad");
+    let o = hcsflow(&["run", plate.to_str().unwrap(), &p, bad.to_str().unwrap(), "--zarr-format", "0.3"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("'0.3'") && stderr(&o).contains("0.4"), "{}", stderr(&o));
+    assert!(!bad.exists());
+}

@@ -49,11 +49,19 @@ pub struct RunOptions {
     pub resume: bool,
     /// Set (e.g. by Ctrl-C) to stop starting wells.
     pub cancel: Arc<AtomicBool>,
+    /// NGFF version of the OME-Zarr plates (`materialize = ["zarr"]`).
+    pub zarr_format: hcsflow_zarr::NgffVersion,
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { workers: 1, max_memory: None, resume: false, cancel: Arc::new(AtomicBool::new(false)) }
+        RunOptions {
+            workers: 1,
+            max_memory: None,
+            resume: false,
+            cancel: Arc::new(AtomicBool::new(false)),
+            zarr_format: Default::default(),
+        }
     }
 }
 
@@ -269,7 +277,7 @@ pub fn execute(
         }
     }
     manifest.write(&plan.out)?;
-    let zarr = ZarrOutput::open(crate::zarr::layouts(plan, &plan.channel_names))?;
+    let zarr = ZarrOutput::open(crate::zarr::layouts(plan, &plan.channel_names, options.zarr_format))?;
 
     let total = plan.wells.len();
     let mut skipped = Vec::new();

@@ -32,6 +32,8 @@ pub use exec::{
 };
 pub use spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, StepSpec};
 
+pub use hcsflow_zarr::NgffVersion;
+
 use hcsflow_core::{Conversions, Registry};
 
 /// Every function this build has (host implementations, then GPU ones) and

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use hcsflow_core::{DType, Stack};
-use hcsflow_zarr::{FieldShape, PlateSpec, PlateWriter};
+use hcsflow_zarr::{FieldShape, NgffVersion, PlateSpec, PlateWriter};
 
 use crate::compile::{Key, Plan, COLLAPSED};
 use crate::spec::Materialize;
@@ -39,7 +39,9 @@ impl ZarrLayout {
 
 /// Layouts of every zarr-materialised step. One step writes
 /// `OUT/<plate>.ome.zarr`; several write `OUT/<plate>_<step>.ome.zarr`.
-pub(crate) fn layouts(plan: &Plan, channel_names: &BTreeMap<u32, String>) -> Vec<ZarrLayout> {
+/// `version` is the NGFF version of every plate of the run (0.5 on Zarr v3
+/// by default; 0.4 on Zarr v2 for readers that predate Zarr v3).
+pub(crate) fn layouts(plan: &Plan, channel_names: &BTreeMap<u32, String>, version: NgffVersion) -> Vec<ZarrLayout> {
     let zarr_steps: Vec<usize> =
         (0..plan.steps.len()).filter(|&i| plan.steps[i].materialize.contains(&Materialize::Zarr)).collect();
     let plate = if plan.plate_name.is_empty() { "plate".to_string() } else { plan.plate_name.replace(['/', '\\'], "_") };
@@ -88,6 +90,7 @@ pub(crate) fn layouts(plan: &Plan, channel_names: &BTreeMap<u32, String>) -> Vec
                 pixel_size_um: plan.pixel_size_um.map(|p| (p, p)),
                 dtype,
                 shape: FieldShape { t: count(3), c: count(1), z: count(2), y: h, x: w },
+                version,
                 ..PlateSpec::default()
             };
             ZarrLayout { step: si, root: plan.out.join(name), spec, index }

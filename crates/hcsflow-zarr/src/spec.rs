@@ -28,6 +28,27 @@ impl NgffVersion {
     }
 }
 
+impl std::fmt::Display for NgffVersion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for NgffVersion {
+    type Err = ZarrError;
+
+    /// `"0.5"` or `"0.4"` (what `hcsflow run --zarr-format` takes).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "0.5" => Ok(NgffVersion::V05),
+            "0.4" => Ok(NgffVersion::V04),
+            other => Err(ZarrError::InvalidSpec(format!(
+                "unknown OME-NGFF version '{other}': expected 0.5 (Zarr v3, the default) or 0.4 (Zarr v2)"
+            ))),
+        }
+    }
+}
+
 /// Chunk compression.
 ///
 /// Blosc is not offered: zarrs' blosc codec builds the C library, and zstd alone

@@ -1,0 +1,154 @@
+//! The demo pipeline's OME-Zarr output, read by independent readers.
+//!
+//! `examples/demo.toml` runs on a small synthetic plate (3 wells × 2×2 fields
+//! × 2 channels × 3 z, 50² so that pyramid levels have odd edges) with every
+//! step materialised as TIFF and OME-Zarr. For every step,
+//! `tests/oracle/pipeline_zarr_oracle.py` reads the plate with zarr-python
+//! and ome-zarr-py and validates it with ome-zarr-models, and checks shape,
+//! dtype, axes (names, types, units), scale (the synthetic plate's pixel
+//! size), channel names, plate rows/columns/wells, and that every pixel of
+//! every pyramid level equals the step's TIFF output (read with tifffile).
+//! Both NGFF 0.5 (Zarr v3) and 0.4 (Zarr v2).
+//!
+//! Needs python3 with the packages of `.ci/requirements-oracles.txt`. Without
+//! them the test fails with the pip command; `HCSFLOW_SKIP_ORACLES=1` skips it,
+//! except under `CI=true`, where a missing oracle always fails.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use hcsflow_core::{ConversionPolicy, Device};
+use hcsflow_pipeline::{builtin, compile, execute, CompileConfig, Materialize, NgffVersion, PipelineSpec, RunOptions};
+use hcsflow_synth::{generate, SynthConfig};
+use serde_json::json;
+
+const PIP: &str = "pip install -r .ci/requirements-oracles.txt  (zarr>=3 ome-zarr ome-zarr-models tifffile numpy)";
+
+/// `true` if the oracle can run. Panics with the install command if it
+/// cannot, unless skipping was asked for outside CI.
+fn oracle_available() -> bool {
+    let probe = Command::new("python3")
+        .args([
+            "-c",
+            "import zarr, ome_zarr, ome_zarr_models, tifffile, numpy; \
+             assert int(zarr.__version__.split('.')[0]) >= 3, zarr.__version__",
+        ])
+        .output();
+    if matches!(&probe, Ok(out) if out.status.success()) {
+        return true;
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+    if !ci && std::env::var("HCSFLOW_SKIP_ORACLES").as_deref() == Ok("1") {
+        let _ = writeln!(std::io::stderr(), "SKIPPED: pipeline OME-Zarr oracle (python3 packages missing, HCSFLOW_SKIP_ORACLES=1)");
+        return false;
+    }
+    let detail = match probe {
+        Ok(out) => String::from_utf8_lossy(&out.stderr).into_owned(),
+        Err(e) => format!("python3 could not be started: {e}"),
+    };
+    panic!("the pipeline OME-Zarr oracle needs python3 with zarr (>= 3), ome-zarr, ome-zarr-models and tifffile: run `{PIP}`. Probe said: {detail}");
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+const WELLS: [&str; 3] = ["A01", "A02", "B01"];
+const CHANNELS: [&str; 2] = ["Hoechst", "Phalloidin"];
+const SIZE: usize = 50;
+const PIXEL_UM: f64 = 0.65;
+
+/// Per demo step: channel names and z planes of its output, as the pipeline
+/// defines them (composite collapses the channels; max-Z collapses z).
+fn expected_layout(step: &str) -> (Vec<&'static str>, usize) {
+    match step {
+        "normalise" => (CHANNELS.to_vec(), 3),
+        "composite" => (vec!["composite"], 3),
+        "max_z" => (vec!["composite"], 1),
+        "channels_max_z" => (CHANNELS.to_vec(), 1),
+        other => panic!("examples/demo.toml has a new step '{other}': add its expected layout here"),
+    }
+}
+
+fn run_demo_and_check(version: NgffVersion) {
+    let dir = tempfile::tempdir().unwrap();
+    let plate_dir = dir.path().join("plate");
+    let cfg = SynthConfig {
+        wells: WELLS.iter().map(|w| w.to_string()).collect(),
+        grid_rows: 2,
+        grid_cols: 2,
+        channels: 2,
+        channel_names: CHANNELS.iter().map(|c| c.to_string()).collect(),
+        z_planes: 3,
+        size: SIZE as u32,
+        pixel_size_um: PIXEL_UM,
+        ..SynthConfig::default()
+    };
+    generate(&cfg, &plate_dir).expect("generate the plate");
+    let plate = hcsflow_plate::open_plate(&plate_dir, None).expect("open the plate");
+
+    let mut spec = PipelineSpec::read(&repo().join("examples/demo.toml")).expect("examples/demo.toml");
+    for step in &mut spec.steps {
+        step.materialize = vec![Materialize::Tiff, Materialize::Zarr];
+    }
+    let out = dir.path().join("out");
+    let (registry, conversions) = builtin();
+    let config = CompileConfig { device: Device::Cpu, device_reason: "test".into(), policy: ConversionPolicy::default(), out: out.clone() };
+    let plan = compile(&plate, &spec, &registry, &conversions, &config).expect("compile the demo pipeline");
+    let options = RunOptions { workers: 2, zarr_format: version, ..RunOptions::default() };
+    let summary = execute(&plan, &registry, &conversions, &options, &|_| {}).expect("execute");
+    assert!(summary.failed.is_empty(), "{:?}", summary.failed);
+    assert_eq!(summary.zarr_plates.len(), plan.steps.len(), "one OME-Zarr plate per step");
+
+    for step in &plan.steps {
+        let (channels, z) = expected_layout(&step.name);
+        let root = out.join(format!("{}_{}.ome.zarr", cfg.plate_name, step.name));
+        assert!(summary.zarr_plates.contains(&root), "{} not in {:?}", root.display(), summary.zarr_plates);
+        let expected = json!({
+            "version": version.as_str(),
+            "plate_name": cfg.plate_name,
+            "rows": ["A", "B"],
+            "columns": ["1", "2"],
+            "wells": WELLS,
+            "fields": 4,
+            "channel_names": channels,
+            "shape": [1, channels.len(), z, SIZE, SIZE],
+            "dtype": "uint16",
+            "levels": 3,
+            "pixel_size_um": PIXEL_UM,
+        });
+        let spec_path = dir.path().join(format!("{}.json", step.name));
+        std::fs::write(&spec_path, serde_json::to_vec_pretty(&expected).unwrap()).unwrap();
+        let o = Command::new("python3")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/pipeline_zarr_oracle.py"))
+            .arg(&root)
+            .arg(out.join(&step.name))
+            .arg(&spec_path)
+            .arg(dir.path().join(format!("work-{}", step.name)))
+            .output()
+            .expect("run python3");
+        let stdout = String::from_utf8_lossy(&o.stdout);
+        println!("step '{}' (NGFF {version}):\n{stdout}", step.name);
+        assert!(
+            o.status.success() && stdout.contains("PIPELINE ORACLE OK"),
+            "oracle failed for step '{}' (NGFF {version}):\n{stdout}\n{}",
+            step.name,
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+}
+
+#[test]
+fn demo_pipeline_zarr_v05_reads_back_equal_to_its_tiffs() {
+    if oracle_available() {
+        run_demo_and_check(NgffVersion::V05);
+    }
+}
+
+#[test]
+fn demo_pipeline_zarr_v04_reads_back_equal_to_its_tiffs() {
+    if oracle_available() {
+        run_demo_and_check(NgffVersion::V04);
+    }
+}
