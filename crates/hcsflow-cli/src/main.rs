@@ -8,6 +8,7 @@ mod doctor;
 mod engine;
 mod functions;
 mod inspect;
+mod progress;
 mod run;
 mod synth;
 

@@ -13,6 +13,7 @@ use hcsflow_core::{Conversions, ConversionPolicy, DeviceRequest, Registry};
 use hcsflow_pipeline::{Action, CompileConfig, NgffVersion, PipelineError, PipelineSpec, Plan, Progress, RunOptions, RunSummary};
 use hcsflow_plate::Format;
 
+use crate::progress::Reporter;
 use crate::{engine, CliError, CliResult, Exit};
 
 #[derive(Args)]
@@ -181,14 +182,10 @@ pub fn execute(plan: &Plan, registry: &Registry, conversions: &Conversions, setu
         plan.device_reason,
         setup.workers
     );
-    let progress = move |p: Progress<'_>| match p {
-        Progress::Skipped { well } => eprintln!("{well}: complete in a previous run, skipped (--resume)"),
-        Progress::Started { well } if tty => eprintln!("{well}: started"),
-        Progress::Started { .. } => {}
-        Progress::Finished { well, done, total, seconds, error: None } => eprintln!("[{done}/{total}] {well}: done in {seconds:.2} s"),
-        Progress::Finished { well, done, total, error: Some(e), .. } => eprintln!("[{done}/{total}] {well}: FAILED: {e}"),
-    };
-    hcsflow_pipeline::execute(plan, registry, conversions, &options, &progress).map_err(pipeline_err)
+    let reporter = Reporter::new(plan.wells.len(), tty);
+    let result = hcsflow_pipeline::execute(plan, registry, conversions, &options, &|p: Progress<'_>| reporter.event(p));
+    reporter.finish();
+    result.map_err(pipeline_err)
 }
 
 /// Prints the summary, writes the report, maps the outcome to an exit code.

@@ -70,6 +70,8 @@ impl Default for RunOptions {
 pub enum Progress<'a> {
     Skipped { well: &'a str },
     Started { well: &'a str },
+    /// The well (on the worker running it) starts step `index` (0-based) of `steps`.
+    StepStarted { well: &'a str, step: &'a str, index: usize, steps: usize },
     Finished { well: &'a str, done: usize, total: usize, seconds: f64, error: Option<&'a str> },
 }
 
@@ -337,7 +339,7 @@ pub fn execute(
                 }
                 progress(Progress::Started { well: &well.well });
                 let t0 = Instant::now();
-                let result = std::panic::catch_unwind(AssertUnwindSafe(|| run_well(plan, well, registry, conversions, &zarr)))
+                let result = std::panic::catch_unwind(AssertUnwindSafe(|| run_well(plan, well, registry, conversions, &zarr, progress)))
                     .unwrap_or_else(|p| {
                         let msg = p
                             .downcast_ref::<String>()
@@ -492,12 +494,20 @@ fn load(plan: &Plan, well: &WellPlan) -> Result<Planes, String> {
 
 type WellResult = Result<(Vec<OutputRecord>, Vec<StepTiming>), (String, Vec<StepTiming>)>;
 
-fn run_well(plan: &Plan, well: &WellPlan, registry: &Registry, conversions: &Conversions, zarr: &ZarrOutput) -> WellResult {
+fn run_well(
+    plan: &Plan,
+    well: &WellPlan,
+    registry: &Registry,
+    conversions: &Conversions,
+    zarr: &ZarrOutput,
+    progress: &(dyn Fn(Progress<'_>) + Sync),
+) -> WellResult {
     let mut timings: Vec<StepTiming> = Vec::new();
     let mut outputs = Vec::new();
     let mut current: Option<Planes> = None;
     for ws in &well.steps {
         let step = &plan.steps[ws.step];
+        progress(Progress::StepStarted { well: &well.well, step: &step.name, index: ws.step, steps: plan.steps.len() });
         let mut timing = StepTiming { step: step.name.clone(), stacks: ws.groups.len(), ..Default::default() };
         let fail = |msg: String, timing: StepTiming, mut timings: Vec<StepTiming>| {
             timings.push(timing);
