@@ -269,11 +269,19 @@ pub fn blob_log(image: &[f32], h: usize, w: usize, params: &BlobLogParams) -> Re
             .into_par_iter()
             .flat_map_iter(|y| {
                 let cube = &cube;
-                (0..w).filter_map(move |x| {
+                // Columns above the threshold, gathered without branches (most
+                // pixels are below it); only those get the neighbourhood test.
+                let row = &cur[y * w..(y + 1) * w];
+                let mut above = vec![0u32; w];
+                let mut n_above = 0;
+                for (x, &v) in row.iter().enumerate() {
+                    above[n_above] = x as u32;
+                    n_above += usize::from(v > thr); // (no NaN: the input was checked)
+                }
+                above.truncate(n_above);
+                above.into_iter().filter_map(move |x| {
+                    let x = x as usize;
                     let v = cur[y * w + x];
-                    if v <= thr {
-                        return None; // (no NaN: the input was checked)
-                    }
                     for c in &cube[lo..=hi] {
                         let c = c.as_deref().unwrap_or(&[]);
                         for yy in y.saturating_sub(1)..=(y + 1).min(h - 1) {
