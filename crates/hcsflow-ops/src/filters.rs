@@ -132,11 +132,11 @@ pub fn median_filter(stack: &Stack, size: usize) -> Result<Stack, FunctionError>
 /// The largest window side filtered by [`MedianNetwork`].
 pub const NETWORK_MAX: usize = 9;
 
-#[inline]
+#[inline(always)]
 fn lo<T: Pixel>(a: T, b: T) -> T {
     if b < a { b } else { a }
 }
-#[inline]
+#[inline(always)]
 fn hi<T: Pixel>(a: T, b: T) -> T {
     if b > a { b } else { a }
 }
@@ -193,7 +193,7 @@ fn prune(ops: &[(usize, usize)], live: &mut [bool]) -> Vec<Cmp> {
 }
 
 /// Applies `op` lane-wise to the wires of `buf`, each `lanes` long.
-#[inline]
+#[inline(always)]
 fn apply_cmp<T: Pixel>(buf: &mut [T], lanes: usize, op: Cmp) {
     let (a, b) = match op {
         Cmp::Both(a, b) | Cmp::Min(a, b) | Cmp::Max(a, b) => (a, b),
@@ -276,46 +276,72 @@ impl MedianNetwork {
     /// The median-filtered `h × w` plane (`mode='reflect'`).
     pub fn apply<T: Pixel>(&self, src: &[T], h: usize, w: usize) -> Vec<T> {
         const ROWS: usize = 8;
-        const LANES: usize = 128;
         let mut out = vec![T::default(); h * w];
         if h == 0 || w == 0 {
             return out;
         }
         let (k, r) = (self.k, (self.k / 2) as isize);
-        let b = Boundary::Reflect;
         let padded = w + k - 1;
-        let cols: Vec<usize> = (0..padded).map(|x| b.index(x as isize - r, w)).collect();
+        let cols: Vec<usize> = (0..padded).map(|x| Boundary::Reflect.index(x as isize - r, w)).collect();
         out.par_chunks_mut(ROWS * w).enumerate().for_each(|(block, rows)| {
             let mut colbuf = vec![T::default(); k * padded];
-            let mut wires = vec![T::default(); k * k * LANES];
+            let mut wires = vec![T::default(); k * k * MEDIAN_LANES];
             for (dy, o) in rows.chunks_mut(w).enumerate() {
                 let y = (block * ROWS + dy) as isize;
-                for (d, dst) in colbuf.chunks_mut(padded).enumerate() {
-                    let row = &src[b.index(y + d as isize - r, h) * w..][..w];
-                    dst[r as usize..r as usize + w].copy_from_slice(row);
-                    for x in (0..r as usize).chain(r as usize + w..padded) {
-                        dst[x] = row[cols[x]];
-                    }
+                #[cfg(target_arch = "x86_64")]
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    // SAFETY: the CPU supports AVX2, checked just above.
+                    unsafe { self.row_avx2(src, h, w, y, &cols, &mut colbuf, &mut wires, o) };
+                    continue;
                 }
-                for &op in &self.column {
-                    apply_cmp(&mut colbuf, padded, op);
-                }
-                for x0 in (0..w).step_by(LANES) {
-                    let n = LANES.min(w - x0);
-                    for &wire in &self.inputs {
-                        let (i, j) = (wire / k, wire % k);
-                        wires[wire * LANES..][..n].copy_from_slice(&colbuf[i * padded + x0 + j..][..n]);
-                    }
-                    for &op in &self.pixel {
-                        apply_cmp(&mut wires, LANES, op);
-                    }
-                    o[x0..x0 + n].copy_from_slice(&wires[self.output * LANES..][..n]);
-                }
+                self.row(src, h, w, y, &cols, &mut colbuf, &mut wires, o);
             }
         });
         out
     }
+
+    /// [`MedianNetwork::row`] compiled with AVX2 (16 u16 / 8 f32 lanes per min/max).
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    #[allow(clippy::too_many_arguments)]
+    fn row_avx2<T: Pixel>(&self, src: &[T], h: usize, w: usize, y: isize, cols: &[usize], colbuf: &mut [T], wires: &mut [T], o: &mut [T]) {
+        self.row(src, h, w, y, cols, colbuf, wires, o)
+    }
+
+    /// Output row `y`: sort the window columns, then run the pixel network on
+    /// runs of [`MEDIAN_LANES`] pixels.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn row<T: Pixel>(&self, src: &[T], h: usize, w: usize, y: isize, cols: &[usize], colbuf: &mut [T], wires: &mut [T], o: &mut [T]) {
+        let (k, r) = (self.k, self.k / 2);
+        let b = Boundary::Reflect;
+        let padded = w + k - 1;
+        for (d, dst) in colbuf.chunks_mut(padded).enumerate() {
+            let row = &src[b.index(y + d as isize - r as isize, h) * w..][..w];
+            dst[r..r + w].copy_from_slice(row);
+            for x in (0..r).chain(r + w..padded) {
+                dst[x] = row[cols[x]];
+            }
+        }
+        for &op in &self.column {
+            apply_cmp(colbuf, padded, op);
+        }
+        for x0 in (0..w).step_by(MEDIAN_LANES) {
+            let n = MEDIAN_LANES.min(w - x0);
+            for &wire in &self.inputs {
+                let (i, j) = (wire / k, wire % k);
+                wires[wire * MEDIAN_LANES..][..n].copy_from_slice(&colbuf[i * padded + x0 + j..][..n]);
+            }
+            for &op in &self.pixel {
+                apply_cmp(wires, MEDIAN_LANES, op);
+            }
+            o[x0..x0 + n].copy_from_slice(&wires[self.output * MEDIAN_LANES..][..n]);
+        }
+    }
 }
+
+/// Pixels per run of the median pixel network (every wire holds this many).
+const MEDIAN_LANES: usize = 128;
 
 /// 3×3 median: [`MedianNetwork`] for k = 3 fused by hand into one pass over
 /// registers (about 3× faster than evaluating the network wire by wire): sort
