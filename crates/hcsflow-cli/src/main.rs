@@ -76,15 +76,43 @@ enum Command {
     Demo(demo::DemoArgs),
 }
 
+/// Logs to stderr (`RUST_LOG`, default warn) and, with `--trace FILE`, every
+/// info-level span (well, step, read, stack, call, conversion, write) to a
+/// Chrome/Perfetto trace. The guard flushes the trace when dropped at the end of `main`.
+fn init_tracing(trace: Option<&std::path::Path>) -> Result<Option<tracing_chrome::FlushGuard>, CliError> {
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    use tracing_subscriber::Layer;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter);
+    let (chrome, guard) = match trace {
+        Some(path) => {
+            let file = std::fs::File::create(path).map_err(|e| {
+                CliError::new(Exit::Usage, anyhow::anyhow!("cannot create the trace file {}: {e}", path.display()))
+            })?;
+            let (layer, guard) = tracing_chrome::ChromeLayerBuilder::new().writer(file).include_args(true).build();
+            (Some(layer.with_filter(tracing_subscriber::filter::LevelFilter::INFO)), Some(guard))
+        }
+        None => (None, None),
+    };
+    tracing_subscriber::registry().with(logs).with(chrome).init();
+    Ok(guard)
+}
+
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
     let cli = Cli::parse();
+    let trace = match &cli.command {
+        Command::Run(a) => a.trace.clone(),
+        _ => None,
+    };
+    let _trace_guard = match init_tracing(trace.as_deref()) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("error: {:#}", e.error);
+            return ExitCode::from(e.exit as u8);
+        }
+    };
     let result = match cli.command {
         Command::Doctor(a) => doctor::run(a),
         Command::Functions(a) => functions::run(a),

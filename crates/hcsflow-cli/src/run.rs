@@ -55,6 +55,10 @@ pub struct RunArgs {
     /// Zarr v2 for readers that predate Zarr v3 (zarr-python 2, older Fiji/MoBIE).
     #[arg(long, default_value = "0.5")]
     zarr_format: String,
+    /// Write a Chrome/Perfetto trace (chrome://tracing, ui.perfetto.dev): spans per
+    /// well, step, read, stack, function call, conversion and write.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
 }
 
 /// Parses `4G`, `512M`, `100k`, `1000` (bytes; binary multiples).

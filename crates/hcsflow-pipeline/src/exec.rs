@@ -339,7 +339,9 @@ pub fn execute(
                 }
                 progress(Progress::Started { well: &well.well });
                 let t0 = Instant::now();
-                let result = std::panic::catch_unwind(AssertUnwindSafe(|| run_well(plan, well, registry, conversions, &zarr, progress)))
+                // Trace spans (`hcsflow run --trace`): well > step > read | stack > call | conversion, and write.
+                let span = tracing::info_span!("well", well = %well.well);
+                let result = std::panic::catch_unwind(AssertUnwindSafe(|| span.in_scope(|| run_well(plan, well, registry, conversions, &zarr, progress))))
                     .unwrap_or_else(|p| {
                         let msg = p
                             .downcast_ref::<String>()
@@ -508,6 +510,8 @@ fn run_well(
     for ws in &well.steps {
         let step = &plan.steps[ws.step];
         progress(Progress::StepStarted { well: &well.well, step: &step.name, index: ws.step, steps: plan.steps.len() });
+        let step_span = tracing::info_span!("step", step = %step.name, well = %well.well);
+        let _in_step = step_span.enter();
         let mut timing = StepTiming { step: step.name.clone(), stacks: ws.groups.len(), ..Default::default() };
         let fail = |msg: String, timing: StepTiming, mut timings: Vec<StepTiming>| {
             timings.push(timing);
@@ -516,7 +520,7 @@ fn run_well(
         let t = Instant::now();
         let mut input = match (step.input_source, current.take()) {
             (InputSource::Previous, Some(planes)) => planes,
-            _ => match load(plan, well) {
+            _ => match tracing::info_span!("read").in_scope(|| load(plan, well)) {
                 Ok(p) => p,
                 Err(e) => return fail(e, timing, timings),
             },
@@ -538,7 +542,13 @@ fn run_well(
         drop(input);
         let t = Instant::now();
         let results: Vec<Result<Vec<(Key, Stack)>, String>> =
-            work.into_par_iter().map(|(g, planes)| run_group(plan, ws.step, g, planes, registry, conversions)).collect();
+            work.into_par_iter()
+                .map(|(g, planes)| {
+                    // Rayon threads: the step is the explicit parent.
+                    let _in_stack = tracing::info_span!(parent: &step_span, "stack", planes = planes.len()).entered();
+                    run_group(plan, ws.step, g, planes, registry, conversions)
+                })
+                .collect();
         let mut out = Planes::new();
         for r in results {
             match r {
@@ -549,6 +559,7 @@ fn run_well(
         timing.compute = t.elapsed().as_secs_f64();
 
         let t = Instant::now();
+        let _in_write = tracing::info_span!("write").entered();
         if step.materialize.contains(&Materialize::Tiff) {
             let files: Vec<(&Key, PathBuf)> = ws
                 .groups
@@ -588,6 +599,7 @@ fn run_well(
             }
         }
         timing.write = t.elapsed().as_secs_f64();
+        drop(_in_write);
         timings.push(timing);
         current = Some(out);
     }
@@ -614,9 +626,13 @@ fn run_group(
     let input_dtype = stack.dtype();
     let mut array = Array::from(stack);
     for call in &chain.calls {
+        // The conversion into the call (`route_in`) runs inside Registry::execute, so inside this span.
+        let _in_call = tracing::info_span!("call", function = %call.function, device = %call.device, route_in = %call.route_in).entered();
         array = registry.execute(call, array, conversions).map_err(|e| format!("stack at {first}: {e}"))?;
     }
-    let array = conversions.execute(&chain.route_out, array, Device::Cpu).map_err(|e| format!("stack at {first}: {e}"))?;
+    let array = tracing::info_span!("conversion", route = %chain.route_out)
+        .in_scope(|| conversions.execute(&chain.route_out, array, Device::Cpu))
+        .map_err(|e| format!("stack at {first}: {e}"))?;
     let result = array
         .into_host_stack()
         .ok_or_else(|| format!("stack at {first}: the chain did not return a 3D host stack"))?
