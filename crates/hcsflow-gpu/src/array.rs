@@ -83,7 +83,7 @@ impl DeviceBuffer for WgpuArray {
 /// Copies a host array of 2 or more axes to `device`.
 pub fn upload(array: &HostArray, device: Device) -> Result<WgpuArray, GpuError> {
     let bytes: Option<&[u8]> =
-        with_pixels!(HostArray, array, a, T => a.as_slice().map(|s| bytemuck::cast_slice(s)));
+        with_pixels!(HostArray, array, a, T => a.as_slice().map(bytemuck::cast_slice));
     upload_raw(device, array.shape().to_vec(), array.dtype(), bytes)
 }
 
@@ -106,7 +106,7 @@ fn upload_raw(device: Device, shape: Vec<usize>, dtype: DType, bytes: Option<&[u
     let planes: usize = shape[..n - 2].iter().product();
     let total = (planes * plane_words * 4).max(4);
     ctx.check_size("uploading the stack", total as u64)?;
-    let handle = if plane_bytes % 4 == 0 && !bytes.is_empty() {
+    let handle = if plane_bytes.is_multiple_of(4) && !bytes.is_empty() {
         ctx.client().create_from_slice(bytes)
     } else {
         let mut padded = vec![0u8; total];

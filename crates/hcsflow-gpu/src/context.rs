@@ -97,7 +97,7 @@ fn discovered() -> &'static [Discovered] {
                         driver_info: info.driver_info.clone(),
                     },
                     device: WgpuDevice::new(kind).on(backend_of(info.backend)),
-                    max_binding_bytes: u64::from(limits.max_storage_buffer_binding_size)
+                    max_binding_bytes: limits.max_storage_buffer_binding_size
                         .min(limits.max_buffer_size),
                 }
             })

@@ -82,6 +82,8 @@ fn count_le(sorted: &[f32], len: u32, v: f32, steps: u32) -> u32 {
 
 /// numpy's bin of each non-NaN value: `i` with `edges[i] <= v < edges[i+1]`,
 /// the last bin closed (the host's `partition_point` rule).
+// CubeCL kernels take the plain comparison, not saturating_sub.
+#[allow(clippy::implicit_saturating_sub)]
 #[cube(launch)]
 fn histogram_f32_edges(input: &[f32], edges: &[f32], hist: &mut [Atomic<u32>], total: u32, nbins: u32, steps: u32) {
     let i = ABSOLUTE_POS;

@@ -199,6 +199,8 @@ fn finish_weighted(num: &[f32], den: &[f32], sum: &[f32], out: &mut [f32], pixel
 }
 
 /// Gathers `input[depth[p]][p]` into packed output words; also packs the depth as u16.
+// CubeCL kernels take the plain arithmetic, not div_ceil.
+#[allow(clippy::manual_div_ceil)]
 #[cube(launch)]
 fn gather(
     input: &[u32],
