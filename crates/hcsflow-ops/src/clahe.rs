@@ -62,7 +62,7 @@ pub fn clahe(stack: &Stack, params: &ClaheParams) -> Result<Stack, FunctionError
     if params.nbins == 0 {
         return Err(FunctionError::failed(NAME, "nbins must be at least 1"));
     }
-    if !(params.clip_limit >= 0.0) {
+    if params.clip_limit.is_nan() || params.clip_limit < 0.0 {
         return Err(FunctionError::failed(NAME, format!("clip_limit must be >= 0, got {}", params.clip_limit)));
     }
     if let Some((ky, kx)) = params.kernel_size {

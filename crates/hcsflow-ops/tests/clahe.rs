@@ -39,7 +39,8 @@ fn clahe_matches_skimage_equalize_adapthist() {
     let Some(mut oracle) = Oracle::new("clahe_matches_skimage_equalize_adapthist") else { return };
     // (kernel_size, clip_limit, nbins): defaults, small and large regions,
     // anisotropic, no clipping, heavy clipping, few and many bins.
-    let cases: [(Option<(usize, usize)>, f64, usize); 8] = [
+    type Case = (Option<(usize, usize)>, f64, usize);
+    let cases: [Case; 8] = [
         (None, 0.01, 256),
         (Some((8, 8)), 0.01, 256),
         (Some((5, 13)), 0.03, 256),
