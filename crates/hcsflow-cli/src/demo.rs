@@ -107,6 +107,9 @@ pub fn run(a: DemoArgs) -> CliResult {
     for z in &summary.zarr_plates {
         println!("OME-Zarr: {}", z.display());
     }
+    for t in &summary.artifact_tables {
+        println!("table:    {}", t.display());
+    }
     println!("summary:  {}", results.join(hcsflow_pipeline::SUMMARY_NAME).display());
     println!("manifest: {}", results.join(hcsflow_pipeline::MANIFEST_NAME).display());
     Ok(())

@@ -21,6 +21,7 @@ struct FunctionListing<'a> {
     contract: hcsflow_core::Contract,
     memory_types: Vec<hcsflow_core::MemoryType>,
     args: Vec<hcsflow_core::ArgSpec>,
+    artifacts: &'a hcsflow_core::Artifacts,
 }
 
 pub fn run(a: FunctionsArgs) -> CliResult {
@@ -33,6 +34,7 @@ pub fn run(a: FunctionsArgs) -> CliResult {
             contract: f.spec.contract,
             memory_types: f.memory_types(),
             args: f.all_args(),
+            artifacts: &f.artifacts,
         })
         .collect();
     if a.json {
@@ -52,6 +54,12 @@ pub fn run(a: FunctionsArgs) -> CliResult {
                 ArgKind::FloatList { min, max, .. } => format!("list of {}", range(min.map(|v| v.to_string()), max.map(|v| v.to_string()))),
             };
             println!("    --arg {}={}  ({range})  {}", arg.name, arg.default, arg.doc);
+        }
+        for a in &f.artifacts.produces {
+            println!("    produces '{}': {}", a.name, a.doc);
+        }
+        for a in &f.artifacts.consumes {
+            println!("    consumes '{}'{}: {}", a.name, if a.optional { " (optional)" } else { "" }, a.doc);
         }
     }
     Ok(())

@@ -214,6 +214,14 @@ pub fn finish(plan: &Plan, summary: &RunSummary, setup: &Setup) -> CliResult {
     for z in &summary.zarr_plates {
         eprintln!("OME-Zarr: {}", z.display());
     }
+    for t in &summary.artifact_tables {
+        eprintln!("table: {}", t.display());
+    }
+    // What functions said about their results (e.g. stitching fell back to
+    // stage positions): never silent.
+    for n in &r.notes {
+        eprintln!("note: well {}, step '{}': {}", n.well, n.step, n.text);
+    }
     if !summary.failed.is_empty() {
         let list: Vec<String> = summary.failed.iter().map(|f| format!("  {}: {}", f.well, f.error)).collect();
         return Err(CliError::new(
@@ -273,6 +281,19 @@ pub fn plan_text(plan: &Plan) -> String {
                 let _ = writeln!(s, "      route into {}: {}", c.function, c.route_in);
             }
             let _ = writeln!(s, "      route out: {}", chain.route_out);
+        }
+        for a in &step.produces {
+            let _ = writeln!(s, "  produces '{a}': {}", step.out_dir.join(format!("{a}.csv")).display());
+        }
+        for a in &step.consumes {
+            match a.from_step {
+                Some(from) => {
+                    let _ = writeln!(s, "  consumes '{}' from step '{}'", a.name, plan.steps[from].name);
+                }
+                None => {
+                    let _ = writeln!(s, "  consumes '{}': no earlier step produces it (optional: the function works without it)", a.name);
+                }
+            }
         }
         let (mut pass, mut skip) = (0, 0);
         let counts: Vec<String> = plan

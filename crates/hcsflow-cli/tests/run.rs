@@ -213,6 +213,13 @@ fn demo_runs_end_to_end() {
     assert!(out.join("results/Synth_Plate_1.ome.zarr/zarr.json").exists(), "{text}");
     assert!(text.contains("OME-Zarr:"), "{text}");
     assert_eq!(images(&out.join("results"), "channels_max_z").len(), 2 * 18);
+    // Positions on the composites → one mosaic per channel → nuclei counted on DAPI.
+    assert_eq!(images(&out.join("results"), "mosaic").len(), 2 * 2);
+    assert_eq!(images(&out.join("results"), "count").len(), 2, "DAPI label images only");
+    let lines = |p: &str| std::fs::read_to_string(out.join("results").join(p)).unwrap().lines().count();
+    assert_eq!(lines("positions/positions.csv"), 1 + 2 * 9);
+    assert_eq!(lines("count/counts.csv"), 1 + 2);
+    assert!(text.contains("table:") && text.contains("counts.csv"), "{text}");
     // Running it again replaces its own plate and results.
     let o = hcsflow(&["demo", out.to_str().unwrap(), "--size", "64", "--wells", "2", "--device", "cpu"]);
     assert!(o.status.success(), "{}", stderr(&o));

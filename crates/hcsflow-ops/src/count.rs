@@ -35,8 +35,8 @@
 use std::fmt::Write as _;
 
 use hcsflow_core::{
-    with_pixels, ArgSpec, Contract, DType, FunctionError, FunctionSpec, Implementation, Pixel,
-    Registry, Stack,
+    with_pixels, ArgSpec, ArtifactDecl, Artifacts, Cell, Contract, DType, FunctionError, FunctionSpec, Implementation, Pixel,
+    Registry, Stack, Table,
 };
 use ndarray::Array3;
 use rayon::prelude::*;
@@ -139,6 +139,39 @@ pub struct CellCounts {
     pub labels: Stack,
     pub counts: CountTable,
     pub objects: ObjectTable,
+}
+
+/// The artifact of per-image counts `count_cells` produces in a pipeline.
+pub const COUNTS: &str = "counts";
+/// The artifact of per-object measurements `count_cells` produces in a pipeline.
+pub const OBJECTS: &str = "objects";
+
+impl CellCounts {
+    /// The counts and objects as artifact tables, rows tagged with their plane.
+    pub fn tables(&self) -> Result<(Table, Table), FunctionError> {
+        let fail = |e: hcsflow_core::artifact::RowLengthError| FunctionError::failed("count_cells", e.to_string());
+        let mut counts = Table::new(["count"]);
+        for r in &self.counts.rows {
+            counts.push(Some(r.image), vec![Cell::from(r.count)]).map_err(fail)?;
+        }
+        let mut objects = Table::new(["label", "y", "x", "area", "mean_intensity", "sigma"]);
+        for r in &self.objects.rows {
+            objects
+                .push(
+                    Some(r.image),
+                    vec![
+                        Cell::from(r.label),
+                        Cell::from(r.y),
+                        Cell::from(r.x),
+                        Cell::Int(r.area as i64),
+                        Cell::from(r.mean_intensity),
+                        Cell::from(r.sigma),
+                    ],
+                )
+                .map_err(fail)?;
+        }
+        Ok((counts, objects))
+    }
 }
 
 /// `−σ² · gaussian_laplace(image, σ)` of one plane into `out` (f32, scipy's
@@ -519,10 +552,10 @@ fn method_from_args(args: &hcsflow_core::Args) -> Result<CountMethod, FunctionEr
 }
 
 pub(crate) fn register(registry: &mut Registry) {
-    registry.register(
+    registry.register_with_artifacts(
         FunctionSpec {
             name: "count_cells",
-            doc: "Cell counting per plane: skimage blob_log (scale-space LoG) or threshold + label + area filter; returns the u16 label image (count and object tables: library API).",
+            doc: "Cell counting per plane: skimage blob_log (scale-space LoG) or threshold + label + area filter; returns the u16 label image, counts and objects as artifacts.",
             contract: Contract::Pure2d,
             args: vec![
                 ArgSpec::choice("method", "blob_log", &["blob_log", "threshold"], "detector"),
@@ -538,6 +571,19 @@ pub(crate) fn register(registry: &mut Registry) {
                 ArgSpec::int("max_area", 100_000, Some(0), None, "threshold: largest object kept (pixels)"),
             ],
         },
-        Implementation::host(|s, args| Ok(count_cells(s, &method_from_args(args)?)?.labels)),
+        Artifacts {
+            produces: vec![
+                ArtifactDecl { name: COUNTS, doc: "per image: count", optional: false },
+                ArtifactDecl { name: OBJECTS, doc: "per object: label, y, x (centroid or blob centre, px), area (px), mean_intensity, sigma (blob_log)", optional: false },
+            ],
+            consumes: Vec::new(),
+        },
+        Implementation::host_in_context(|s, args, ctx| {
+            let result = count_cells(s, &method_from_args(args)?)?;
+            let (counts, objects) = result.tables()?;
+            ctx.produce(COUNTS, counts);
+            ctx.produce(OBJECTS, objects);
+            Ok(result.labels)
+        }),
     );
 }

@@ -31,6 +31,9 @@ pub type Key = [u32; 4];
 /// The value of a component collapsed by an N → 1 function.
 pub const COLLAPSED: u32 = 0;
 
+/// In a [`GroupPlan::scope`]: a component that varies within the stack.
+pub const VARIABLE: u32 = u32::MAX;
+
 /// What compile needs besides the plate and the pipeline.
 #[derive(Debug, Clone)]
 pub struct CompileConfig {
@@ -54,6 +57,25 @@ pub struct ChainPlan {
     pub route_out: Route,
     /// True if some call reduces N → 1.
     pub reduces: bool,
+    /// Per call: whether an earlier call of the chain reduced the stack (the
+    /// call then sees one collapsed plane rather than the group's inputs).
+    pub reduced_before: Vec<bool>,
+}
+
+impl ChainPlan {
+    /// The artifacts this chain's calls produce.
+    pub fn produces(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.calls.iter().flat_map(|c| c.artifacts.produces.iter().map(|d| d.name))
+    }
+}
+
+/// An artifact a step consumes and the step it comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArtifactInput {
+    pub name: String,
+    /// Index into [`Plan::steps`]; `None` when the artifact is optional and
+    /// no earlier step produces it (the function works without it).
+    pub from_step: Option<usize>,
 }
 
 /// One enabled step.
@@ -69,6 +91,10 @@ pub struct StepPlan {
     pub dtype: DTypePolicy,
     /// `OUT/<step name>` for TIFF output.
     pub out_dir: PathBuf,
+    /// Artifacts the step's functions produce (written as CSV under `out_dir`).
+    pub produces: Vec<String>,
+    /// Artifacts the step's functions consume, wired to their producer step.
+    pub consumes: Vec<ArtifactInput>,
 }
 
 /// One plane of the plate a well reads.
@@ -103,11 +129,16 @@ pub struct OutPlane {
 /// One stack of one step in one well.
 #[derive(Debug, Clone)]
 pub struct GroupPlan {
+    /// The group's fixed components; [`VARIABLE`] for the step's variable ones.
+    pub scope: Key,
     /// Input planes in stack order (numeric order of the variable components).
     pub inputs: Vec<Key>,
     pub action: Action,
     /// Output planes in stack order (empty for [`Action::Skip`]).
     pub outputs: Vec<OutPlane>,
+    /// Per [`StepPlan::consumes`] entry: the producing group, as an index into
+    /// the producer step's [`WellStepPlan::groups`] of the same well.
+    pub sources: Vec<Option<usize>>,
 }
 
 /// The stacks of one step in one well.
@@ -152,6 +183,10 @@ pub struct Plan {
     pub missing_images: usize,
     /// Channel number → name, from the plate metadata (OME-Zarr channel labels).
     pub channel_names: BTreeMap<u32, String>,
+    /// Stage positions by (well, site), µm, injected into functions' call context.
+    pub stage_positions: BTreeMap<(String, u32), (f64, f64)>,
+    /// Grid cell (row, column, 0-based) by site.
+    pub site_cells: BTreeMap<u32, (u32, u32)>,
 }
 
 /// A plane as compile tracks it through the steps.
@@ -193,6 +228,7 @@ pub fn compile(
             Err(e) => errors.push(e),
         }
     }
+    wire_artifacts(spec, registry, &mut steps, &mut errors);
     if spec.steps.iter().all(|s| !s.enabled) {
         errors.push(PipelineError::Config {
             message: "the pipeline has no enabled step".into(),
@@ -211,6 +247,7 @@ pub fn compile(
     let mut seen: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); steps.len()];
     let mut unmapped: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); steps.len()];
     let mut missing_images = 0;
+    let mut wiring_errors: BTreeMap<(usize, String), PipelineError> = BTreeMap::new();
     for well in plate.wells() {
         let inputs = well_inputs(plate, &well);
         missing_images += inputs.iter().filter(|i| i.path.is_none()).count();
@@ -223,9 +260,13 @@ pub fn compile(
                 InputSource::PipelineStart => start.clone(),
                 InputSource::Previous => current,
             };
-            let mut groups = Vec::new();
+            let mut groups: Vec<GroupPlan> = Vec::new();
             let mut output = Vec::new();
             for members in group(&input, &step.variable) {
+                let mut scope = members[0].key;
+                for c in &step.variable {
+                    scope[c.index()] = VARIABLE;
+                }
                 let value = step.group_by.map(|c| members[0].key[c.index()]);
                 if let Some(v) = value {
                     seen[si].insert(v);
@@ -256,7 +297,66 @@ pub fn compile(
                     }
                     Action::Chain(_) => members.clone(),
                 };
+                let mut sources = Vec::with_capacity(step.consumes.len());
+                for input in &step.consumes {
+                    let Some(from) = input.from_step else {
+                        sources.push(None);
+                        continue;
+                    };
+                    let producer = &steps[from];
+                    let candidates: Vec<usize> = well_steps
+                        .iter()
+                        .find(|ws: &&WellStepPlan| ws.step == from)
+                        .map(|ws| {
+                            ws.groups
+                                .iter()
+                                .enumerate()
+                                .filter(|(_, g)| match g.action {
+                                    Action::Chain(ci) => producer.chains[ci].produces().any(|p| p == input.name),
+                                    _ => false,
+                                })
+                                .filter(|(_, g)| scopes_match(&g.scope, &scope))
+                                .map(|(i, _)| i)
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    match candidates.as_slice() {
+                        [one] => sources.push(Some(*one)),
+                        // This stack's chain does not consume it (another map entry does).
+                        // When it does, even optionally, a producer step exists and must cover it.
+                        _ if !matches!(action, Action::Chain(ci) if step.chains[ci].calls.iter().any(|c| c.artifacts.consumes.iter().any(|d| d.name == input.name))) => {
+                            sources.push(None)
+                        }
+                        [] => {
+                            wiring_errors.entry((si, input.name.clone())).or_insert_with(|| PipelineError::step(
+                                &step.name,
+                                format!(
+                                    "no '{}' artifact of step '{}' covers the stack at {} of well {well}",
+                                    input.name,
+                                    producer.name,
+                                    scope_text(&scope)
+                                ),
+                                format!(
+                                    "step '{}' must run on stacks that contain this one's (same or collapsed components, same variable components {})",
+                                    producer.name,
+                                    producer.variable.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+                                ),
+                            ));
+                            sources.push(None);
+                        }
+                        _ => {
+                            wiring_errors.entry((si, input.name.clone())).or_insert_with(|| PipelineError::step(
+                                &step.name,
+                                format!("{} stacks of step '{}' could provide '{}' for the stack at {} of well {well}", candidates.len(), producer.name, input.name, scope_text(&scope)),
+                                "make the producer step's stacks cover this step's (e.g. the same group_by)",
+                            ));
+                            sources.push(None);
+                        }
+                    }
+                }
                 groups.push(GroupPlan {
+                    scope,
+                    sources,
                     inputs: members.iter().map(|m| m.key).collect(),
                     action,
                     outputs: outputs.iter().map(|f| OutPlane { key: f.key, rel: f.rel.clone() }).collect(),
@@ -281,6 +381,7 @@ pub fn compile(
         });
     }
 
+    errors.extend(wiring_errors.into_values());
     // Map keys must be group values of this plate; missing groups follow the policy.
     for (si, step) in steps.iter().enumerate() {
         let Some(group_by) = step.group_by else { continue };
@@ -324,7 +425,109 @@ pub fn compile(
         pixel_size_um: plate.metadata.pixel_size_um,
         missing_images,
         channel_names: plate.metadata.channel_names.clone(),
+        stage_positions: plate.metadata.stage_positions.iter().map(|p| ((p.well.clone(), p.site), (p.x_um, p.y_um))).collect(),
+        site_cells: plate.metadata.site_cells.iter().map(|c| (c.site, (c.row, c.col))).collect(),
     })
+}
+
+/// A producer stack covers a consumer stack when, component by component,
+/// both vary, or the producer's value is collapsed (it holds for every value),
+/// or both are the same fixed value.
+fn scopes_match(producer: &Key, consumer: &Key) -> bool {
+    producer.iter().zip(consumer).all(|(&p, &c)| match (p, c) {
+        (VARIABLE, VARIABLE) => true,
+        (VARIABLE, _) => false,
+        (COLLAPSED, _) => true,
+        (p, c) => p == c,
+    })
+}
+
+/// "channel 2, z collapsed" for error messages.
+pub(crate) fn scope_text(scope: &Key) -> String {
+    let names = ["site", "channel", "z", "t"];
+    let parts: Vec<String> = scope
+        .iter()
+        .zip(names)
+        .filter(|(v, _)| **v != VARIABLE)
+        .map(|(v, n)| if *v == COLLAPSED { format!("{n} collapsed") } else { format!("{n} {v}") })
+        .collect();
+    if parts.is_empty() {
+        "the whole well".into()
+    } else {
+        parts.join(", ")
+    }
+}
+
+/// Wires each consumed artifact to its producer step: the one named in
+/// `artifacts_from`, else the latest earlier enabled step producing it.
+fn wire_artifacts(spec: &PipelineSpec, registry: &Registry, steps: &mut [StepPlan], errors: &mut Vec<PipelineError>) {
+    let producers_of = |name: &str, before: usize, steps: &[StepPlan]| -> Vec<usize> {
+        (0..before).filter(|&i| steps[i].produces.iter().any(|p| p == name)).collect()
+    };
+    let all_producers = |name: &str| -> Vec<&'static str> {
+        registry.functions().filter(|f| f.artifacts.produces.iter().any(|d| d.name == name)).map(|f| f.spec.name).collect()
+    };
+    for si in 0..steps.len() {
+        let Some(step_spec) = spec.steps.iter().find(|s| s.name == steps[si].name) else { continue };
+        for (artifact, _) in step_spec.artifacts_from.iter().filter(|(a, _)| !steps[si].consumes.iter().any(|c| &c.name == *a)) {
+            errors.push(PipelineError::step(
+                &steps[si].name,
+                format!("artifacts_from names '{artifact}', which no function of this step consumes"),
+                match steps[si].consumes.iter().map(|c| c.name.as_str()).collect::<Vec<_>>() {
+                    v if v.is_empty() => "remove artifacts_from".to_string(),
+                    v => format!("this step consumes: {}", v.join(", ")),
+                },
+            ));
+        }
+        for ci in 0..steps[si].consumes.len() {
+            let name = steps[si].consumes[ci].name.clone();
+            let optional = steps[si]
+                .chains
+                .iter()
+                .flat_map(|c| &c.calls)
+                .flat_map(|c| &c.artifacts.consumes)
+                .filter(|d| d.name == name)
+                .all(|d| d.optional);
+            let from = match step_spec.artifacts_from.get(&name) {
+                Some(wanted) => match steps.iter().position(|s| &s.name == wanted) {
+                    Some(i) if i >= si => {
+                        errors.push(PipelineError::step(&steps[si].name, format!("artifacts_from: step '{wanted}' does not run before this one"), "name an earlier step"));
+                        continue;
+                    }
+                    Some(i) if !steps[i].produces.iter().any(|p| *p == name) => {
+                        errors.push(PipelineError::step(
+                            &steps[si].name,
+                            format!("artifacts_from: step '{wanted}' does not produce '{name}'"),
+                            match producers_of(&name, si, steps).last() {
+                                Some(&p) => format!("step '{}' does", steps[p].name),
+                                None => format!("'{name}' is produced by: {}", all_producers(&name).join(", ")),
+                            },
+                        ));
+                        continue;
+                    }
+                    Some(i) => Some(i),
+                    None => {
+                        let disabled = spec.steps.iter().any(|s| &s.name == wanted && !s.enabled);
+                        errors.push(PipelineError::step(
+                            &steps[si].name,
+                            format!("artifacts_from: {}", if disabled { format!("step '{wanted}' is disabled") } else { format!("no step is named '{wanted}'") }),
+                            "name an earlier enabled step",
+                        ));
+                        continue;
+                    }
+                },
+                None => producers_of(&name, si, steps).last().copied(),
+            };
+            if from.is_none() && !optional {
+                errors.push(PipelineError::step(
+                    &steps[si].name,
+                    format!("its function needs the '{name}' artifact, but no earlier enabled step produces it"),
+                    format!("add a step before it with a function that produces '{name}' ({})", all_producers(&name).join(", ")),
+                ));
+            }
+            steps[si].consumes[ci].from_step = from;
+        }
+    }
 }
 
 fn flatten(mut errors: Vec<PipelineError>) -> PipelineError {
@@ -381,6 +584,24 @@ fn compile_step(
         conversion: if step.stretch { DTypeConversion::Stretch } else { DTypeConversion::Clip },
     };
     let materialize: BTreeSet<Materialize> = step.materialize.iter().copied().collect();
+    // `device = "cpu"` pins a step to the host (functions without a GPU
+    // implementation in a GPU run): explicit in the file and in the plan,
+    // never a silent fallback.
+    let pinned;
+    let config = match step.device.as_deref() {
+        None => config,
+        Some("cpu") => {
+            pinned = CompileConfig { device: Device::Cpu, ..config.clone() };
+            &pinned
+        }
+        Some(other) => {
+            return Err(PipelineError::step(
+                name,
+                format!("device = \"{other}\" is not a step device"),
+                "use device = \"cpu\" to run this step on the host, or remove the key to use the run's --device",
+            ))
+        }
+    };
     let func = FuncSpec::parse(name, &step.func)?;
     let mut errors = Vec::new();
     let (chains, resolved) = match func {
@@ -423,8 +644,24 @@ fn compile_step(
             (chains, ResolvedFunc::Map(by_value))
         }
     };
+    let mut produces: Vec<String> = Vec::new();
+    let mut consumes: Vec<ArtifactInput> = Vec::new();
+    for chain in &chains {
+        for p in chain.produces() {
+            if !produces.iter().any(|n| n == p) {
+                produces.push(p.to_string());
+            }
+        }
+        for d in chain.calls.iter().flat_map(|c| &c.artifacts.consumes) {
+            if !consumes.iter().any(|c| c.name == d.name) {
+                consumes.push(ArtifactInput { name: d.name.to_string(), from_step: None });
+            }
+        }
+    }
     Ok((
         StepPlan {
+            produces,
+            consumes,
             name: name.to_string(),
             variable,
             group_by,
@@ -449,6 +686,7 @@ fn compile_chain(
     let mut memory = MemoryType::Host;
     let mut planned = Vec::new();
     let mut reduces = false;
+    let mut reduced_before = Vec::new();
     for call in calls {
         let plan_err = |e: PlanError| {
             let fix = match &e {
@@ -464,6 +702,7 @@ fn compile_chain(
         let plan = registry
             .plan_call(&call.name, args, memory, config.device, conversions, config.policy)
             .map_err(plan_err)?;
+        reduced_before.push(reduces);
         reduces |= plan.contract == Contract::VolumetricToSlice;
         memory = plan.implementation.memory_out;
         planned.push(plan);
@@ -471,7 +710,19 @@ fn compile_chain(
     let route_out = conversions
         .plan(memory, MemoryType::Host, config.policy)
         .map_err(|e| PipelineError::step(step, format!("copying the result to the host: {e}"), "use functions whose output this build can download"))?;
-    Ok(ChainPlan { label: None, group_value: None, calls: planned, route_out, reduces })
+    let mut produced = BTreeSet::new();
+    for call in &planned {
+        for d in &call.artifacts.produces {
+            if !produced.insert(d.name) {
+                return Err(PipelineError::step(
+                    step,
+                    format!("two functions of the chain produce the artifact '{}'", d.name),
+                    "split the chain into two steps",
+                ));
+            }
+        }
+    }
+    Ok(ChainPlan { label: None, group_value: None, calls: planned, route_out, reduces, reduced_before })
 }
 
 /// The group value a map key means: a number, or (for channels) a channel name.

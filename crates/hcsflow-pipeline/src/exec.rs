@@ -21,13 +21,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use hcsflow_core::{with_pixels, Array, Conversions, Device, Registry, Route, Stack};
+use hcsflow_core::{with_pixels, Array, CallContext, Conversions, Device, PlaneInfo, Registry, Route, Stack, StackInfo, Table};
 use hcsflow_tiff::WriteOptions;
 use ndarray::Axis;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::compile::{Action, GroupPlan, Key, Plan, WellPlan, COLLAPSED};
+use crate::compile::{scope_text, Action, GroupPlan, Key, Plan, WellPlan, COLLAPSED, VARIABLE};
+use crate::spec::Component;
 use crate::spec::{InputSource, Materialize};
 use crate::zarr::ZarrOutput;
 use crate::PipelineError;
@@ -36,6 +37,8 @@ use crate::PipelineError;
 pub const MANIFEST_NAME: &str = "run_manifest.json";
 /// The per-plate CSV summary of outputs in OUT.
 pub const SUMMARY_NAME: &str = "summary.csv";
+/// The per-plate CSV summary of artifact tables in OUT.
+pub const ARTIFACTS_NAME: &str = "artifacts.csv";
 
 /// How to run.
 #[derive(Debug, Clone)]
@@ -88,6 +91,25 @@ pub struct OutputRecord {
     pub dtype: String,
 }
 
+/// One artifact table written for a well (`OUT/<step>/<artifact>/<well>.csv`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArtifactRecord {
+    pub step: String,
+    pub artifact: String,
+    /// Relative to OUT.
+    pub path: PathBuf,
+    pub rows: usize,
+}
+
+/// Something a function said about its result that the user must see (e.g.
+/// stitching fell back to stage positions): not an error, never silent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Note {
+    pub well: String,
+    pub step: String,
+    pub text: String,
+}
+
 /// A well in the manifest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WellRecord {
@@ -98,6 +120,10 @@ pub struct WellRecord {
     pub error: Option<String>,
     #[serde(default)]
     pub outputs: Vec<OutputRecord>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<ArtifactRecord>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<Note>,
 }
 
 /// `OUT/run_manifest.json`.
@@ -131,6 +157,8 @@ pub struct WellReport {
     pub error: Option<String>,
     pub steps: Vec<StepTiming>,
     pub bytes_read: u64,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<Note>,
 }
 
 /// A function chain of a step, for the report.
@@ -180,6 +208,8 @@ pub struct RunReport {
     pub steps: Vec<StepReport>,
     pub wells: Vec<WellReport>,
     pub failures: Vec<Failure>,
+    /// What functions said about their results, all wells (also in `wells`).
+    pub notes: Vec<Note>,
 }
 
 /// The outcome of a run.
@@ -193,6 +223,8 @@ pub struct RunSummary {
     pub not_started: Vec<String>,
     /// OME-Zarr plates written (`materialize = ["zarr"]`).
     pub zarr_plates: Vec<PathBuf>,
+    /// Plate-level artifact tables written (`OUT/<step>/<artifact>.csv`).
+    pub artifact_tables: Vec<PathBuf>,
     pub report: RunReport,
 }
 
@@ -353,13 +385,13 @@ pub fn execute(
                 release();
                 let seconds = t0.elapsed().as_secs_f64();
                 let (record, report) = match result {
-                    Ok((outputs, steps)) => (
-                        WellRecord { status: "complete".into(), seconds, error: None, outputs },
-                        WellReport { well: well.well.clone(), status: "complete".into(), seconds, error: None, steps, bytes_read: well.input_bytes },
+                    Ok(WellOutcome { outputs, artifacts, notes, timings }) => (
+                        WellRecord { status: "complete".into(), seconds, error: None, outputs, artifacts, notes: notes.clone() },
+                        WellReport { well: well.well.clone(), status: "complete".into(), seconds, error: None, steps: timings, bytes_read: well.input_bytes, notes },
                     ),
                     Err((error, steps)) => (
-                        WellRecord { status: "failed".into(), seconds, error: Some(error.clone()), outputs: Vec::new() },
-                        WellReport { well: well.well.clone(), status: "failed".into(), seconds, error: Some(error), steps, bytes_read: 0 },
+                        WellRecord { status: "failed".into(), seconds, error: Some(error.clone()), outputs: Vec::new(), artifacts: Vec::new(), notes: Vec::new() },
+                        WellReport { well: well.well.clone(), status: "failed".into(), seconds, error: Some(error), steps, bytes_read: 0, notes: Vec::new() },
                     ),
                 };
                 let error = report.error.clone();
@@ -402,12 +434,14 @@ pub fn execute(
         .collect();
     let zarr_plates = zarr.finish()?;
     write_summary_csv(&plan.out, &manifest)?;
+    let artifact_tables = write_artifact_tables(plan, &manifest)?;
 
     for w in &skipped {
-        wells.push(WellReport { well: w.clone(), status: "skipped (resumed)".into(), seconds: 0.0, error: None, steps: Vec::new(), bytes_read: 0 });
+        let notes = manifest.wells.get(w).map(|r| r.notes.clone()).unwrap_or_default();
+        wells.push(WellReport { well: w.clone(), status: "skipped (resumed)".into(), seconds: 0.0, error: None, steps: Vec::new(), bytes_read: 0, notes });
     }
     for w in &not_started {
-        wells.push(WellReport { well: w.clone(), status: "not started".into(), seconds: 0.0, error: None, steps: Vec::new(), bytes_read: 0 });
+        wells.push(WellReport { well: w.clone(), status: "not started".into(), seconds: 0.0, error: None, steps: Vec::new(), bytes_read: 0, notes: Vec::new() });
     }
     let order: BTreeMap<&str, usize> = plan.wells.iter().enumerate().map(|(i, w)| (w.well.as_str(), i)).collect();
     wells.sort_by_key(|w| order.get(w.well.as_str()).copied().unwrap_or(usize::MAX));
@@ -464,10 +498,11 @@ pub fn execute(
         mb_per_s: if seconds > 0.0 { input_bytes as f64 / 1e6 / seconds } else { 0.0 },
         peak_rss_bytes: peak_rss_bytes(),
         steps,
+        notes: wells.iter().flat_map(|w| w.notes.iter().cloned()).collect(),
         wells,
         failures: failed.clone(),
     };
-    Ok(RunSummary { total, completed, skipped, failed, not_started, zarr_plates, report })
+    Ok(RunSummary { total, completed, skipped, failed, not_started, zarr_plates, artifact_tables, report })
 }
 
 /// Planes of the well currently held in memory, by key.
@@ -494,7 +529,35 @@ fn load(plan: &Plan, well: &WellPlan) -> Result<Planes, String> {
         .collect()
 }
 
-type WellResult = Result<(Vec<OutputRecord>, Vec<StepTiming>), (String, Vec<StepTiming>)>;
+/// What a complete well produced.
+struct WellOutcome {
+    outputs: Vec<OutputRecord>,
+    artifacts: Vec<ArtifactRecord>,
+    notes: Vec<Note>,
+    timings: Vec<StepTiming>,
+}
+
+type WellResult = Result<WellOutcome, (String, Vec<StepTiming>)>;
+
+/// An artifact table produced for one stack. Row planes index `keys` (the
+/// planes of the call that produced it); `scope` is the stack's group scope.
+#[derive(Debug, Clone)]
+struct Produced {
+    name: String,
+    table: Table,
+    keys: Vec<Key>,
+    scope: Key,
+}
+
+/// Artifacts of the steps run so far in a well, by (step, group).
+type ProducedByGroup = BTreeMap<(usize, usize), Vec<Produced>>;
+
+/// What one stack's chain returned.
+struct GroupResult {
+    planes: Vec<(Key, Stack)>,
+    produced: Vec<Produced>,
+    notes: Vec<String>,
+}
 
 fn run_well(
     plan: &Plan,
@@ -506,6 +569,9 @@ fn run_well(
 ) -> WellResult {
     let mut timings: Vec<StepTiming> = Vec::new();
     let mut outputs = Vec::new();
+    let mut artifacts = Vec::new();
+    let mut notes = Vec::new();
+    let mut produced: ProducedByGroup = BTreeMap::new();
     let mut current: Option<Planes> = None;
     for ws in &well.steps {
         let step = &plan.steps[ws.step];
@@ -541,18 +607,28 @@ fn run_well(
         }
         drop(input);
         let t = Instant::now();
-        let results: Vec<Result<Vec<(Key, Stack)>, String>> =
-            work.into_par_iter()
-                .map(|(g, planes)| {
-                    // Rayon threads: the step is the explicit parent.
-                    let _in_stack = tracing::info_span!(parent: &step_span, "stack", planes = planes.len()).entered();
-                    run_group(plan, ws.step, g, planes, registry, conversions)
-                })
-                .collect();
+        let results: Vec<Result<GroupResult, String>> = work
+            .into_par_iter()
+            .map(|(g, planes)| {
+                // Rayon threads: the step is the explicit parent.
+                let _in_stack = tracing::info_span!(parent: &step_span, "stack", planes = planes.len()).entered();
+                run_group(plan, &well.well, ws.step, g, planes, registry, conversions, &produced)
+            })
+            .collect();
         let mut out = Planes::new();
-        for r in results {
+        let mut step_produced: Vec<(usize, Vec<Produced>)> = Vec::new();
+        for (gi, r) in results.into_iter().enumerate() {
             match r {
-                Ok(planes) => out.extend(planes),
+                Ok(result) => {
+                    out.extend(result.planes);
+                    let scope = ws.groups.get(gi).map(|g| scope_text(&g.scope)).unwrap_or_default();
+                    notes.extend(result.notes.into_iter().map(|text| Note {
+                        well: well.well.clone(),
+                        step: step.name.clone(),
+                        text: format!("stack at {scope}: {text}"),
+                    }));
+                    step_produced.push((gi, result.produced));
+                }
                 Err(e) => return fail(e, timing, timings),
             }
         }
@@ -560,6 +636,16 @@ fn run_well(
 
         let t = Instant::now();
         let _in_write = tracing::info_span!("write").entered();
+        for name in &step.produces {
+            let tables: Vec<&Produced> = step_produced.iter().flat_map(|(_, p)| p.iter()).filter(|p| &p.name == name).collect();
+            match write_well_artifact(plan, &well.well, &step.name, name, &tables) {
+                Ok(record) => artifacts.push(record),
+                Err(e) => return fail(e, timing, timings),
+            }
+        }
+        for (gi, p) in step_produced {
+            produced.insert((ws.step, gi), p);
+        }
         if step.materialize.contains(&Materialize::Tiff) {
             let files: Vec<(&Key, PathBuf)> = ws
                 .groups
@@ -603,32 +689,66 @@ fn run_well(
         timings.push(timing);
         current = Some(out);
     }
-    Ok((outputs, timings))
+    Ok(WellOutcome { outputs, artifacts, notes, timings })
 }
 
 /// Runs one stack through its chain and splits the result into output planes.
+/// Each call gets a context: the metadata of the planes it sees and the
+/// artifacts it consumes, rows re-indexed to those planes.
+#[allow(clippy::too_many_arguments)]
 fn run_group(
     plan: &Plan,
+    well: &str,
     step_index: usize,
     group: &GroupPlan,
     planes: Vec<Stack>,
     registry: &Registry,
     conversions: &Conversions,
-) -> Result<Vec<(Key, Stack)>, String> {
+    produced: &ProducedByGroup,
+) -> Result<GroupResult, String> {
     let step = &plan.steps[step_index];
     let chain = match group.action {
-        Action::Skip => return Ok(Vec::new()),
-        Action::Passthrough => return Ok(group.outputs.iter().map(|o| o.key).zip(planes).collect()),
+        Action::Skip => return Ok(GroupResult { planes: Vec::new(), produced: Vec::new(), notes: Vec::new() }),
+        Action::Passthrough => {
+            let planes = group.outputs.iter().map(|o| o.key).zip(planes).collect();
+            return Ok(GroupResult { planes, produced: Vec::new(), notes: Vec::new() });
+        }
         Action::Chain(i) => &step.chains[i],
     };
     let first = group.inputs.first().map(key_text).unwrap_or_default();
     let stack = concat_planes(planes).ok_or_else(|| format!("stack at {first}: planes differ in size or dtype"))?;
     let input_dtype = stack.dtype();
     let mut array = Array::from(stack);
-    for call in &chain.calls {
-        // The conversion into the call (`route_in`) runs inside Registry::execute, so inside this span.
+    let mut made = Vec::new();
+    let mut notes = Vec::new();
+    for (ci, call) in chain.calls.iter().enumerate() {
+        let keys: Vec<Key> = if chain.reduced_before.get(ci).copied().unwrap_or(false) {
+            group.outputs.iter().map(|o| o.key).take(1).collect()
+        } else {
+            group.inputs.clone()
+        };
+        let info = StackInfo {
+            well: well.to_string(),
+            planes: keys.iter().map(|k| plane_info(plan, well, k)).collect(),
+            pixel_size_um: plan.pixel_size_um,
+        };
+        let mut inputs = BTreeMap::new();
+        for d in &call.artifacts.consumes {
+            let Some(idx) = step.consumes.iter().position(|c| c.name == d.name) else { continue };
+            let (Some(from), Some(Some(source))) = (step.consumes[idx].from_step, group.sources.get(idx)) else { continue };
+            let table = produced
+                .get(&(from, *source))
+                .and_then(|list| list.iter().find(|p| p.name == d.name))
+                .ok_or_else(|| format!("stack at {first}: the '{}' artifact of step '{}' is missing", d.name, plan.steps[from].name))?;
+            inputs.insert(d.name.to_string(), reindex(&table.table, &table.keys, &plan.steps[from].variable, &keys));
+        }
+        let mut context = CallContext::new(info, inputs);
+        // The conversion into the call (`route_in`) runs inside Registry::execute_in, so inside this span.
         let _in_call = tracing::info_span!("call", function = %call.function, device = %call.device, route_in = %call.route_in).entered();
-        array = registry.execute(call, array, conversions).map_err(|e| format!("stack at {first}: {e}"))?;
+        array = registry.execute_in(call, array, conversions, &mut context).map_err(|e| format!("stack at {first}: {e}"))?;
+        let (outputs, call_notes) = context.take_results();
+        made.extend(outputs.into_iter().map(|(name, table)| Produced { name, table, keys: keys.clone(), scope: group.scope }));
+        notes.extend(call_notes);
     }
     let array = tracing::info_span!("conversion", route = %chain.route_out)
         .in_scope(|| conversions.execute(&chain.route_out, array, Device::Cpu))
@@ -645,8 +765,120 @@ fn run_group(
             group.outputs.len()
         ));
     }
-    Ok(group.outputs.iter().enumerate().map(|(z, o)| (o.key, result.plane(z))).collect())
+    let planes = group.outputs.iter().enumerate().map(|(z, o)| (o.key, result.plane(z))).collect();
+    Ok(GroupResult { planes, produced: made, notes })
 }
+
+/// The metadata of the plane with components `key` in `well`.
+fn plane_info(plan: &Plan, well: &str, key: &Key) -> PlaneInfo {
+    let site = key[Component::Site.index()];
+    let known = site != COLLAPSED;
+    PlaneInfo {
+        site,
+        channel: key[Component::Channel.index()],
+        z_index: key[Component::ZIndex.index()],
+        timepoint: key[Component::Timepoint.index()],
+        stage_um: plan.stage_positions.get(&(well.to_string(), site)).copied().filter(|_| known),
+        grid_cell: plan.site_cells.get(&site).copied().filter(|_| known),
+    }
+}
+
+/// Rows of a producer's table given to a consumer whose planes are `to`:
+/// a row of producer plane `p` goes to every consumer plane that agrees with
+/// `p` on the producer's variable components (positions computed per site on a
+/// composite reach each channel's tile of that site). Rows of no plane stay as they are.
+fn reindex(table: &Table, from: &[Key], variable: &[Component], to: &[Key]) -> Table {
+    let mut out = Table { columns: table.columns.clone(), rows: table.rows.iter().filter(|r| r.plane.is_none()).cloned().collect() };
+    for (q, kq) in to.iter().enumerate() {
+        for row in &table.rows {
+            let Some(kp) = row.plane.and_then(|p| from.get(p)) else { continue };
+            if variable.iter().all(|c| kp[c.index()] == kq[c.index()]) {
+                out.rows.push(hcsflow_core::Row { plane: Some(q), cells: row.cells.clone() });
+            }
+        }
+    }
+    out
+}
+
+/// Columns every artifact CSV starts with: where each row belongs.
+const ARTIFACT_KEY_COLUMNS: &str = "well,site,channel,z_index,timepoint";
+
+/// Writes the tables of artifact `name` of one step in one well to
+/// `OUT/<step>/<name>/<well>.csv` (atomically): the key columns, then the table's.
+fn write_well_artifact(plan: &Plan, well: &str, step: &str, name: &str, tables: &[&Produced]) -> Result<ArtifactRecord, String> {
+    let columns = tables.first().map(|p| p.table.columns.clone()).unwrap_or_default();
+    if let Some(other) = tables.iter().find(|p| p.table.columns != columns) {
+        return Err(format!(
+            "artifact '{name}': stacks produced different columns ([{}] vs [{}])",
+            columns.join(", "),
+            other.table.columns.join(", ")
+        ));
+    }
+    let mut csv = String::from(ARTIFACT_KEY_COLUMNS);
+    for c in &columns {
+        csv.push(',');
+        csv.push_str(&hcsflow_core::Cell::Text(c.clone()).to_string());
+    }
+    csv.push('\n');
+    let cell = |v: u32| if v == COLLAPSED || v == VARIABLE { String::new() } else { v.to_string() };
+    let mut rows = 0;
+    for p in tables {
+        for row in &p.table.rows {
+            let key = row.plane.and_then(|i| p.keys.get(i)).copied().unwrap_or(p.scope);
+            csv.push_str(&format!("{well},{},{},{},{}", cell(key[0]), cell(key[1]), cell(key[2]), cell(key[3])));
+            for c in &row.cells {
+                csv.push(',');
+                csv.push_str(&c.to_string());
+            }
+            csv.push('\n');
+            rows += 1;
+        }
+    }
+    let dir = plan.out.join(step).join(name);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join(format!("{well}.csv"));
+    write_atomic(&path, csv.as_bytes()).map_err(|e| e.to_string())?;
+    Ok(ArtifactRecord {
+        step: step.to_string(),
+        artifact: name.to_string(),
+        path: path.strip_prefix(&plan.out).map(Path::to_path_buf).unwrap_or(path),
+        rows,
+    })
+}
+
+/// Joins the per-well artifact CSVs of the complete wells into
+/// `OUT/<step>/<artifact>.csv` (wells in plate order) and writes the
+/// `OUT/artifacts.csv` summary. Rebuilt from the manifest, so a resumed run's
+/// tables include the wells of earlier runs.
+fn write_artifact_tables(plan: &Plan, manifest: &Manifest) -> Result<Vec<PathBuf>, PipelineError> {
+    let mut wells: Vec<(&String, &WellRecord)> = manifest.wells.iter().filter(|(_, r)| r.status == "complete").collect();
+    wells.sort_by(|a, b| hcsflow_plate::cmp_wells(a.0, b.0));
+    let mut summary = String::from("well,step,artifact,rows,path\n");
+    let mut written = Vec::new();
+    for step in &plan.steps {
+        for name in &step.produces {
+            let mut joined: Option<String> = None;
+            for (well, record) in &wells {
+                for a in record.artifacts.iter().filter(|a| a.step == step.name && &a.artifact == name) {
+                    summary.push_str(&format!("{well},{},{},{},{}\n", a.step, a.artifact, a.rows, a.path.display()));
+                    let path = plan.out.join(&a.path);
+                    let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
+                    let (header, body) = text.split_once('\n').unwrap_or((text.as_str(), ""));
+                    let j = joined.get_or_insert_with(|| format!("{header}\n"));
+                    j.push_str(body);
+                }
+            }
+            if let Some(j) = joined {
+                let path = step.out_dir.join(format!("{name}.csv"));
+                write_atomic(&path, j.as_bytes())?;
+                written.push(path);
+            }
+        }
+    }
+    write_atomic(&plan.out.join(ARTIFACTS_NAME), summary.as_bytes())?;
+    Ok(written)
+}
+
 
 /// Concatenates one-plane stacks along Z, moving the first when there is only one.
 fn concat_planes(mut planes: Vec<Stack>) -> Option<Stack> {

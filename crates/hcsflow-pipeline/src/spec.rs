@@ -14,6 +14,9 @@
 //! materialize = ["tiff"]               # and/or "zarr"; default: kept in memory only
 //! dtype = "input"                      # input | u8 | u16 | f32
 //! stretch = false                      # float -> integer: stretch min..max instead of clipping
+//! device = "cpu"                       # pin this step to the host in a --device gpu run
+//! artifacts_from = { positions = "positions" }  # which earlier step's artifact to consume
+//!                                      # (default: the latest earlier step producing it)
 //!
 //! # (b) func = { name = "mean_projection", args = { ... } }
 //! # (c) func = ["max_projection", { name = "...", args = { ... } }]   a chain
@@ -73,6 +76,14 @@ pub struct StepSpec {
     pub dtype: String,
     #[serde(default)]
     pub stretch: bool,
+    /// Artifact name → the earlier step whose artifact this step's functions
+    /// consume. Without an entry, the latest earlier step producing it is used.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub artifacts_from: BTreeMap<String, String>,
+    /// `"cpu"` runs this step on the host whatever the run's `--device`
+    /// (for functions that have no GPU implementation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
 }
 
 fn default_variable_components() -> Vec<String> {

@@ -336,6 +336,15 @@ fn gpu_plan_has_no_silent_cpu_fallback() {
     let e = compile(&plate, &spec, &r, &c, &config(&out, Device::Gpu(0))).unwrap_err();
     let text = e.to_string();
     assert!(text.contains("step 'g'") && text.contains("test_add has no implementation for gpu:0") && text.contains("--device cpu"), "{text}");
+    // Pinned with device = "cpu", the host-only step runs on the host; the others stay on the GPU.
+    let pinned = "[[steps]]\nname = \"g\"\nfunc = \"test_add\"\ndevice = \"cpu\"\n[[steps]]\nname = \"m\"\nfunc = \"max_projection\"\nvariable_components = [\"z_index\"]\n";
+    let spec = PipelineSpec::parse(pinned, "t").unwrap();
+    let plan = compile(&plate, &spec, &r, &c, &config(&out, Device::Gpu(0))).unwrap();
+    assert_eq!(plan.steps[0].chains[0].calls[0].device, Device::Cpu);
+    assert_eq!(plan.steps[1].chains[0].calls[0].device, Device::Gpu(0));
+    let spec = PipelineSpec::parse(&pinned.replace("device = \"cpu\"", "device = \"gpu\""), "t").unwrap();
+    let text = compile(&plate, &spec, &r, &c, &config(&out, Device::Gpu(0))).unwrap_err().to_string();
+    assert!(text.contains("step 'g'") && text.contains("not a step device"), "{text}");
 }
 
 /// Copies a plate folder (so a test can corrupt the copy, never the original).

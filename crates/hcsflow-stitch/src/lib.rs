@@ -36,10 +36,11 @@
 //!   tiles (stage positions as weak priors), so blank tiles and tiles whose
 //!   neighbours are missing still get their stage position, and are listed.
 //!
-//! Registry functions (see [`register`]): until the pipeline engine carries the
-//! positions artifact between steps, the registry's `tile_positions` computes
-//! the positions and returns its input unchanged, and `assemble` computes the
-//! positions itself from its grid arguments.
+//! Registry functions (see [`register`]): `tile_positions` produces the
+//! `positions` and `edges` artifacts; `assemble` consumes `positions` when an
+//! earlier pipeline step produced them (e.g. on a composite) and registers the
+//! tiles itself otherwise. Both lay tiles out from the plate metadata the
+//! pipeline injects (stage positions, site grid, pixel size) when it has it.
 
 mod assemble;
 mod fft;
@@ -51,7 +52,9 @@ pub use assemble::{assemble, canvas_geometry, Blend, Canvas};
 pub use layout::{TileInfo, TileLayout};
 pub use positions::{tile_positions, Edge, EdgeStatus, PositionParams, TilePositions};
 
-use hcsflow_core::{ArgSpec, Args, Contract, FunctionError, FunctionSpec, Implementation, Registry, Stack};
+use hcsflow_core::{
+    ArgSpec, Args, ArtifactDecl, Artifacts, Cell, Contract, FunctionError, FunctionSpec, Implementation, Registry, Stack, StackInfo, Table,
+};
 
 /// Why stitching could not run. Alignment that fails is *not* an error: it
 /// falls back to stage positions and says so in [`TilePositions`].
@@ -67,10 +70,24 @@ pub enum StitchError {
     CanvasTooLarge { height: usize, width: usize },
 }
 
-/// Grid layout for registry calls: `grid_cols` columns (0 = square grid),
-/// rows filled in raster order, nominal step from `overlap`.
-fn grid_layout(name: &str, tiles: &Stack, args: &Args) -> Result<TileLayout, FunctionError> {
+/// The expected layout of the tiles of a registry call, from the metadata the
+/// pipeline injects when it has it, else from the arguments:
+/// 1. every plane has a stage position and the plate a pixel size → stage
+///    positions (grid cells, when known, only label the tiles);
+/// 2. every plane has a grid cell → nominal grid from `overlap`;
+/// 3. otherwise `grid_cols` columns (0 = square grid) in raster order, nominal
+///    step from `overlap` (what `hcsflow apply` on a multi-page TIFF uses).
+fn call_layout(name: &str, tiles: &Stack, args: &Args, stack: &StackInfo) -> Result<(TileLayout, &'static str), FunctionError> {
     let [n, h, w] = tiles.shape();
+    let cells = stack.grid_cells(n);
+    if let (Some(stage), Some(px)) = (stack.stage_positions_um(n), stack.pixel_size_um) {
+        let cells = cells.unwrap_or_else(|| (0..n as u32).map(|i| (0, i)).collect());
+        let layout = TileLayout::from_stage_um(&cells, &stage, px).map_err(|e| FunctionError::failed(name, e.to_string()))?;
+        return Ok((layout, "stage positions from the plate metadata"));
+    }
+    if let Some(cells) = cells {
+        return Ok((TileLayout::from_cells(&cells, w, h, args.float("overlap")), "the plate's site grid and the overlap argument"));
+    }
     let mut cols = args.int("grid_cols").max(0) as usize;
     if cols == 0 {
         let r = (n as f64).sqrt().round() as usize;
@@ -82,7 +99,7 @@ fn grid_layout(name: &str, tiles: &Stack, args: &Args) -> Result<TileLayout, Fun
     if cols == 0 || n % cols != 0 {
         return Err(FunctionError::failed(name, format!("{n} tiles do not fill rows of grid_cols = {cols}")));
     }
-    Ok(TileLayout::grid((n / cols) as u32, cols as u32, w, h, args.float("overlap")))
+    Ok((TileLayout::grid((n / cols) as u32, cols as u32, w, h, args.float("overlap")), "the grid_cols and overlap arguments"))
 }
 
 fn params_from(args: &Args) -> PositionParams {
@@ -96,52 +113,160 @@ fn params_from(args: &Args) -> PositionParams {
 
 fn grid_args() -> Vec<ArgSpec> {
     vec![
-        ArgSpec::int("grid_cols", 0, Some(0), Some(10_000), "tiles per grid row, raster order (0 = square grid)"),
-        ArgSpec::float("overlap", 0.1, Some(0.0), Some(0.9), "nominal overlap fraction of adjacent tiles"),
+        ArgSpec::int("grid_cols", 0, Some(0), Some(10_000), "without plate metadata: tiles per grid row, raster order (0 = square grid)"),
+        ArgSpec::float("overlap", 0.1, Some(0.0), Some(0.9), "without stage positions: nominal overlap fraction of adjacent tiles"),
         ArgSpec::float("max_shift_px", 0.0, Some(0.0), None, "largest deviation from the nominal offset, px (0 = 5 % of the tile)"),
         ArgSpec::float("min_score", 0.15, Some(-1.0), Some(1.0), "score floor of an overlap (Pearson r of the high-passed aligned strips)"),
     ]
 }
 
+/// The artifact `tile_positions` produces and `assemble` consumes.
+pub const POSITIONS: &str = "positions";
+/// The edge table `tile_positions` produces.
+pub const EDGES: &str = "edges";
+
+/// Columns of the `positions` artifact: one row per tile (plane).
+const POSITION_COLUMNS: [&str; 6] = ["grid_row", "grid_col", "x_px", "y_px", "stage_x_px", "stage_y_px"];
+
+/// Registered positions and their edges as artifact tables, plus what the
+/// run report must say (a fallback to stage positions is never silent).
+fn position_tables(layout: &TileLayout, pos: &TilePositions, stack: &StackInfo) -> Result<(Table, Table), FunctionError> {
+    let fail = |e: hcsflow_core::artifact::RowLengthError| FunctionError::failed("tile_positions", e.to_string());
+    let mut positions = Table::new(POSITION_COLUMNS.iter().copied().chain(["stage_only"]));
+    for (i, (t, &(x, y))) in layout.tiles.iter().zip(&pos.positions).enumerate() {
+        positions
+            .push(
+                Some(i),
+                vec![
+                    Cell::from(t.row),
+                    Cell::from(t.col),
+                    Cell::from(x),
+                    Cell::from(y),
+                    Cell::from(t.stage_x_px),
+                    Cell::from(t.stage_y_px),
+                    Cell::from(pos.stage_only.contains(&i)),
+                ],
+            )
+            .map_err(fail)?;
+    }
+    // Tiles are named by plane (1-based) and, with plate metadata, by site.
+    let site = |i: usize| Cell::from(stack.planes.get(i).map(|p| p.site));
+    let finite = |v: f64| if v.is_finite() { Cell::from(v) } else { Cell::Empty };
+    let mut edges = Table::new([
+        "tile_a", "tile_b", "site_a", "site_b", "predicted_dx", "predicted_dy", "measured_dx", "measured_dy", "score", "status", "residual",
+    ]);
+    for e in &pos.edges {
+        edges
+            .push(
+                None,
+                vec![
+                    Cell::from(e.a + 1),
+                    Cell::from(e.b + 1),
+                    site(e.a),
+                    site(e.b),
+                    Cell::from(e.predicted.0),
+                    Cell::from(e.predicted.1),
+                    finite(e.measured.0),
+                    finite(e.measured.1),
+                    finite(e.score),
+                    Cell::from(e.status.to_string()),
+                    finite(e.residual),
+                ],
+            )
+            .map_err(fail)?;
+    }
+    Ok((positions, edges))
+}
+
 /// Registers `tile_positions` and `assemble` (host implementations).
 ///
-/// - `tile_positions` (pure_3d, N → N): computes the positions of the tiles of
-///   a grid and returns its input unchanged. The positions go through the
-///   library API ([`tile_positions`]) until the pipeline engine carries the
-///   `positions` artifact between steps; returning the tiles (rather than an
-///   overview) keeps the step transparent so it can be chained before `assemble`.
-/// - `assemble` (volumetric_to_slice, N → 1): registers the grid given by its
-///   arguments and assembles it with the `blend` mode. A failed alignment
-///   still assembles (at the nominal grid); the library API reports it.
+/// - `tile_positions` (pure_3d, N → N): registers the tiles of a grid laid out
+///   by the injected plate metadata (stage positions, site grid) or the grid
+///   arguments, produces the `positions` artifact (one row per tile: grid cell,
+///   registered and stage top-left corner in px) and the `edges` table, and
+///   returns its input unchanged so it can run on a composite while later
+///   steps stitch the raw channels. A fallback to stage positions is a note
+///   in the run report.
+/// - `assemble` (volumetric_to_slice, N → 1): places the tiles at the positions
+///   of the `positions` artifact when an earlier step produced it (rows matched
+///   to tiles by site), else registers the grid itself; blends with `blend`.
 pub fn register(registry: &mut Registry) {
-    registry.register(
+    registry.register_with_artifacts(
         FunctionSpec {
             name: "tile_positions",
-            doc: "Sub-pixel tile positions of a grid (strip FFT correlation, Gauss-Newton refinement, global least squares); returns the tiles unchanged (positions via the library API until artifacts exist).",
+            doc: "Sub-pixel tile positions of a grid (strip FFT correlation, Gauss-Newton refinement, global least squares); returns the tiles unchanged, positions and edges as artifacts.",
             contract: Contract::Pure3d,
             args: grid_args(),
         },
-        Implementation::host(|s, args| {
-            let layout = grid_layout("tile_positions", s, args)?;
-            tile_positions(s, &layout, &params_from(args)).map_err(|e| FunctionError::failed("tile_positions", e.to_string()))?;
+        Artifacts {
+            produces: vec![
+                ArtifactDecl { name: POSITIONS, doc: "per tile: grid_row, grid_col, x_px, y_px (registered top-left), stage_x_px, stage_y_px, stage_only", optional: false },
+                ArtifactDecl { name: EDGES, doc: "per overlap: tile_a, tile_b, predicted/measured dx, dy, score, accepted, status", optional: false },
+            ],
+            consumes: Vec::new(),
+        },
+        Implementation::host_in_context(|s, args, ctx| {
+            let (layout, source) = call_layout("tile_positions", s, args, &ctx.stack)?;
+            let pos = tile_positions(s, &layout, &params_from(args)).map_err(|e| FunctionError::failed("tile_positions", e.to_string()))?;
+            if let Some(message) = &pos.message {
+                ctx.note(format!("tile_positions (layout from {source}): {message}"));
+            }
+            let (positions, edges) = position_tables(&layout, &pos, &ctx.stack)?;
+            ctx.produce(POSITIONS, positions);
+            ctx.produce(EDGES, edges);
             Ok(s.clone())
         }),
     );
     let mut args = grid_args();
     args.insert(0, ArgSpec::choice("blend", "linear", &["linear", "none", "max"], "how overlaps combine: linear ramps, last tile wins, or maximum"));
-    registry.register(
+    registry.register_with_artifacts(
         FunctionSpec {
             name: "assemble",
-            doc: "Mosaic of a tile grid at registered sub-pixel positions, with linear/none/max blending; one plane of the input dtype.",
+            doc: "Mosaic of a tile grid at the positions of an earlier tile_positions step (else registered here), with linear/none/max blending; one plane of the input dtype.",
             contract: Contract::VolumetricToSlice,
             args,
         },
-        Implementation::host(|s, args| {
+        Artifacts {
+            produces: Vec::new(),
+            consumes: vec![ArtifactDecl {
+                name: POSITIONS,
+                doc: "tile positions (x_px, y_px per tile); without it, assemble registers the tiles itself",
+                optional: true,
+            }],
+        },
+        Implementation::host_in_context(|s, args, ctx| {
             let fail = |e: StitchError| FunctionError::failed("assemble", e.to_string());
-            let layout = grid_layout("assemble", s, args)?;
-            let pos = tile_positions(s, &layout, &params_from(args)).map_err(fail)?;
             let blend: Blend = args.str("blend").parse().map_err(fail)?;
-            assemble(s, &pos.positions, blend).map_err(fail)
+            let positions = match ctx.inputs.get(POSITIONS) {
+                Some(table) => positions_from_table(table, s.depth(), &ctx.stack)?,
+                None => {
+                    let (layout, source) = call_layout("assemble", s, args, &ctx.stack)?;
+                    let pos = tile_positions(s, &layout, &params_from(args)).map_err(fail)?;
+                    if let Some(message) = &pos.message {
+                        ctx.note(format!("assemble (layout from {source}): {message}"));
+                    }
+                    pos.positions
+                }
+            };
+            assemble(s, &positions, blend).map_err(fail)
         }),
     );
+}
+
+/// The `(x, y)` of every plane from a `positions` table re-indexed to the
+/// stack's planes; an error names the planes (sites) without a position.
+pub fn positions_from_table(table: &Table, n: usize, stack: &StackInfo) -> Result<Vec<(f64, f64)>, FunctionError> {
+    let mut out = Vec::with_capacity(n);
+    let mut missing = Vec::new();
+    for i in 0..n {
+        match (table.plane_value(i, "x_px"), table.plane_value(i, "y_px")) {
+            (Some(x), Some(y)) => out.push((x, y)),
+            _ => missing.push(stack.planes.get(i).map_or(format!("plane {}", i + 1), |p| format!("site {}", p.site))),
+        }
+    }
+    if missing.is_empty() {
+        Ok(out)
+    } else {
+        Err(FunctionError::failed("assemble", format!("the positions artifact has no position for {}", missing.join(", "))))
+    }
 }
