@@ -51,6 +51,7 @@ fn images(out: &Path, step: &str) -> BTreeMap<PathBuf, Vec<u8>> {
     snapshot(&out.join(step))
         .into_keys()
         .filter(|p| p.is_file() && !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+        .filter(|p| p.extension().is_some_and(|e| e == "tif" || e == "tiff"))
         .map(|p| (p.strip_prefix(out).unwrap().to_path_buf(), std::fs::read(&p).unwrap()))
         .collect()
 }
