@@ -385,20 +385,23 @@ impl Implementation {
         Implementation {
             memory_in: MemoryType::Host,
             memory_out: MemoryType::Host,
-            kernel: Arc::new(move |array, args, context| {
-                let got = array.memory_type();
-                let shape = array.shape().to_vec();
-                let stack = array.into_host_stack().ok_or_else(|| {
-                    if got == MemoryType::Host {
-                        FunctionError::NotAStack { function: String::new(), shape }
-                    } else {
-                        FunctionError::WrongMemory { function: String::new(), expected: MemoryType::Host, got }
-                    }
-                })?;
-                Ok(Array::from(whole(&stack, args, context)?))
-            }),
+            kernel: Arc::new(move |array, args, context| Ok(Array::from(whole(&host_input(array)?, args, context)?))),
             per_plane_host: Some(kernel),
         }
+    }
+
+    /// A host implementation that receives the whole stack *by value*, whatever
+    /// the contract: for functions that treat every plane on their own already
+    /// (the registry then makes no per-plane copies) and for functions whose
+    /// result has the input's dtype and shape, which may overwrite the input
+    /// instead of allocating a second stack. The registry still checks the
+    /// contract's plane count.
+    pub fn host_owned(kernel: impl Fn(Stack, &Args) -> Result<Stack, FunctionError> + Send + Sync + 'static) -> Self {
+        Implementation::array(
+            MemoryType::Host,
+            MemoryType::Host,
+            Arc::new(move |array, args| Ok(Array::from(kernel(host_input(array)?, args)?))),
+        )
     }
 
     /// An implementation on arrays of `memory_in` returning `memory_out`
@@ -411,6 +414,19 @@ impl Implementation {
     pub fn array_in_context(memory_in: MemoryType, memory_out: MemoryType, kernel: ArrayContextKernel) -> Self {
         Implementation { memory_in, memory_out, kernel, per_plane_host: None }
     }
+}
+
+/// The host stack a host kernel receives; a clear error for anything else.
+fn host_input(array: Array) -> Result<Stack, FunctionError> {
+    let got = array.memory_type();
+    let shape = array.shape().to_vec();
+    array.into_host_stack().ok_or_else(|| {
+        if got == MemoryType::Host {
+            FunctionError::NotAStack { function: String::new(), shape }
+        } else {
+            FunctionError::WrongMemory { function: String::new(), expected: MemoryType::Host, got }
+        }
+    })
 }
 
 /// Static description of a logical function.

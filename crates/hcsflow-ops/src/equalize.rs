@@ -140,7 +140,7 @@ pub(crate) fn register(registry: &mut Registry) {
                 "histogram bins for f32 input (u8/u16 use one bin per value, like skimage)",
             )],
         },
-        crate::host_owned(|mut s, a| {
+        hcsflow_core::Implementation::host_owned(|mut s, a| {
             stack_equalize_histogram_in_place(&mut s, a.int("nbins") as usize)?;
             Ok(s)
         }),

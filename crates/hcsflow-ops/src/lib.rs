@@ -20,9 +20,7 @@ pub mod projection;
 pub mod threshold;
 pub mod tophat;
 
-use std::sync::Arc;
-
-use hcsflow_core::{Args, FunctionError, Implementation, MemoryType, Registry, Stack};
+use hcsflow_core::{Args, FunctionError, Implementation, Registry, Stack};
 
 /// A host implementation that receives the whole stack even under a per-plane
 /// contract, for functions that already treat every plane on their own (and
@@ -31,29 +29,7 @@ use hcsflow_core::{Args, FunctionError, Implementation, MemoryType, Registry, St
 /// of the data per call, which cost as much as a fast filter itself.
 /// The registry still checks that the plane count is kept.
 pub(crate) fn host_all_planes(kernel: impl Fn(&Stack, &Args) -> Result<Stack, FunctionError> + Send + Sync + 'static) -> Implementation {
-    host_owned(move |s, a| kernel(&s, a))
-}
-
-/// Like [`host_all_planes`], with the stack handed over by value: functions
-/// whose result has the input's dtype and shape (lookup tables) overwrite it
-/// instead of allocating and filling a second stack.
-pub(crate) fn host_owned(kernel: impl Fn(Stack, &Args) -> Result<Stack, FunctionError> + Send + Sync + 'static) -> Implementation {
-    Implementation::array(
-        MemoryType::Host,
-        MemoryType::Host,
-        Arc::new(move |array, args| {
-            let got = array.memory_type();
-            let shape = array.shape().to_vec();
-            let stack = array.into_host_stack().ok_or_else(|| {
-                if got == MemoryType::Host {
-                    FunctionError::NotAStack { function: String::new(), shape }
-                } else {
-                    FunctionError::WrongMemory { function: String::new(), expected: MemoryType::Host, got }
-                }
-            })?;
-            Ok(kernel(stack, args)?.into())
-        }),
-    )
+    Implementation::host_owned(move |s, a| kernel(&s, a))
 }
 
 /// Declares every host function in `registry`.

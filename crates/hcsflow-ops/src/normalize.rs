@@ -173,7 +173,7 @@ pub(crate) fn register(registry: &mut Registry) {
             contract: Contract::Pure2d,
             args: normalize_args(),
         },
-        crate::host_owned(|mut s, a| {
+        hcsflow_core::Implementation::host_owned(|mut s, a| {
             percentile_normalize_in_place(&mut s, &PercentileNormalize::from_args(a), true)?;
             Ok(s)
         }),
@@ -185,7 +185,7 @@ pub(crate) fn register(registry: &mut Registry) {
             contract: Contract::Pure3d,
             args: normalize_args(),
         },
-        crate::host_owned(|mut s, a| {
+        hcsflow_core::Implementation::host_owned(|mut s, a| {
             percentile_normalize_in_place(&mut s, &PercentileNormalize::from_args(a), false)?;
             Ok(s)
         }),
