@@ -9,8 +9,12 @@
 
 mod common;
 
+use std::collections::BTreeMap;
+
 use common::{gpu, random_stack, to_host};
-use hcsflow_core::{DType, Device, Stack};
+use hcsflow_core::{
+    Array, CallContext, Cell, ConversionPolicy, Conversions, DType, Device, MemoryType, Registry, Stack, StackInfo, Table,
+};
 use hcsflow_gpu::{assemble, assemble_chunked, upload_stack, Blend, GpuError};
 use hcsflow_stitch::StitchError;
 
@@ -140,4 +144,78 @@ fn invalid_positions_are_the_host_errors() {
     assert!(matches!(err, GpuError::Stitch(StitchError::LayoutMismatch { tiles: 2, layout: 1 })), "{err}");
     let err = assemble(&tiles, &[(0.0, 0.0), (f64::NAN, 1.0)], Blend::Max).unwrap_err();
     assert!(matches!(err, GpuError::Stitch(StitchError::InvalidParameter(_))), "{err}");
+}
+
+fn registry() -> (Registry, Conversions) {
+    let mut registry = Registry::new();
+    let mut conversions = Conversions::default();
+    hcsflow_stitch::register(&mut registry);
+    hcsflow_gpu::register(&mut registry, &mut conversions);
+    (registry, conversions)
+}
+
+/// The registered `assemble` on `device` in `ctx`; the mosaic back on the host.
+fn call_assemble(tiles: &Stack, args: &[&str], device: Device, ctx: &mut CallContext) -> Stack {
+    let (registry, conversions) = registry();
+    let texts: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+    let args = registry.get("assemble").unwrap().parse_args(&texts).unwrap();
+    let plan = registry.plan_call("assemble", args, MemoryType::Host, device, &conversions, ConversionPolicy::default()).unwrap();
+    let out = registry.execute_in(&plan, Array::from(tiles.clone()), &conversions, ctx).unwrap();
+    assert_eq!(out.memory_type(), if device == Device::Cpu { MemoryType::Host } else { MemoryType::Wgpu });
+    let back = conversions.plan(out.memory_type(), MemoryType::Host, ConversionPolicy::default()).unwrap();
+    conversions.execute(&back, out, Device::Cpu).unwrap().into_host_stack().unwrap()
+}
+
+/// With a `positions` artifact in the call context, both implementations
+/// place the tiles exactly there (the library mosaic at those positions).
+#[test]
+fn registered_assemble_uses_the_positions_artifact() {
+    let Some(dev) = gpu() else { return };
+    let positions = grid(2, 3, (0.5, -3.25), (16.3, 18.6), 1.2, &[]);
+    let mut table = Table::new(["x_px", "y_px"]);
+    for (i, &(x, y)) in positions.iter().enumerate() {
+        table.push(Some(i), vec![Cell::from(x), Cell::from(y)]).unwrap();
+    }
+    for dtype in DType::ALL {
+        let tiles = random_stack(dtype, [positions.len(), TH, TW], 8);
+        for blend in BLENDS {
+            let arg = format!("blend={}", blend.name());
+            let context = || CallContext::new(StackInfo::default(), BTreeMap::from([("positions".to_string(), table.clone())]));
+            let host = call_assemble(&tiles, &[&arg], Device::Cpu, &mut context());
+            let gpu = call_assemble(&tiles, &[&arg], dev, &mut context());
+            assert_eq!(host, hcsflow_stitch::assemble(&tiles, &positions, blend).unwrap(), "{dtype} {arg}");
+            check(&gpu, &host, &tiles, false, &format!("registry {dtype} {arg}"));
+        }
+    }
+}
+
+/// Without the artifact, the GPU implementation registers the tiles with the
+/// host's `tile_positions` and the same grid arguments: the same positions,
+/// so the same mosaic, and the same run-report notes as the host `assemble`.
+#[test]
+fn registered_assemble_without_positions_registers_like_the_host() {
+    let Some(dev) = gpu() else { return };
+    // A 2 × 2 grid cut from one noise image: 64² tiles, 25 % overlap, so
+    // registration has real overlaps to align.
+    let base = random_stack(DType::U16, [1, 112, 112], 9).to_f32();
+    let tiles = ndarray::Array3::from_shape_fn((4, 64, 64), |(k, y, x)| base[[0, (k / 2) * 48 + y, (k % 2) * 48 + x]]);
+    let tiles = Stack::from_f32_array(tiles, DType::U16);
+    // Blank tiles cannot be aligned: both fall back to the nominal grid and say so.
+    let blank = Stack::from_f32_array(ndarray::Array3::from_elem((4, 64, 64), 1000.0), DType::U16);
+    let cases: [(&Stack, &[&str]); 3] = [
+        (&tiles, &["grid_cols=2", "overlap=0.25"]),
+        (&tiles, &["grid_cols=4", "overlap=0.25", "blend=max"]),
+        (&blank, &["grid_cols=2", "overlap=0.25", "blend=none"]),
+    ];
+    let mut noted = false;
+    for (tiles, args) in cases {
+        let (mut host_ctx, mut gpu_ctx) = (CallContext::default(), CallContext::default());
+        let host = call_assemble(tiles, args, Device::Cpu, &mut host_ctx);
+        let gpu = call_assemble(tiles, args, dev, &mut gpu_ctx);
+        check(&gpu, &host, tiles, false, &format!("{args:?}"));
+        assert_eq!(gpu_ctx.notes(), host_ctx.notes(), "{args:?}");
+        noted |= !host_ctx.notes().is_empty();
+        eprintln!("{args:?}: notes {:?}", host_ctx.notes());
+    }
+    assert!(noted, "the blank grid's fallback is noted");
 }

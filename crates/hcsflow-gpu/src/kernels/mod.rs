@@ -115,14 +115,19 @@ pub(crate) fn wgpu_input<'a>(function: &str, array: &'a Array) -> Result<&'a Wgp
 }
 
 /// Adds the host ↔ wgpu converters and the wgpu implementations of the
-/// functions the host registry already declares (`hcsflow_ops::register`
-/// must run first; a function it does not know is skipped with a warning).
+/// functions the host registry already declares (`hcsflow_ops::register` and
+/// `hcsflow_stitch::register` must run first; a function it does not know is
+/// skipped with a warning).
 pub fn register(registry: &mut Registry, conversions: &mut Conversions) {
     conversions.register(MemoryType::Host, MemoryType::Wgpu, Arc::new(Upload));
     conversions.register(MemoryType::Wgpu, MemoryType::Host, Arc::new(Download));
-    for (name, kernel) in kernels() {
-        let implementation =
-            Implementation::array(MemoryType::Wgpu, MemoryType::Wgpu, Arc::new(kernel));
+    let mut implementations: Vec<(&str, Implementation)> = kernels()
+        .into_iter()
+        .map(|(name, kernel)| (name, Implementation::array(MemoryType::Wgpu, MemoryType::Wgpu, Arc::new(kernel))))
+        .collect();
+    // Reads the `positions` artifact from the call context.
+    implementations.push(("assemble", Implementation::array_in_context(MemoryType::Wgpu, MemoryType::Wgpu, Arc::new(assemble::assemble_call))));
+    for (name, implementation) in implementations {
         if !registry.add_implementation(name, implementation) {
             tracing::warn!(function = name, "no host declaration for this GPU kernel; not registered");
         }
