@@ -108,14 +108,17 @@ def reference(peer_dir, script, op, out_path):
 
 
 def accuracy(ours_path, peer_path):
-    ours = np.load(ours_path).astype(np.float64)
-    peer = np.load(peer_path).astype(np.float64)
+    ours, peer = np.load(ours_path), np.load(peer_path)
+    # A float result in [0, 1] (skimage's convention) against our u16: compare on the u16 scale.
+    scaled = ours.dtype == np.uint16 and peer.dtype.kind == "f" and peer.size and 0 <= peer.min() and peer.max() <= 1
+    ours = ours.astype(np.float64)
+    peer = peer.astype(np.float64) * (65535.0 if scaled else 1.0)
     ours = ours.reshape(ours.shape[-2:]) if ours.shape[0] == 1 and peer.ndim == 2 else ours
     if ours.shape != peer.shape:
         return f"shapes differ: {ours.shape} vs {peer.shape}"
     d = np.abs(ours - peer)
     scale = max(np.abs(peer).max(), 1e-12)
-    return f"max abs Δ {d.max():.3g} ({d.max() / scale:.1e} rel)"
+    return f"max abs Δ {d.max():.3g} ({d.max() / scale:.1e} rel){' on the u16 scale (peer × 65535)' if scaled else ''}"
 
 
 def peer_library(script, op):
