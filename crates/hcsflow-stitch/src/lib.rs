@@ -53,7 +53,8 @@ pub use layout::{TileInfo, TileLayout};
 pub use positions::{tile_positions, Edge, EdgeStatus, PositionParams, TilePositions};
 
 use hcsflow_core::{
-    ArgSpec, Args, ArtifactDecl, Artifacts, Cell, Contract, FunctionError, FunctionSpec, Implementation, Registry, Stack, StackInfo, Table,
+    ArgSpec, Args, ArtifactDecl, Artifacts, CallContext, Cell, Contract, FunctionError, FunctionSpec, Implementation, Registry, Stack,
+    StackInfo, Table,
 };
 
 /// Why stitching could not run. Alignment that fails is *not* an error: it
@@ -239,18 +240,23 @@ pub fn register(registry: &mut Registry) {
             let blend: Blend = args.str("blend").parse().map_err(fail)?;
             let positions = match ctx.inputs.get(POSITIONS) {
                 Some(table) => positions_from_table(table, s.depth(), &ctx.stack)?,
-                None => {
-                    let (layout, source) = call_layout("assemble", s, args, &ctx.stack)?;
-                    let pos = tile_positions(s, &layout, &params_from(args)).map_err(fail)?;
-                    if let Some(message) = &pos.message {
-                        ctx.note(format!("assemble (layout from {source}): {message}"));
-                    }
-                    pos.positions
-                }
+                None => register_for_assembly(s, args, ctx)?,
             };
             assemble(s, &positions, blend).map_err(fail)
         }),
     );
+}
+
+/// What `assemble` does without a `positions` artifact (every implementation
+/// of it): registers `tiles` laid out from the call's plate metadata or its grid
+/// arguments (those of `tile_positions`), and notes a fallback in the context.
+pub fn register_for_assembly(tiles: &Stack, args: &Args, ctx: &mut CallContext) -> Result<Vec<(f64, f64)>, FunctionError> {
+    let (layout, source) = call_layout("assemble", tiles, args, &ctx.stack)?;
+    let pos = tile_positions(tiles, &layout, &params_from(args)).map_err(|e| FunctionError::failed("assemble", e.to_string()))?;
+    if let Some(message) = &pos.message {
+        ctx.note(format!("assemble (layout from {source}): {message}"));
+    }
+    Ok(pos.positions)
 }
 
 /// The `(x, y)` of every plane from a `positions` table re-indexed to the

@@ -24,9 +24,7 @@
 use std::sync::Arc;
 
 use cubecl::prelude::*;
-use hcsflow_core::{
-    Args, Array, CallContext, ConversionPolicy, Conversions, DType, Device, DeviceBuffer, FunctionError, MemoryType, Registry, Stack, Table,
-};
+use hcsflow_core::{Args, Array, CallContext, DType, DeviceBuffer, FunctionError};
 use hcsflow_stitch::{canvas_geometry, positions_from_table, Blend, StitchError, POSITIONS};
 
 use super::focus::load_pixel;
@@ -331,9 +329,10 @@ pub fn assemble_chunked(tiles: &WgpuArray, positions: &[(f64, f64)], blend: Blen
 
 /// The registered `assemble` on wgpu arrays, with the host's argument
 /// semantics: positions from the `positions` artifact when an earlier step
-/// produced it, else the tiles are registered on the host by the registered
-/// `tile_positions` itself (same layout rules, arguments and run-report
-/// notes as the host `assemble`); then the mosaic is assembled on the GPU.
+/// produced it, else the tiles are registered on the host by
+/// [`hcsflow_stitch::register_for_assembly`] (the host `assemble`'s own path:
+/// same layout rules, arguments and run-report notes); then the mosaic is
+/// assembled on the GPU.
 pub(super) fn assemble_call(array: Array, args: &Args, ctx: &mut CallContext) -> Result<Array, FunctionError> {
     let input = wgpu_input(NAME, &array)?;
     let fail = |e: String| FunctionError::failed(NAME, e);
@@ -342,40 +341,11 @@ pub(super) fn assemble_call(array: Array, args: &Args, ctx: &mut CallContext) ->
     let positions = match ctx.inputs.get(POSITIONS) {
         Some(table) => positions_from_table(table, n, &ctx.stack)?,
         None => {
+            // Registration runs on the host, exactly as the host `assemble` does it.
             let tiles = download(input).map_err(|e| fail(e.to_string()))?.into_stack().map_err(|_| fail("the tiles are not a stack".into()))?;
-            let table = register_on_host(tiles, args, ctx)?;
-            positions_from_table(&table, n, &ctx.stack)?
+            hcsflow_stitch::register_for_assembly(&tiles, args, ctx)?
         }
     };
     let out = assemble(input, &positions, blend).map_err(|e| fail(e.to_string()))?;
     Ok(Array::Device(Arc::new(out)))
-}
-
-/// Runs the host `tile_positions` (as registered by `hcsflow_stitch`) on
-/// `tiles` with the grid arguments of this `assemble` call and the call's
-/// plate metadata; returns its `positions` table and passes its notes on.
-fn register_on_host(tiles: Stack, args: &Args, ctx: &mut CallContext) -> Result<Table, FunctionError> {
-    const POSITIONER: &str = "tile_positions";
-    let mut registry = Registry::new();
-    hcsflow_stitch::register(&mut registry);
-    let plan_error = |e: hcsflow_core::PlanError| FunctionError::failed(NAME, e.to_string());
-    let function = registry.get(POSITIONER).map_err(plan_error)?;
-    let given = function.spec.args.iter().filter_map(|a| args.get(a.name).map(|v| (a.name.to_string(), v.clone()))).collect();
-    let positioner_args = function.validate_args(given).map_err(|e| FunctionError::failed(NAME, e.to_string()))?;
-    let conversions = Conversions::default();
-    let plan = registry
-        .plan_call(POSITIONER, positioner_args, MemoryType::Host, Device::Cpu, &conversions, ConversionPolicy::default())
-        .map_err(plan_error)?;
-    let mut sub = CallContext::new(ctx.stack.clone(), Default::default());
-    registry.execute_in(&plan, Array::from(tiles), &conversions, &mut sub)?;
-    let (outputs, notes) = sub.take_results();
-    // The host `assemble` words its notes as its own registration.
-    for note in notes {
-        ctx.note(note.strip_prefix(POSITIONER).map_or_else(|| format!("{NAME}: {note}"), |rest| format!("{NAME}{rest}")));
-    }
-    outputs
-        .into_iter()
-        .find(|(name, _)| name == POSITIONS)
-        .map(|(_, table)| table)
-        .ok_or_else(|| FunctionError::failed(NAME, "tile_positions produced no positions"))
 }
