@@ -202,7 +202,7 @@ pub fn register(registry: &mut Registry) {
         Artifacts {
             produces: vec![
                 ArtifactDecl { name: POSITIONS, doc: "per tile: grid_row, grid_col, x_px, y_px (registered top-left), stage_x_px, stage_y_px, stage_only", optional: false },
-                ArtifactDecl { name: EDGES, doc: "per overlap: tile_a, tile_b, predicted/measured dx, dy, score, accepted, status", optional: false },
+                ArtifactDecl { name: EDGES, doc: "per overlap: tile_a, tile_b (1-based planes), site_a, site_b, predicted and measured dx, dy (px), score, status, residual (px)", optional: false },
             ],
             consumes: Vec::new(),
         },
