@@ -95,16 +95,38 @@ pub fn assemble(tiles: &Stack, positions: &[(f64, f64)], blend: Blend) -> Result
     }))
 }
 
-/// One tile's placement on the canvas.
-struct Placed {
+/// One tile's placement on the canvas: the sub-pixel rule of [`assemble`],
+/// shared with the GPU implementation so both place tiles identically.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Placement {
     /// Canvas row/column of tile pixel (0, 0) (before the fractional shift).
-    row: i64,
-    col: i64,
-    fy: f32,
-    fx: f32,
+    pub row: i64,
+    pub col: i64,
+    /// Fractional parts of the position (f32, as the blend arithmetic uses them).
+    pub fy: f32,
+    pub fx: f32,
     /// 1 when the fraction is non-zero (the previous pixel is interpolated in).
-    dy: usize,
-    dx: usize,
+    pub dy: usize,
+    pub dx: usize,
+}
+
+/// The [`Placement`] of every tile at `positions` (top-left `(x, y)` px) on a
+/// canvas whose pixel (0, 0) is at `origin` (from [`canvas_geometry`]).
+pub fn placements(positions: &[(f64, f64)], origin: (i64, i64)) -> Vec<Placement> {
+    positions
+        .iter()
+        .map(|&(x, y)| {
+            let (fx, fy) = ((x - x.floor()) as f32, (y - y.floor()) as f32);
+            Placement {
+                row: y.floor() as i64 - origin.1,
+                col: x.floor() as i64 - origin.0,
+                fy,
+                fx,
+                dy: usize::from(fy > 0.0),
+                dx: usize::from(fx > 0.0),
+            }
+        })
+        .collect()
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -118,20 +140,7 @@ fn assemble_typed<T: Pixel>(
     (h, w): (usize, usize),
     blend: Blend,
 ) -> Array3<T> {
-    let placed: Vec<Placed> = positions
-        .iter()
-        .map(|&(x, y)| {
-            let (fx, fy) = ((x - x.floor()) as f32, (y - y.floor()) as f32);
-            Placed {
-                row: y.floor() as i64 - origin.1,
-                col: x.floor() as i64 - origin.0,
-                fy,
-                fx,
-                dy: usize::from(fy > 0.0),
-                dx: usize::from(fx > 0.0),
-            }
-        })
-        .collect();
+    let placed = placements(positions, origin);
     let ramp = |t: f32, size: usize| (t + 0.5).min(size as f32 - 0.5 - t).max(1e-3);
     let mut out = Array3::<T>::default((1, h, w));
     let Some(out_slice) = out.as_slice_mut() else { return out };

@@ -48,7 +48,7 @@ mod layout;
 mod pairwise;
 mod positions;
 
-pub use assemble::{assemble, canvas_geometry, Blend, Canvas};
+pub use assemble::{assemble, canvas_geometry, placements, Blend, Canvas, Placement};
 pub use layout::{TileInfo, TileLayout};
 pub use positions::{tile_positions, Edge, EdgeStatus, PositionParams, TilePositions};
 

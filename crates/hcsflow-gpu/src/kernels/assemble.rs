@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use cubecl::prelude::*;
 use hcsflow_core::{Args, Array, CallContext, DType, DeviceBuffer, FunctionError};
-use hcsflow_stitch::{canvas_geometry, positions_from_table, Blend, StitchError, POSITIONS};
+use hcsflow_stitch::{canvas_geometry, placements, positions_from_table, Blend, StitchError, POSITIONS};
 
 use super::focus::load_pixel;
 use super::{grid, kind_of, wgpu_input, BLOCK};
@@ -199,34 +199,6 @@ fn assemble_chunk(
     }
 }
 
-/// One tile's placement, computed with the host's expressions.
-struct Placed {
-    row: i64,
-    col: i64,
-    fx: f32,
-    fy: f32,
-    dy: i64,
-    dx: i64,
-}
-
-fn placed(positions: &[(f64, f64)], origin: (i64, i64)) -> Vec<Placed> {
-    positions
-        .iter()
-        .map(|&(x, y)| {
-            let (fx, fy) = ((x - x.floor()) as f32, (y - y.floor()) as f32);
-            Placed {
-                row: y.floor() as i64 - origin.1,
-                col: x.floor() as i64 - origin.0,
-                fx,
-                fy,
-                dy: i64::from(fy > 0.0),
-                dx: i64::from(fx > 0.0),
-            }
-        })
-        .collect()
-}
-
-
 /// Assembles GPU `tiles` (`[N, Y, X]`) at `positions` (top-left `(x, y)` px,
 /// one per tile) into one plane `[1, H, W]` of the input dtype on the same
 /// device: the mosaic of [`hcsflow_stitch::assemble`] (see the module docs
@@ -260,7 +232,7 @@ pub fn assemble_chunked(tiles: &WgpuArray, positions: &[(f64, f64)], blend: Blen
     let (th_u, tw_u) = (u32::try_from(th).map_err(|_| too_large("a tile"))?, u32::try_from(tw).map_err(|_| too_large("a tile"))?);
     ctx.check_size("the mosaic", (words.max(1) * 4) as u64)?;
     let out = ctx.client().empty(words.max(1) * 4);
-    let place = placed(positions, (ox, oy));
+    let place = placements(positions, (ox, oy));
     if place.iter().any(|p| i32::try_from(p.row).is_err() || i32::try_from(p.col).is_err()) {
         return Err(too_large("the mosaic"));
     }
@@ -282,8 +254,8 @@ pub fn assemble_chunked(tiles: &WgpuArray, positions: &[(f64, f64)], blend: Blen
         let mut offsets: Vec<i32> = Vec::new();
         let mut coeffs: Vec<f32> = Vec::new();
         for (k, p) in place.iter().enumerate() {
-            let rows = (p.row + p.dy).max(rlo) < (p.row + th as i64).min(rhi);
-            let cols = (p.col + p.dx).max(0) < (p.col + tw as i64).min(w as i64);
+            let rows = (p.row + p.dy as i64).max(rlo) < (p.row + th as i64).min(rhi);
+            let cols = (p.col + p.dx as i64).max(0) < (p.col + tw as i64).min(w as i64);
             if rows && cols {
                 offsets.extend([p.row as i32, p.col as i32, k as i32, p.dy as i32, p.dx as i32]);
                 coeffs.extend([p.fx, p.fy, 1.0 - p.fx, 1.0 - p.fy]);
