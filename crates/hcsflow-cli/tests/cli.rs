@@ -1,22 +1,13 @@
 //! The `hcsflow` binary end to end: doctor, functions, apply (CPU and GPU), errors and exit codes.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Command;
 
 use hcsflow_core::{DType, Stack};
 use ndarray::Array3;
 
-fn hcsflow(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hcsflow"))
-        .args(args)
-        .env_remove("HCSFLOW_ALLOW_SOFTWARE_GPU")
-        .output()
-        .expect("run hcsflow")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod common;
+use common::{hcsflow, stderr};
 
 /// A u16 stack with a known per-pixel maximum: plane z holds (x + 3y + 7z) mod 1000,
 /// plus one bright pixel on the last plane.

@@ -16,22 +16,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 
 use hcsflow_core::Stack;
 use hcsflow_synth::{generate, SynthConfig};
 
-fn hcsflow(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hcsflow"))
-        .args(args)
-        .env_remove("HCSFLOW_ALLOW_SOFTWARE_GPU")
-        .output()
-        .expect("run hcsflow")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod common;
+use common::{hcsflow, stderr};
 
 fn demo_toml() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo.toml").to_string_lossy().into_owned()

@@ -3,22 +3,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
 use hcsflow_synth::{generate, SynthConfig};
 
-fn hcsflow(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hcsflow"))
-        .args(args)
-        .env_remove("HCSFLOW_ALLOW_SOFTWARE_GPU")
-        .output()
-        .expect("run hcsflow")
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
+mod common;
+use common::{hcsflow, stderr};
 
 fn synth(root: &Path, wells: &[&str], size: u32) {
     let cfg = SynthConfig {

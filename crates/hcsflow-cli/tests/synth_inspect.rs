@@ -1,11 +1,10 @@
 //! `hcsflow synth` then `hcsflow inspect --json` round-trips the options, for both formats.
 
 use std::collections::BTreeSet;
-use std::process::{Command, Output};
+use std::process::Output;
 
-fn hcsflow(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hcsflow")).args(args).output().expect("run hcsflow")
-}
+mod common;
+use common::hcsflow;
 
 fn ok(o: Output) -> Output {
     assert!(o.status.success(), "stderr: {}", String::from_utf8_lossy(&o.stderr));
