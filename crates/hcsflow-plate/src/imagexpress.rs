@@ -10,6 +10,13 @@
 //! GUID (bare, `_`-separated or bracketed) is removed first, so that in
 //! `…_w107447158-AC76-…` the wave is `1` and not `107447158`.
 //!
+//! Names without the plate prefix (`A01_s001_w1.tif`, `A01_s001_w1_z001.tif`,
+//! `…_z001_t001.tif`: what OpenHCS's synthetic generator writes) are read too,
+//! when every image of the plate is named that way; a folder mixing both is
+//! [`PlateError::MixedNaming`], naming one file of each kind. A `_z<Z>` token
+//! gives the plane outside `ZStep_<z>/` folders; inside one, the folder wins
+//! and a disagreeing token is a warning.
+//!
 //! Sites are numbered 1.. over the TRUE cells of `SiteSelection` in reading
 //! order, which also gives each site's grid cell.
 //!
@@ -302,14 +309,19 @@ fn clip(s: &str) -> String {
 /// The components of an ImageXpress image file name.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ImageName {
-    /// Plate/measurement prefix (may contain `_`).
-    pub prefix: String,
+    /// Plate/measurement prefix (may contain `_`). `None` for names that start
+    /// with the well (`A01_s001_w1.tif`): MetaXpress always writes a prefix,
+    /// but OpenHCS's synthetic generator and renamed exports do not.
+    pub prefix: Option<String>,
     pub well: String,
     pub site: Option<u32>,
     pub wave: Option<u32>,
     /// `_t<T>` time point token (Bio-Formats' exact-name lookup accepts it;
     /// MetaXpress itself uses `TimePoint_<t>/` folders).
     pub timepoint: Option<u32>,
+    /// `_z<Z>` plane token (OpenHCS's names, e.g. `A01_s001_w1_z003.tif`;
+    /// MetaXpress itself uses `ZStep_<z>/` folders).
+    pub z: Option<u32>,
     /// True for `_thumb` thumbnails (to be skipped).
     pub thumb: bool,
     /// The GUID suffix without brackets, if any.
@@ -343,6 +355,12 @@ fn strip_token(s: &mut String, marker: char) -> Option<u32> {
 ///
 /// `_thumb` anywhere in the name marks a thumbnail: the result has `thumb`
 /// set and callers skip it.
+///
+/// A name may start with the well (no plate prefix) only when it carries a
+/// `_s`, `_w`, `_z` or `_t` token: a bare `A01.tif` says nothing that makes it
+/// an acquisition image (per-well exports are named like that), so it is not
+/// taken as one. Whether prefix-less and prefixed names may share a plate is
+/// the caller's decision ([`open`] refuses the mix).
 pub fn parse_image_name(name: &str) -> Option<ImageName> {
     let dot = name.rfind('.')?;
     let ext = &name[dot + 1..];
@@ -374,15 +392,38 @@ pub fn parse_image_name(name: &str) -> Option<ImageName> {
             stem.truncate(i);
         }
     }
-    // 3. time point, wave, then site, from the right
-    let timepoint = strip_token(&mut stem, 't');
+    // 3. time point and plane (either order, each at most once), wave, then
+    //    site, from the right
+    let (mut timepoint, mut z) = (None, None);
+    loop {
+        if timepoint.is_none() {
+            if let Some(t) = strip_token(&mut stem, 't') {
+                timepoint = Some(t);
+                continue;
+            }
+        }
+        if z.is_none() {
+            if let Some(v) = strip_token(&mut stem, 'z') {
+                z = Some(v);
+                continue;
+            }
+        }
+        break;
+    }
     let wave = strip_token(&mut stem, 'w');
     let site = strip_token(&mut stem, 's');
-    // 4. well
-    let us = stem.rfind('_')?;
-    let well = &stem[us + 1..];
+    // 4. well, after the last `_`, or the whole rest for prefix-less names
+    let (prefix, well) = match stem.rfind('_') {
+        Some(us) if us > 0 => (Some(stem[..us].to_string()), &stem[us + 1..]),
+        _ => {
+            if site.is_none() && wave.is_none() && z.is_none() && timepoint.is_none() {
+                return None;
+            }
+            (None, stem.strip_prefix('_').unwrap_or(&stem))
+        }
+    };
     parse_well(well)?;
-    Some(ImageName { prefix: stem[..us].to_string(), well: well.to_string(), site, wave, timepoint, thumb, guid })
+    Some(ImageName { prefix, well: well.to_string(), site, wave, timepoint, z, thumb, guid })
 }
 
 /// `.HTD`/`.htd` files directly in `dir`, sorted.
@@ -409,6 +450,17 @@ struct Found {
     t: u32,
     /// `None` for a projection beside ZStep folders.
     z: Option<u32>,
+}
+
+/// What a folder says about the z plane of the images in it.
+#[derive(Clone, Copy)]
+enum FolderZ {
+    /// No `ZStep_<z>/` folders here: plane 1 unless the name has `_z<Z>`.
+    Flat,
+    /// Inside `ZStep_<z>/`: that plane (a disagreeing `_z<Z>` is reported).
+    Step(u32),
+    /// Beside `ZStep_<z>/` folders: a projection, unless the name has `_z<Z>`.
+    BesideSteps,
 }
 
 /// Opens an ImageXpress plate (folder or `.HTD` file).
@@ -440,7 +492,7 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
     // Collect candidate files from every folder variant.
     let mut found = Vec::new();
     let mut unknown = Vec::new();
-    let mut scan = |dir: &Path, t: u32, z: Option<u32>, found: &mut Vec<Found>| -> Result<Vec<(String, bool)>, PlateError> {
+    let mut scan = |dir: &Path, t: u32, folder_z: FolderZ, found: &mut Vec<Found>, warnings: &mut Vec<String>| -> Result<Vec<(String, bool)>, PlateError> {
         let entries = list_dir(dir)?;
         for (n, is_dir) in &entries {
             if *is_dir {
@@ -454,14 +506,25 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
                 Some(name) if name.thumb => {}
                 Some(name) => {
                     let t = name.timepoint.unwrap_or(t);
-                    found.push(Found { name, path: dir.join(n), t, z })
+                    let path = dir.join(n);
+                    let z = match (folder_z, name.z) {
+                        (FolderZ::Step(fz), Some(nz)) if nz != fz => {
+                            warnings.push(format!("{}: _z{nz} in the name but the folder is ZStep_{fz}; plane {fz} used", path.display()));
+                            Some(fz)
+                        }
+                        (FolderZ::Step(fz), _) => Some(fz),
+                        (_, Some(nz)) => Some(nz),
+                        (FolderZ::Flat, None) => Some(1),
+                        (FolderZ::BesideSteps, None) => None,
+                    };
+                    found.push(Found { name, path, t, z })
                 }
                 None => unknown.push(dir.join(n)),
             }
         }
         Ok(entries)
     };
-    let root_entries = scan(&root, 1, Some(1), &mut found)?;
+    let root_entries = scan(&root, 1, FolderZ::Flat, &mut found, &mut warnings)?;
     for (n, is_dir) in &root_entries {
         let Some(t) = numbered(n, "TimePoint_").filter(|_| *is_dir) else { continue };
         let tdir = root.join(n);
@@ -471,10 +534,10 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
             .filter(|(_, d)| *d)
             .filter_map(|(zn, _)| numbered(zn, "ZStep_").map(|z| (z, tdir.join(zn))))
             .collect();
-        let here_z = if zdirs.is_empty() { Some(1) } else { None };
-        scan(&tdir, t, here_z, &mut found)?;
+        let here_z = if zdirs.is_empty() { FolderZ::Flat } else { FolderZ::BesideSteps };
+        scan(&tdir, t, here_z, &mut found, &mut warnings)?;
         for (z, zdir) in zdirs {
-            scan(&zdir, t, Some(z), &mut found)?;
+            scan(&zdir, t, FolderZ::Step(z), &mut found, &mut warnings)?;
         }
     }
     if !unknown.is_empty() {
@@ -490,7 +553,15 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
     let cells = htd.site_cells();
     let n_sites = cells.len() as u32;
     let channels = htd.channels();
-    let prefixes: BTreeSet<&str> = found.iter().map(|f| f.name.prefix.as_str()).collect();
+    // Prefix-less names are accepted only when every image is named that way:
+    // a mix means two naming schemes (or stray exports) in one folder, and
+    // guessing which files belong to the acquisition would be silent.
+    let prefixed = found.iter().find(|f| f.name.prefix.is_some());
+    let bare = found.iter().find(|f| f.name.prefix.is_none());
+    if let (Some(a), Some(b)) = (prefixed, bare) {
+        return Err(PlateError::MixedNaming { path: root.clone(), prefixed: a.path.clone(), bare: b.path.clone() });
+    }
+    let prefixes: BTreeSet<&str> = found.iter().filter_map(|f| f.name.prefix.as_deref()).collect();
     if prefixes.len() > 1 {
         warnings.push(format!("images carry several plate prefixes: {prefixes:?}"));
     }
@@ -688,7 +759,7 @@ mod tests {
     #[test]
     fn bbbc021_name_with_bare_guid_after_wave() {
         let n = name("Week1_150607_B02_s1_w107447158-AC76-4844-8431-E6A954BD1174.tif");
-        assert_eq!(n.prefix, "Week1_150607");
+        assert_eq!(n.prefix.as_deref(), Some("Week1_150607"));
         assert_eq!(n.well, "B02");
         assert_eq!(n.site, Some(1));
         assert_eq!(n.wave, Some(1));
@@ -715,16 +786,38 @@ mod tests {
     #[test]
     fn optional_site_and_wave_two_letter_rows_and_prefix_underscores() {
         let n = name("my_plate_2024_01_C05_w2.tiff");
-        assert_eq!((n.prefix.as_str(), n.well.as_str(), n.site, n.wave), ("my_plate_2024_01", "C05", None, Some(2)));
+        assert_eq!((n.prefix.as_deref(), n.well.as_str(), n.site, n.wave), (Some("my_plate_2024_01"), "C05", None, Some(2)));
         let n = name("P_AF48_s12_w4.TIF");
         assert_eq!((n.well.as_str(), n.site, n.wave), ("AF48", Some(12), Some(4)));
         let n = name("X_s1_H12.tif");
-        assert_eq!((n.prefix.as_str(), n.well.as_str(), n.site, n.wave), ("X_s1", "H12", None, None));
+        assert_eq!((n.prefix.as_deref(), n.well.as_str(), n.site, n.wave), (Some("X_s1"), "H12", None, None));
         let n = name("Plate_B07_s2_w3_t4.tif");
         assert_eq!((n.well.as_str(), n.site, n.wave, n.timepoint), ("B07", Some(2), Some(3), Some(4)));
         // a well in row W is not mistaken for a wave token
         let n = name("Plate_W01_s2.tif");
         assert_eq!((n.well.as_str(), n.site, n.wave), ("W01", Some(2), None));
+    }
+
+    #[test]
+    fn prefix_less_names_with_padded_tokens_and_z() {
+        let n = name("A01_s001_w1.tif");
+        assert_eq!((n.prefix, n.well.as_str(), n.site, n.wave, n.z, n.timepoint), (None, "A01", Some(1), Some(1), None, None));
+        let n = name("AF48_s012_w3_z004.tif");
+        assert_eq!((n.prefix, n.well.as_str(), n.site, n.wave, n.z), (None, "AF48", Some(12), Some(3), Some(4)));
+        // OpenHCS's "all components" names, and the tokens in the other order
+        for s in ["B02_s002_w2_z003_t001.tif", "B02_s002_w2_t001_z003.tif"] {
+            let n = name(s);
+            assert_eq!((n.prefix.is_none(), n.well.as_str(), n.site, n.wave, n.z, n.timepoint), (true, "B02", Some(2), Some(2), Some(3), Some(1)), "{s}");
+        }
+        let n = name("C03_w2.TIF");
+        assert_eq!((n.prefix, n.site, n.wave), (None, None, Some(2)));
+        // a prefixed name with a z token keeps its prefix
+        let n = name("My_Plate_A01_s1_w2_z3.tif");
+        assert_eq!((n.prefix.as_deref(), n.well.as_str(), n.z), (Some("My_Plate"), "A01", Some(3)));
+        // the well itself is still required, and must be a well
+        for bad in ["s001_w1.tif", "A1_s001_w1.tif", "a01_s1_w1.tif", "A01_s1_w1_zz.tif"] {
+            assert_eq!(parse_image_name(bad), None, "{bad}");
+        }
     }
 
     #[test]

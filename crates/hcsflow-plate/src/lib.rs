@@ -249,6 +249,8 @@ pub enum PlateError {
     Xml { path: PathBuf, message: String },
     #[error("{path}: index XML is not a Harmony plate index: {message}")]
     IndexContent { path: PathBuf, message: String },
+    #[error("{path}: mixed image names: {prefixed} has a plate prefix but {bare} starts with the well; all images of a plate must be named one way (rename or move the odd ones)")]
+    MixedNaming { path: PathBuf, prefixed: PathBuf, bare: PathBuf },
     #[error("{path}: no images of the plate found ({detail})")]
     NoImages { path: PathBuf, detail: String },
 }
