@@ -192,13 +192,8 @@ fn tile_path(dir: &std::path::Path, pattern: &str, k: u32) -> PathBuf {
 
 /// Reads the `rows × cols` tiles into one stack, plane = raster index.
 fn read_tiles(a: &StitchArgs) -> anyhow::Result<hcsflow_core::Stack> {
-    let planes = (0..a.rows * a.cols)
-        .map(|k| {
-            let p = tile_path(&a.dir, &a.pattern, k);
-            hcsflow_tiff::read_stack(&p).with_context(|| format!("reading {}", p.display()))
-        })
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    hcsflow_core::Stack::concat(&planes).ok_or_else(|| anyhow::anyhow!("the tiles in {} differ in size or dtype", a.dir.display()))
+    let paths: Vec<PathBuf> = (0..a.rows * a.cols).map(|k| tile_path(&a.dir, &a.pattern, k)).collect();
+    hcsflow_tiff::read_stacks(&paths).with_context(|| format!("reading the tiles in {}", a.dir.display()))
 }
 
 fn run_stitch(a: StitchArgs) -> CliResult {

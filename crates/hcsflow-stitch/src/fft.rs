@@ -62,34 +62,51 @@ impl PlanCache {
     }
 }
 
-/// Reusable buffers of one worker for one plan size.
+/// Reusable buffers of one worker, fitted to a plan by [`Fft2d::fit_scratch`].
+#[derive(Default)]
 pub(crate) struct Scratch {
     row_in: Vec<f32>,
-    row_spec: Vec<Complex32>,
+    /// `BLOCK` rows of row spectra (`wh` each).
+    block: Vec<Complex32>,
     fft: Vec<Complex32>,
 }
 
+/// Rows transformed per block in [`Fft2d::forward`] and [`Fft2d::inverse`]:
+/// 8 complex values = one 64-byte cache line of a spectrum column.
+const BLOCK: usize = 8;
+
 impl Fft2d {
-    pub fn scratch(&self) -> Scratch {
+    /// Sizes `s` for this plan, keeping its allocations: a worker moving
+    /// between the strip sizes of horizontal and vertical edges reallocates
+    /// only when a buffer has to grow beyond its capacity.
+    pub fn fit_scratch(&self, s: &mut Scratch) {
         let s1 = self.r2c.get_scratch_len().max(self.c2r.get_scratch_len());
         let s2 = self.col_fwd.get_inplace_scratch_len().max(self.col_inv.get_inplace_scratch_len());
-        Scratch {
-            row_in: vec![0.0; self.w],
-            row_spec: vec![Complex32::default(); self.wh],
-            fft: vec![Complex32::default(); s1.max(s2)],
-        }
+        s.row_in.resize(self.w, 0.0);
+        s.block.resize(BLOCK * self.wh, Complex32::default());
+        // Longer scratch than a transform needs is fine for realfft and rustfft.
+        s.fft.resize(s1.max(s2).max(s.fft.len()), Complex32::default());
     }
 
     /// Forward transform of `input` (`h × w`, row-major) into `spec`
     /// (`wh × h`, column-major). Sizes are the plan's; callers allocate them so.
     pub fn forward(&self, input: &[f32], spec: &mut [Complex32], s: &mut Scratch) {
         let (h, w, wh) = (self.h, self.w, self.wh);
-        for y in 0..h {
-            s.row_in.copy_from_slice(&input[y * w..(y + 1) * w]);
-            // Length mismatches are impossible here: buffers come from this plan.
-            let _ = self.r2c.process_with_scratch(&mut s.row_in, &mut s.row_spec, &mut s.fft);
-            for (u, v) in s.row_spec.iter().enumerate() {
-                spec[u * h + y] = *v;
+        // Rows go through the real FFT `BLOCK` at a time, so the transposed
+        // writes fill whole cache lines of each spectrum column.
+        for y0 in (0..h).step_by(BLOCK) {
+            let rows = BLOCK.min(h - y0);
+            for k in 0..rows {
+                let y = y0 + k;
+                s.row_in.copy_from_slice(&input[y * w..(y + 1) * w]);
+                // Length mismatches are impossible here: buffers come from this plan.
+                let _ = self.r2c.process_with_scratch(&mut s.row_in, &mut s.block[k * wh..(k + 1) * wh], &mut s.fft);
+            }
+            for u in 0..wh {
+                let col = &mut spec[u * h + y0..u * h + y0 + rows];
+                for (k, c) in col.iter_mut().enumerate() {
+                    *c = s.block[k * wh + u];
+                }
             }
         }
         debug_assert_eq!(spec.len(), wh * h);
@@ -112,17 +129,25 @@ impl Fft2d {
     pub fn inverse(&self, spec: &mut [Complex32], out: &mut [f32], s: &mut Scratch) {
         let (h, w, wh) = (self.h, self.w, self.wh);
         self.col_inv.process_with_scratch(spec, &mut s.fft);
-        for y in 0..h {
+        for y0 in (0..h).step_by(BLOCK) {
+            let rows = BLOCK.min(h - y0);
             for u in 0..wh {
-                s.row_spec[u] = spec[u * h + y];
+                let col = &spec[u * h + y0..u * h + y0 + rows];
+                for (k, &c) in col.iter().enumerate() {
+                    s.block[k * wh + u] = c;
+                }
             }
-            // A real signal's DC and Nyquist bins are real; rounding leaves a
-            // tiny imaginary part that realfft would reject.
-            s.row_spec[0].im = 0.0;
-            if w % 2 == 0 {
-                s.row_spec[wh - 1].im = 0.0;
+            for k in 0..rows {
+                let y = y0 + k;
+                let row = &mut s.block[k * wh..(k + 1) * wh];
+                // A real signal's DC and Nyquist bins are real; rounding leaves a
+                // tiny imaginary part that realfft would reject.
+                row[0].im = 0.0;
+                if w % 2 == 0 {
+                    row[wh - 1].im = 0.0;
+                }
+                let _ = self.c2r.process_with_scratch(row, &mut out[y * w..(y + 1) * w], &mut s.fft);
             }
-            let _ = self.c2r.process_with_scratch(&mut s.row_spec, &mut out[y * w..(y + 1) * w], &mut s.fft);
         }
     }
 }
@@ -164,7 +189,8 @@ mod tests {
         let p = cache.get_or_plan(6, 10);
         let x: Vec<f32> = (0..60).map(|i| ((i * 37) % 11) as f32 - 3.0).collect();
         let mut spec = vec![Complex32::default(); p.wh * p.h];
-        let mut s = p.scratch();
+        let mut s = Scratch::default();
+        p.fit_scratch(&mut s);
         p.forward(&x, &mut spec, &mut s);
         let mut y = vec![0.0; 60];
         p.inverse(&mut spec, &mut y, &mut s);

@@ -94,15 +94,47 @@ pub(crate) fn prepare_into<T: Copy>(plane: &[T], tile_w: usize, win: Window, con
     let mut sum = 0f64;
     for y in 0..h {
         let src = &plane[(win.y0 + y) * tile_w + win.x0..][..w];
-        let mut rs = 0f32;
-        for (o, &v) in out[y * w..(y + 1) * w].iter_mut().zip(src) {
+        let row = &mut out[y * w..(y + 1) * w];
+        for (o, &v) in row.iter_mut().zip(src) {
             *o = conv(v);
-            rs += *o;
         }
-        sum += f64::from(rs);
+        sum += lane_sums(row, |v: f32| [v])[0];
     }
     let mean = (sum / (h * w).max(1) as f64) as f32;
     out[..h * w].iter_mut().for_each(|v| *v -= mean);
+}
+
+/// `Σ f(v)` over `values`, component-wise, in f64. Eight interleaved f32
+/// partial sums per component (so the adds vectorise instead of forming one
+/// serial chain), each flushed to f64 every `FLUSH` values, so the f32 partial
+/// sums stay short.
+#[inline(always)]
+fn lane_sums<T: Copy, const K: usize>(values: &[T], f: impl Fn(T) -> [f32; K]) -> [f64; K] {
+    const LANES: usize = 8;
+    const FLUSH: usize = 4096;
+    let mut total = [0f64; K];
+    for block in values.chunks(FLUSH) {
+        let mut acc = [[0f32; LANES]; K];
+        let mut chunks = block.chunks_exact(LANES);
+        for chunk in chunks.by_ref() {
+            for (l, &v) in chunk.iter().enumerate() {
+                let t = f(v);
+                for k in 0..K {
+                    acc[k][l] += t[k];
+                }
+            }
+        }
+        for &v in chunks.remainder() {
+            let t = f(v);
+            for k in 0..K {
+                acc[k][0] += t[k];
+            }
+        }
+        for k in 0..K {
+            total[k] += acc[k].iter().map(|&v| f64::from(v)).sum::<f64>();
+        }
+    }
+    total
 }
 
 /// Box mean of radius `r` (clipped, edge-normalised at the borders), one
@@ -111,7 +143,52 @@ pub(crate) fn prepare_into<T: Copy>(plane: &[T], tile_w: usize, win: Window, con
 fn box_mean(buf: &[f32], h: usize, w: usize, r: usize, hm: &mut [f32], out: &mut [f32]) {
     let inv = |n: usize| -> Vec<f32> { (0..n).map(|i| 1.0 / ((i + r + 1).min(n) - i.saturating_sub(r)) as f32).collect() };
     let (invx, invy) = (inv(w), inv(h));
-    for (row, out) in buf.chunks_exact(w).zip(hm.chunks_exact_mut(w)) {
+    // A running sum along a row is one serial chain of dependent adds. Eight
+    // rows at a time are interleaved (`lanes[x][k]` = row k, column x), so one
+    // 8-wide vector add advances all eight chains; the arithmetic per row is
+    // exactly the scalar loop's below.
+    const ROWS: usize = 8;
+    let mut lanes = vec![[0f32; ROWS]; w];
+    let mut sums = vec![[0f32; ROWS]; w];
+    let mut rows = buf.chunks_exact(w * ROWS).zip(hm.chunks_exact_mut(w * ROWS));
+    for (block, out) in rows.by_ref() {
+        for (x, lane) in lanes.iter_mut().enumerate() {
+            for (k, v) in lane.iter_mut().enumerate() {
+                *v = block[k * w + x];
+            }
+        }
+        let mut acc = [0f32; ROWS];
+        for lane in &lanes[..r.min(w)] {
+            for k in 0..ROWS {
+                acc[k] += lane[k];
+            }
+        }
+        for x in 0..w {
+            if x + r < w {
+                let lane = lanes[x + r];
+                for k in 0..ROWS {
+                    acc[k] += lane[k];
+                }
+            }
+            if x > r {
+                let lane = lanes[x - r - 1];
+                for k in 0..ROWS {
+                    acc[k] -= lane[k];
+                }
+            }
+            let scale = invx[x];
+            for k in 0..ROWS {
+                sums[x][k] = acc[k] * scale;
+            }
+        }
+        for (k, out) in out.chunks_exact_mut(w).enumerate() {
+            for (o, s) in out.iter_mut().zip(&sums) {
+                *o = s[k];
+            }
+        }
+    }
+    let done = h / ROWS * ROWS;
+    for (row, out) in buf[done * w..h * w].chunks_exact(w).zip(hm[done * w..h * w].chunks_exact_mut(w)) {
         let mut acc: f32 = row[..r.min(w)].iter().sum();
         for x in 0..w {
             if x + r < w {
@@ -203,9 +280,10 @@ pub(crate) struct PairResult {
     pub overlap_px: usize,
 }
 
-/// Reusable per-worker buffers.
-/// Buffers are reused across the edges a worker registers: fresh
-/// multi-megabyte allocations cost more in page faults than the arithmetic.
+/// Reusable per-worker buffers, fitted to each edge's strip size by
+/// [`Work::fit`]. Buffers are reused across the edges a worker registers:
+/// fresh multi-megabyte allocations cost more in page faults than the arithmetic.
+#[derive(Default)]
 pub(crate) struct Work {
     pub fft: Scratch,
     /// Raw strips, filled by [`prepare_into`] before [`register`].
@@ -221,20 +299,17 @@ pub(crate) struct Work {
 }
 
 impl Work {
-    pub fn new(plan: &Fft2d) -> Work {
+    /// Sizes every buffer for `plan`'s strips (contents unspecified), keeping
+    /// the allocations of earlier, larger strips.
+    pub fn fit(&mut self, plan: &Fft2d) {
         let n = plan.h * plan.w;
-        Work {
-            fft: plan.scratch(),
-            a: vec![0.0; n],
-            b: vec![0.0; n],
-            fa: vec![0.0; n],
-            fb: vec![0.0; n],
-            t1: vec![0.0; n],
-            t2: vec![0.0; n],
-            spec_a: vec![Complex32::default(); plan.wh * plan.h],
-            spec_b: vec![Complex32::default(); plan.wh * plan.h],
-            corr: vec![0.0; n],
+        for v in [&mut self.a, &mut self.b, &mut self.fa, &mut self.fb, &mut self.t1, &mut self.t2, &mut self.corr] {
+            v.resize(n, 0.0);
         }
+        for v in [&mut self.spec_a, &mut self.spec_b] {
+            v.resize(plan.wh * plan.h, Complex32::default());
+        }
+        plan.fit_scratch(&mut self.fft);
     }
 }
 
@@ -288,9 +363,20 @@ pub(crate) fn register(s0: (f64, f64), plan: &Fft2d, work: &mut Work, set: &Pair
     let m = set.max_shift;
     let (xlo, xhi) = ((s0.0 - m).ceil() as i64, (s0.0 + m).floor() as i64);
     let (ylo, yhi) = ((s0.1 - m).ceil() as i64, (s0.1 + m).floor() as i64);
+    // Wrapped indices of the searched shifts and their neighbours, computed
+    // once: the 3×3 maximum test reads ~9 values per candidate shift, and an
+    // integer remainder per read cost more than the FFTs on wide searches.
+    let wrap = |lo: i64, hi: i64, n: usize| -> Vec<usize> { (lo - 1..=hi + 1).map(|v| v.rem_euclid(n as i64) as usize).collect() };
+    let (wx, wy) = (wrap(xlo, xhi, w), wrap(ylo, yhi, h));
     let at = |sx: i64, sy: i64| -> f32 {
-        let ix = sx.rem_euclid(w as i64) as usize;
-        let iy = sy.rem_euclid(h as i64) as usize;
+        let ix = match usize::try_from(sx - (xlo - 1)).ok().and_then(|i| wx.get(i)) {
+            Some(&i) => i,
+            None => sx.rem_euclid(w as i64) as usize,
+        };
+        let iy = match usize::try_from(sy - (ylo - 1)).ok().and_then(|i| wy.get(i)) {
+            Some(&i) => i,
+            None => sy.rem_euclid(h as i64) as usize,
+        };
         corr[iy * w + ix]
     };
     // Candidate peaks: local maxima (3×3) inside the range, best first; the
@@ -373,13 +459,13 @@ fn periodic_spectrum(u: &[f32], plan: &Fft2d, spec: &mut [Complex32], s: &mut Sc
     for q in 0..plan.wh {
         let cx = 2.0 * (tau * q as f32 / w as f32).cos() - 4.0;
         let rx = Complex32::new(1.0, 0.0) - Complex32::from_polar(1.0, tau * q as f32 / w as f32);
+        let e = eh[q];
+        // (0, 0) is the mean, which the periodic component keeps (λ = 0 there).
+        let first = usize::from(q == 0);
         let col = &mut spec[q * h..(q + 1) * h];
-        for r in 0..h {
-            if q == 0 && r == 0 {
-                continue;
-            }
-            let v = dh[r] * rx + eh[q] * ry[r];
-            col[r] -= v / (cx + cy[r]);
+        for ((c, (&d, &y)), &cyr) in col.iter_mut().zip(dh.iter().zip(&ry)).zip(&cy).skip(first) {
+            let v = d * rx + e * y;
+            *c -= v / (cx + cyr);
         }
     }
 }
@@ -409,11 +495,18 @@ fn refine(a: &[f32], b: &[f32], h: usize, w: usize, mut s: (f64, f64), set: &Pai
     let mut g = 1.0f64;
     let (sx, sy) = (2.0 / w.max(2) as f32, 2.0 / h.max(2) as f32);
     let mut lin = [0f64; 3]; // o, cx, cy
+    // Far from the optimum a quarter of the samples gives the step just as
+    // well; the full sample count is used once steps are below `FINE_STEP`,
+    // so the converged shift is the full-sample one.
+    const FINE_STEP: f64 = 0.05;
+    let mut coarse = true;
+    let mut last_step = (f64::NAN, f64::NAN);
     for _ in 0..set.refine_iterations {
         let (xlo, xhi) = valid_range(w, s.0, 1)?;
         let (ylo, yhi) = valid_range(h, s.1, 1)?;
         let n = (xhi - xlo + 1) * (yhi - ylo + 1);
-        let stride = ((n as f64 / set.refine_samples.max(1) as f64).sqrt().ceil() as usize).max(1);
+        let samples = if coarse { set.refine_samples / 4 } else { set.refine_samples };
+        let stride = ((n as f64 / samples.max(1) as f64).sqrt().ceil() as usize).max(1);
         let (ix, iy) = (s.0.floor() as i64, s.1.floor() as i64);
         let (fx, fy) = ((s.0 - ix as f64) as f32, (s.1 - iy as f64) as f32);
         let c = [(1.0 - fx) * (1.0 - fy), fx * (1.0 - fy), (1.0 - fx) * fy, fx * fy];
@@ -475,8 +568,23 @@ fn refine(a: &[f32], b: &[f32], h: usize, w: usize, mut s: (f64, f64), set: &Pai
             return None;
         }
         if step.0.abs() < 1e-3 && step.1.abs() < 1e-3 {
+            if coarse {
+                coarse = false;
+                continue;
+            }
             break;
         }
+        // A shift on the edge of a pixel can alternate between two sample
+        // grids (the overlap's integer range changes with `floor(s)`), each
+        // step undoing the last: the optimum is between them.
+        if !coarse && (step.0 + last_step.0).abs() < 1e-3 && (step.1 + last_step.1).abs() < 1e-3 {
+            s = (s.0 - 0.5 * step.0, s.1 - 0.5 * step.1);
+            break;
+        }
+        if step.0.abs() < FINE_STEP && step.1.abs() < FINE_STEP {
+            coarse = false;
+        }
+        last_step = step;
     }
     Some(s)
 }
@@ -523,24 +631,21 @@ pub(crate) fn ncc(a: &[f32], b: &[f32], h: usize, w: usize, s: (f64, f64), margi
     let (fx, fy) = ((s.0 - ix as f64) as f32, (s.1 - iy as f64) as f32);
     let c = [(1.0 - fx) * (1.0 - fy), fx * (1.0 - fy), (1.0 - fx) * fy, fx * fy];
     let mut t = [0f64; 5];
+    let len = xhi - xlo + 1;
+    // One row of A resampled at the shift next to B's row, then the five sums.
+    let mut row = vec![(0f32, 0f32); len];
     for vy in ylo..=yhi {
         let ay = (vy as i64 + iy) as usize;
-        let a0 = &a[ay * w..(ay + 1) * w];
-        let a1 = &a[(ay + 1) * w..(ay + 2) * w];
-        let bc = &b[vy * w..(vy + 1) * w];
-        let mut r = [0f32; 5];
-        for vx in xlo..=xhi {
-            let ax = (vx as i64 + ix) as usize;
-            let av = c[0] * a0[ax] + c[1] * a0[ax + 1] + c[2] * a1[ax] + c[3] * a1[ax + 1];
-            let bv = bc[vx];
-            r[0] += av;
-            r[1] += bv;
-            r[2] += av * av;
-            r[3] += bv * bv;
-            r[4] += av * bv;
+        let ax = (xlo as i64 + ix) as usize;
+        let a0 = &a[ay * w + ax..][..len + 1];
+        let a1 = &a[(ay + 1) * w + ax..][..len + 1];
+        let bc = &b[vy * w + xlo..][..len];
+        for (k, (o, &bv)) in row.iter_mut().zip(bc).enumerate() {
+            *o = (c[0] * a0[k] + c[1] * a0[k + 1] + c[2] * a1[k] + c[3] * a1[k + 1], bv);
         }
+        let r = lane_sums(&row, |(av, bv)| [av, bv, av * av, bv * bv, av * bv]);
         for k in 0..5 {
-            t[k] += f64::from(r[k]);
+            t[k] += r[k];
         }
     }
     let n = ((xhi - xlo + 1) * (yhi - ylo + 1)) as f64;
@@ -574,7 +679,8 @@ mod tests {
         let u: Vec<f32> = (0..h * w).map(|i| ((i * 7919) % 97) as f32 * 0.1 + (i / w) as f32).collect();
         let mut cache = PlanCache::default();
         let plan = cache.get_or_plan(h, w);
-        let mut sc = plan.scratch();
+        let mut sc = crate::fft::Scratch::default();
+        plan.fit_scratch(&mut sc);
         let mut fast = vec![Complex32::default(); plan.wh * h];
         periodic_spectrum(&u, &plan, &mut fast, &mut sc);
         // Reference: v built explicitly and transformed in 2-D.

@@ -9,7 +9,6 @@ use rayon::prelude::*;
 
 use crate::fft::PlanCache;
 use crate::layout::TileLayout;
-use std::collections::HashMap;
 
 use crate::pairwise::{prepare_into, register, EdgeGeometry, PairResult, PairSettings, Window, Work};
 use crate::StitchError;
@@ -204,8 +203,6 @@ fn prepare_window(tiles: &Stack, k: usize, win: Window, out: &mut [f32]) {
     })
 }
 
-/// One worker's buffers, per strip size.
-type Works = HashMap<(usize, usize), Work>;
 
 struct Candidate {
     a: usize,
@@ -263,18 +260,17 @@ pub fn tile_positions(tiles: &Stack, layout: &TileLayout, params: &PositionParam
         cache.get_or_plan(c.geom.a.h, c.geom.a.w);
     }
     let set = PairSettings { max_shift, refine_iterations: params.refine_iterations, refine_samples: params.refine_samples, highpass_radius: params.highpass_radius };
-    let run = |works: &mut Works, a: usize, b: usize, geom: &EdgeGeometry| -> Option<PairResult> {
+    let run = |work: &mut Work, a: usize, b: usize, geom: &EdgeGeometry| -> Option<PairResult> {
         let plan = cache.get(geom.a.h, geom.a.w)?;
-        let work = works.entry((plan.h, plan.w)).or_insert_with(|| Work::new(&plan));
+        work.fit(&plan);
         prepare_window(tiles, a, geom.a, &mut work.a);
         prepare_window(tiles, b, geom.b, &mut work.b);
         Some(register(geom.s0, &plan, work, &set))
     };
-    let results: Vec<Option<PairResult>> = cands.par_iter().map_init(Works::new, |works, c| run(works, c.a, c.b, &c.geom)).collect();
 
     // Null pairs: the geometry of a real edge, the B strip from a tile that
     // does not overlap A. Deterministic choice (fixed-seed generator).
-    let mut null_scores = Vec::new();
+    let mut null_jobs = Vec::new();
     if params.null_pairs > 0 && !cands.is_empty() && n >= 3 {
         let overlaps = |i: usize, k: usize| {
             let (dx, dy) = (stage[k].0 - stage[i].0, stage[k].1 - stage[i].1);
@@ -287,25 +283,35 @@ pub fn tile_positions(tiles: &Stack, layout: &TileLayout, params: &PositionParam
             rng ^= rng << 17;
             rng
         };
-        let mut jobs = Vec::new();
         for _ in 0..params.null_pairs * 8 {
-            if jobs.len() == params.null_pairs {
+            if null_jobs.len() == params.null_pairs {
                 break;
             }
             let c = &cands[(next() % cands.len() as u64) as usize];
             let k = (next() % n as u64) as usize;
             if k != c.a && !overlaps(c.a, k) {
-                jobs.push((c.a, k, c.geom));
+                null_jobs.push((c.a, k, c.geom));
             }
         }
-        null_scores = jobs
-            .par_iter()
-            .map_init(Works::new, |works, (a, k, g)| run(works, *a, *k, g))
-            .flatten()
-            .filter(|p| p.overlap_px >= params.min_overlap_px)
-            .map(|p| p.score)
-            .collect();
     }
+    // Real edges and null pairs in one parallel pass, in contiguous runs of
+    // jobs per thread: each run allocates its strip buffers once (tens of MB
+    // for 2048² tiles, whose page faults cost more than the FFTs).
+    let jobs: Vec<(usize, usize, EdgeGeometry)> =
+        cands.iter().map(|c| (c.a, c.b, c.geom)).chain(null_jobs.iter().copied()).collect();
+    let per_thread = jobs.len().div_ceil(rayon::current_num_threads().max(1)).max(1);
+    let mut results: Vec<Option<PairResult>> = jobs
+        .par_iter()
+        .with_min_len(per_thread)
+        .map_init(Work::default, |work, (a, b, g)| run(work, *a, *b, g))
+        .collect();
+    let null_scores: Vec<f64> = results
+        .split_off(cands.len())
+        .into_iter()
+        .flatten()
+        .filter(|p| p.overlap_px >= params.min_overlap_px)
+        .map(|p| p.score)
+        .collect();
     let null_max = null_scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let score_threshold = if null_max.is_finite() { params.min_score.max(null_max + 0.1) } else { params.min_score };
 

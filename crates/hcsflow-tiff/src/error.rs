@@ -48,6 +48,18 @@ pub enum TiffError {
         expected: String,
         found: String,
     },
+    /// [`read_stacks`](crate::read_stacks): a file whose pages differ in size
+    /// or dtype from the first file's, so they cannot share one stack.
+    #[error("{path} is {found} but {first} is {expected}; all files of a stack must share size and dtype")]
+    FileMismatch {
+        path: PathBuf,
+        first: PathBuf,
+        expected: String,
+        found: String,
+    },
+    /// [`read_stacks`](crate::read_stacks) was given no files.
+    #[error("no TIFF files to read")]
+    NoFiles,
     /// The decoded pixels would not fit in memory (or in `usize`).
     #[error("{path}: {what} needs {bytes} bytes, which cannot be allocated")]
     TooLarge {
@@ -64,7 +76,7 @@ pub enum TiffError {
 }
 
 impl TiffError {
-    /// The file the error is about.
+    /// The file the error is about (empty for [`TiffError::NoFiles`]).
     pub fn path(&self) -> &Path {
         match self {
             TiffError::Io { path, .. }
@@ -73,8 +85,10 @@ impl TiffError {
             | TiffError::Corrupt { path, .. }
             | TiffError::Unsupported { path, .. }
             | TiffError::PageMismatch { path, .. }
+            | TiffError::FileMismatch { path, .. }
             | TiffError::TooLarge { path, .. }
             | TiffError::InvalidWrite { path, .. } => path,
+            TiffError::NoFiles => Path::new(""),
         }
     }
 

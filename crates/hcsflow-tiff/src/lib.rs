@@ -10,6 +10,8 @@
 //!   style) and PackBits; horizontal and floating-point predictors; either
 //!   byte order; classic TIFF and BigTIFF. (Other codecs of the `tiff` crate,
 //!   such as JPEG, may decode but are not tested.)
+//! - [`read_stacks`]: several files into one stack, read in parallel
+//!   straight into it (the tiles of a grid, one-plane-per-file z-stacks).
 //! - [`read_info`]: page count, size, dtype, description and compression
 //!   without decoding pixels.
 //! - [`write_stack`]: one page per plane, optionally Deflate-compressed, with
@@ -24,7 +26,7 @@ mod read;
 mod write;
 
 pub use error::TiffError;
-pub use read::{read_info, read_stack, TiffInfo};
+pub use read::{read_info, read_stack, read_stacks, TiffInfo};
 pub use write::{write_stack, Compression, WriteOptions};
 
 pub use hcsflow_core::{DType, Stack};

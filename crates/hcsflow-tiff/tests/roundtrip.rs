@@ -397,3 +397,52 @@ fn patch_short_tag(bytes: &mut [u8], tag: u16, value: u16) -> usize {
     }
     patched
 }
+
+#[test]
+fn read_stacks_concatenates_files_in_order_like_read_stack_then_concat() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (i, dtype) in DType::ALL.into_iter().enumerate() {
+        let parts = [[1, 19, 23], [3, 19, 23], [1, 19, 23]];
+        let mut paths = Vec::new();
+        let mut stacks = Vec::new();
+        for (k, shape) in parts.into_iter().enumerate() {
+            let stack = random_stack(dtype, shape, 40 + 3 * i as u64 + k as u64);
+            let compression = if k == 1 { Compression::Deflate } else { Compression::None };
+            let p = dir.path().join(format!("{dtype}_{k}.tif"));
+            write_stack(&p, &stack, &opts(compression)).expect("write");
+            paths.push(p);
+            stacks.push(stack);
+        }
+        let expected = Stack::concat(&stacks).expect("same shapes");
+        let got = hcsflow_tiff::read_stacks(&paths).expect("read_stacks");
+        assert_same(&got, &expected);
+        let single = hcsflow_tiff::read_stacks(&paths[1..2]).expect("one file");
+        assert_same(&single, &read_stack(&paths[1]).expect("read_stack"));
+    }
+}
+
+#[test]
+fn read_stacks_names_the_file_that_differs_or_fails() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let a = dir.path().join("a.tif");
+    let b = dir.path().join("b.tif");
+    let c = dir.path().join("c.tif");
+    let bad = dir.path().join("bad.tif");
+    write_stack(&a, &random_stack(DType::U16, [1, 8, 9], 1), &opts(Compression::None)).expect("write");
+    write_stack(&b, &random_stack(DType::U16, [1, 9, 8], 2), &opts(Compression::None)).expect("write");
+    write_stack(&c, &random_stack(DType::U8, [1, 8, 9], 3), &opts(Compression::None)).expect("write");
+    std::fs::write(&bad, b"not a tiff at all").expect("write");
+
+    for (other, found) in [(&b, "8x9 u16"), (&c, "9x8 u8")] {
+        let err = hcsflow_tiff::read_stacks(&[&a, other]).expect_err("mismatch");
+        assert!(matches!(err, TiffError::FileMismatch { .. }), "{err:?}");
+        assert_eq!(err.path(), other.as_path());
+        let msg = err.to_string();
+        assert!(msg.contains("a.tif") && msg.contains(found) && msg.contains("9x8 u16"), "{msg}");
+    }
+    let err = hcsflow_tiff::read_stacks(&[&a, &bad]).expect_err("not a TIFF");
+    assert!(matches!(err, TiffError::NotTiff { .. }), "{err:?}");
+    assert_eq!(err.path(), bad.as_path());
+    let none: [&Path; 0] = [];
+    assert!(matches!(hcsflow_tiff::read_stacks(&none), Err(TiffError::NoFiles)));
+}
