@@ -209,7 +209,7 @@ pub fn register(registry: &mut Registry) {
         Implementation::host_in_context(|s, args, ctx| {
             let (layout, source) = call_layout("tile_positions", s, args, &ctx.stack)?;
             let pos = tile_positions(s, &layout, &params_from(args)).map_err(|e| FunctionError::failed("tile_positions", e.to_string()))?;
-            if let Some(message) = &pos.message {
+            if let Some(message) = pos.describe(|k| tile_label(&ctx.stack, k)) {
                 ctx.note(format!("tile_positions (layout from {source}): {message}"));
             }
             let (positions, edges) = position_tables(&layout, &pos, &ctx.stack)?;
@@ -253,10 +253,16 @@ pub fn register(registry: &mut Registry) {
 pub fn register_for_assembly(tiles: &Stack, args: &Args, ctx: &mut CallContext) -> Result<Vec<(f64, f64)>, FunctionError> {
     let (layout, source) = call_layout("assemble", tiles, args, &ctx.stack)?;
     let pos = tile_positions(tiles, &layout, &params_from(args)).map_err(|e| FunctionError::failed("assemble", e.to_string()))?;
-    if let Some(message) = &pos.message {
+    if let Some(message) = pos.describe(|k| tile_label(&ctx.stack, k)) {
         ctx.note(format!("assemble (layout from {source}): {message}"));
     }
     Ok(pos.positions)
+}
+
+/// How a run report names tile `k` (0-based plane) of a call: its site when
+/// the pipeline injected plate metadata, else its 1-based plane.
+fn tile_label(stack: &StackInfo, k: usize) -> String {
+    stack.planes.get(k).map_or(format!("plane {}", k + 1), |p| format!("site {}", p.site))
 }
 
 /// The `(x, y)` of every plane from a `positions` table re-indexed to the
@@ -267,7 +273,7 @@ pub fn positions_from_table(table: &Table, n: usize, stack: &StackInfo) -> Resul
     for i in 0..n {
         match (table.plane_value(i, "x_px"), table.plane_value(i, "y_px")) {
             (Some(x), Some(y)) => out.push((x, y)),
-            _ => missing.push(stack.planes.get(i).map_or(format!("plane {}", i + 1), |p| format!("site {}", p.site))),
+            _ => missing.push(tile_label(stack, i)),
         }
     }
     if missing.is_empty() {

@@ -159,11 +159,47 @@ pub struct TilePositions {
     /// True when no overlap could be registered and every tile sits at its
     /// stage position: alignment was impossible. Run reports must show it.
     pub fell_back_to_stage: bool,
-    /// Human-readable account of fallbacks (whole or partial), for run reports.
+    /// Human-readable account of fallbacks (whole or partial), tiles numbered
+    /// from 1 in stack order; [`TilePositions::describe`] names them otherwise.
     pub message: Option<String>,
 }
 
 impl TilePositions {
+    /// The account of fallbacks that [`TilePositions::message`] holds, with
+    /// tiles named by `label` (from their 0-based index): `tile 4` by default,
+    /// the site in a pipeline's run report. `None` when every tile has an edge.
+    pub fn describe(&self, label: impl Fn(usize) -> String) -> Option<String> {
+        let n = self.positions.len();
+        if self.fell_back_to_stage {
+            let mut counts: Vec<(String, usize)> = Vec::new();
+            for e in &self.edges {
+                let s = e.status.to_string();
+                match counts.iter_mut().find(|(k, _)| *k == s) {
+                    Some((_, c)) => *c += 1,
+                    None => counts.push((s, 1)),
+                }
+            }
+            let why = if self.edges.is_empty() {
+                "the layout predicts no overlapping neighbours".to_string()
+            } else {
+                format!(
+                    "none of the {} overlaps could be registered ({})",
+                    self.edges.len(),
+                    counts.iter().map(|(k, c)| format!("{c} {k}")).collect::<Vec<_>>().join(", ")
+                )
+            };
+            Some(format!("alignment impossible: {why}; all {n} tiles placed at their stage positions"))
+        } else if !self.stage_only.is_empty() {
+            Some(format!(
+                "{} of {n} tiles had no accepted overlap and were placed at their stage positions: {}",
+                self.stage_only.len(),
+                self.stage_only.iter().map(|&k| label(k)).collect::<Vec<_>>().join(", ")
+            ))
+        } else {
+            None
+        }
+    }
+
     /// The edge table as CSV: `a,b,predicted_dx,predicted_dy,measured_dx,measured_dy,score,accepted,status,residual`.
     pub fn to_csv(&self) -> String {
         let mut s = String::from("a,b,predicted_dx,predicted_dy,measured_dx,measured_dy,score,accepted,status,residual\n");
@@ -387,35 +423,9 @@ pub fn tile_positions(tiles: &Stack, layout: &TileLayout, params: &PositionParam
     let stage_only: Vec<usize> = if n > 1 { (0..n).filter(|&k| !has_edge[k]).collect() } else { Vec::new() };
     let accepted = edges.iter().filter(|e| e.accepted()).count();
     let fell_back_to_stage = n > 1 && accepted == 0;
-    let message = if fell_back_to_stage {
-        let mut counts: Vec<(String, usize)> = Vec::new();
-        for e in &edges {
-            let s = e.status.to_string();
-            match counts.iter_mut().find(|(k, _)| *k == s) {
-                Some((_, c)) => *c += 1,
-                None => counts.push((s, 1)),
-            }
-        }
-        let why = if edges.is_empty() {
-            "the layout predicts no overlapping neighbours".to_string()
-        } else {
-            format!(
-                "none of the {} overlaps could be registered ({})",
-                edges.len(),
-                counts.iter().map(|(k, c)| format!("{c} {k}")).collect::<Vec<_>>().join(", ")
-            )
-        };
-        Some(format!("alignment impossible: {why}; all {n} tiles placed at their stage positions"))
-    } else if !stage_only.is_empty() {
-        Some(format!(
-            "{} of {n} tiles had no accepted overlap and were placed at their stage positions: {:?}",
-            stage_only.len(),
-            stage_only
-        ))
-    } else {
-        None
-    };
-    Ok(TilePositions { positions, edges, score_threshold, null_scores, stage_only, fell_back_to_stage, message })
+    let mut result = TilePositions { positions, edges, score_threshold, null_scores, stage_only, fell_back_to_stage, message: None };
+    result.message = result.describe(|k| format!("tile {}", k + 1));
+    Ok(result)
 }
 
 /// Weighted least squares of the accepted edges, per connected component,
