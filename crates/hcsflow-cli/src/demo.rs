@@ -41,11 +41,14 @@ pub struct DemoArgs {
     /// Write a JSON report of the run.
     #[arg(long)]
     report: Option<PathBuf>,
+    #[command(flatten)]
+    pub output: run::OutputArgs,
 }
 
 pub fn run(a: DemoArgs) -> CliResult {
     let usage = |e: anyhow::Error| CliError::new(Exit::Usage, e);
     let device: DeviceRequest = a.device.parse().map_err(|e: hcsflow_core::BadDevice| usage(e.into()))?;
+    let zarr_format = a.output.zarr_format()?;
     if a.wells == 0 || a.wells > 96 {
         return Err(usage(anyhow::anyhow!("--wells must be between 1 and 96")));
     }
@@ -89,7 +92,7 @@ pub fn run(a: DemoArgs) -> CliResult {
         max_memory: None,
         resume: false,
         report: a.report,
-        zarr_format: Default::default(),
+        zarr_format,
     };
     let plate = hcsflow_plate::open_plate(&plate_dir, None).with_context(|| format!("opening {}", plate_dir.display()))?;
     let (registry, conversions) = hcsflow_pipeline::builtin();

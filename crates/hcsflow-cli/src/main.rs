@@ -103,7 +103,8 @@ fn init_tracing(trace: Option<&std::path::Path>) -> Result<Option<tracing_chrome
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let trace = match &cli.command {
-        Command::Run(a) => a.trace.clone(),
+        Command::Run(a) => a.output.trace.clone(),
+        Command::Demo(a) => a.output.trace.clone(),
         _ => None,
     };
     let _trace_guard = match init_tracing(trace.as_deref()) {

@@ -51,6 +51,14 @@ pub struct RunArgs {
     /// Override plate auto-detection: imagexpress | opera-phenix.
     #[arg(long)]
     format: Option<String>,
+    #[command(flatten)]
+    pub output: OutputArgs,
+}
+
+/// Output flags of every command that executes a pipeline (`run`, `demo`):
+/// one definition, so both accept the same flags with the same meaning.
+#[derive(Args)]
+pub struct OutputArgs {
     /// OME-Zarr output (`materialize = ["zarr"]`): NGFF 0.5 on Zarr v3, or 0.4 on
     /// Zarr v2 for readers that predate Zarr v3 (zarr-python 2, older Fiji/MoBIE).
     #[arg(long, default_value = "0.5")]
@@ -59,6 +67,13 @@ pub struct RunArgs {
     /// well, step, read, stack, function call, conversion and write.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+}
+
+impl OutputArgs {
+    /// The NGFF version asked for; an unknown one is a usage error (exit 2).
+    pub fn zarr_format(&self) -> Result<NgffVersion, CliError> {
+        self.zarr_format.parse::<NgffVersion>().map_err(|e| CliError::new(Exit::Usage, e))
+    }
 }
 
 /// Parses `4G`, `512M`, `100k`, `1000` (bytes; binary multiples).
@@ -109,7 +124,7 @@ pub fn run(a: RunArgs) -> CliResult {
     let device: DeviceRequest = a.device.parse().map_err(|e: hcsflow_core::BadDevice| usage(e.into()))?;
     let max_memory = a.max_memory.as_deref().map(parse_size).transpose().map_err(|e| usage(anyhow::anyhow!(e)))?;
     let format = a.format.as_deref().map(str::parse::<Format>).transpose().map_err(|e| usage(e.into()))?;
-    let zarr_format = a.zarr_format.parse::<NgffVersion>().map_err(|e| usage(e.into()))?;
+    let zarr_format = a.output.zarr_format()?;
     let spec = PipelineSpec::read(&a.pipeline).map_err(pipeline_err)?;
     let setup = Setup {
         device,

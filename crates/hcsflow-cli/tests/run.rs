@@ -218,6 +218,40 @@ fn demo_runs_end_to_end() {
 }
 
 #[test]
+fn demo_takes_zarr_format_and_trace_like_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("demo");
+    let trace = dir.path().join("trace.json");
+    let o = hcsflow(&["demo", out.to_str().unwrap(), "--size", "48", "--wells", "1", "--z", "2", "--device", "cpu"]
+        .into_iter()
+        .chain(["--zarr-format", "0.4", "--trace", trace.to_str().unwrap()])
+        .collect::<Vec<_>>());
+    assert!(o.status.success(), "{}", stderr(&o));
+    // --zarr-format 0.4: the demo's OME-Zarr plate is NGFF 0.4 on Zarr v2.
+    let root = out.join("results/Synth_Plate_1.ome.zarr");
+    let zgroup: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join(".zgroup")).unwrap()).unwrap();
+    assert_eq!(zgroup["zarr_format"], 2);
+    let attrs: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join(".zattrs")).unwrap()).unwrap();
+    assert_eq!(attrs["plate"]["version"], "0.4", "{attrs}");
+    assert!(!root.join("zarr.json").exists(), "no Zarr v3 metadata in a v2 plate");
+    // --trace: a Chrome trace with a span per well and one per demo step of that well.
+    let events: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(&trace).unwrap()).expect("the trace is a JSON array");
+    let begun = |name: &str| events.iter().filter(|e| e["ph"] == "B" && e["name"] == name).collect::<Vec<_>>();
+    let wells: Vec<&str> = begun("well").iter().map(|e| e["args"]["well"].as_str().unwrap()).collect();
+    assert_eq!(wells, ["A01"]);
+    let steps: std::collections::BTreeSet<&str> = begun("step").iter().map(|e| e["args"]["step"].as_str().unwrap()).collect();
+    let demo: std::collections::BTreeSet<&str> =
+        ["normalise", "composite", "max_z", "positions", "channels_normalise", "channels_max_z", "mosaic", "count"].into();
+    assert_eq!(steps, demo);
+    // The same validation as run: an unknown version is a usage error before anything is written.
+    let bad = dir.path().join("bad");
+    let o = hcsflow(&["demo", bad.to_str().unwrap(), "--zarr-format", "0.3"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    assert!(stderr(&o).contains("'0.3'") && stderr(&o).contains("0.4"), "{}", stderr(&o));
+    assert!(!bad.exists());
+}
+
+#[test]
 fn zarr_format_0_4_writes_ngff_0_4_on_zarr_v2_and_a_bad_version_exits_2() {
     let dir = tempfile::tempdir().unwrap();
     let plate = dir.path().join("plate");
