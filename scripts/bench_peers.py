@@ -284,28 +284,11 @@ def files_sha256(root, names):
     return h.hexdigest()
 
 
-def plate_view(plate, view, prefix="ohcs"):
-    """A view of OpenHCS's ImageXpress plate that hcsflow's reader accepts: the same files (hard
-    links, a copy across filesystems) named `<prefix>_<well>_s<site>_w<wave>.tif` — OpenHCS's
-    generator omits the plate prefix MetaXpress writes, which our reader requires. Returns the
-    original and the view's relative image paths, in matching order."""
-    if os.path.exists(view):
-        shutil.rmtree(view)
-    orig, linked = [], []
-    for src in sorted(glob.glob(os.path.join(plate, "TimePoint_*", "**", "*.tif"), recursive=True)):
-        rel = os.path.relpath(src, plate)
-        dst_rel = os.path.join(os.path.dirname(rel), f"{prefix}_{os.path.basename(rel)}")
-        dst = os.path.join(view, dst_rel)
-        os.makedirs(os.path.dirname(dst), exist_ok=True)
-        try:
-            os.link(src, dst)
-        except OSError:
-            shutil.copy2(src, dst)
-        orig.append(rel)
-        linked.append(dst_rel)
-    for htd in glob.glob(os.path.join(plate, "*.HTD")) + glob.glob(os.path.join(plate, "*.htd")):
-        shutil.copy2(htd, view)
-    return orig, linked
+def plate_images(plate):
+    """The image files of OpenHCS's ImageXpress plate, relative paths in sorted order (both tools
+    read these same files; hcsflow reads OpenHCS's prefix-less `<well>_s<site>_w<wave>.tif` names)."""
+    return [os.path.relpath(p, plate) for p in
+            sorted(glob.glob(os.path.join(plate, "TimePoint_*", "**", "*.tif"), recursive=True))]
 
 
 def run_pipeline(a, suite, venvs, rows, common):
@@ -331,9 +314,8 @@ def run_pipeline(a, suite, venvs, rows, common):
         row["peer_time"] = {"median_s": t, "min_s": t, "max_s": t, "runs": 1, "cpu_median_s": None,
                             "peak_rss_mib": peer["peak_rss_mib"]}
         plate = os.path.join(new[-1], "plate")
-        view = os.path.join(a.work, "openhcs_plate_view")
-        orig, linked = plate_view(plate, view)
-        row["input_sha256_peer"] = files_sha256(plate, orig)
+        images = plate_images(plate)
+        row["input_sha256_peer"] = files_sha256(plate, images)
         walls, cpus, secs, rss, mbps, reports = [], [], [], [], [], []
         err = None
         for i in range(c.get("repeats", 3)):
@@ -341,7 +323,7 @@ def run_pipeline(a, suite, venvs, rows, common):
             shutil.rmtree(out, ignore_errors=True)
             report = os.path.join(a.work, f"pipeline_report_{i}.json")
             c0, t0 = children_cpu(), time.perf_counter()
-            q = subprocess.run([a.hcsflow, "run", view, os.path.join(repo, c["pipeline"]), out, "--device", "cpu",
+            q = subprocess.run([a.hcsflow, "run", plate, os.path.join(repo, c["pipeline"]), out, "--device", "cpu",
                                 "--report", report], capture_output=True, text=True)
             walls.append(time.perf_counter() - t0)
             cpus.append(children_cpu() - c0)
@@ -354,7 +336,7 @@ def run_pipeline(a, suite, venvs, rows, common):
             mbps.append(r["mb_per_s"])
             rss.append((r.get("peak_rss_bytes") or 0) / 2**20)
         shutil.rmtree(os.path.join(a.work, "pipeline_out"), ignore_errors=True)
-        row["input_sha256_ours"] = files_sha256(view, linked)  # after our runs: also shows the input unchanged
+        row["input_sha256_ours"] = files_sha256(plate, images)  # after our runs: also shows the input unchanged
         if err:
             row["ours"] = {"error": err}
         else:
@@ -375,7 +357,6 @@ def run_pipeline(a, suite, venvs, rows, common):
                             f"OpenHCS process CPU incl. plate generation {peer_cpu:.1f} s")
             row["accuracy"] = "– (different step lists; outputs not compared)"
         shutil.rmtree(new[-1], ignore_errors=True)
-        shutil.rmtree(view, ignore_errors=True)
         rows.add(row)
 
 
