@@ -22,7 +22,7 @@ use hcsflow_core::Stack;
 use hcsflow_synth::{generate, SynthConfig};
 
 mod common;
-use common::{hcsflow, stderr};
+use common::{hcsflow, intervals, stderr, within, Interval};
 
 fn demo_toml() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo.toml").to_string_lossy().into_owned()
@@ -103,11 +103,11 @@ fn demo_pipeline_on_lavapipe_gpu_agrees_with_cpu() {
     }
 
     let (cpu, gpu) = (out_of("cpu"), out_of("gpu"));
-    let report = out_of("gpu-report.json");
+    let (report, trace) = (out_of("gpu-report.json"), out_of("gpu-trace.json"));
     let o = hcsflow(&["run", &plate, &demo, &cpu, "--device", "cpu"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let o = Command::new(env!("CARGO_BIN_EXE_hcsflow"))
-        .args(["run", &plate, &demo, &gpu, "--device", "gpu", "--report", &report])
+        .args(["run", &plate, &demo, &gpu, "--device", "gpu", "--report", &report, "--trace", &trace])
         .env("HCSFLOW_ALLOW_SOFTWARE_GPU", "1")
         .output()
         .unwrap();
@@ -118,6 +118,19 @@ fn demo_pipeline_on_lavapipe_gpu_agrees_with_cpu() {
     let functions = r["steps"][0]["chains"][0]["functions"][0].as_str().unwrap();
     assert!(functions.contains("wgpu → wgpu on gpu:0"), "{functions}");
     assert_eq!(r["steps"][0]["chains"][0]["routes"][0]["kind"], "device_copy", "{r}");
+    // The trace shows each upload as a conversion span inside its GPU call,
+    // and host calls without one.
+    let events: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(&trace).unwrap()).unwrap();
+    let spans = intervals(&events);
+    let conversions: Vec<&Interval> = spans.iter().filter(|s| s.name == "conversion").collect();
+    let calls: Vec<&Interval> = spans.iter().filter(|s| s.name == "call").collect();
+    let on = |c: &Interval, device: &str| c.args["device"].as_str().is_some_and(|d| d.starts_with(device));
+    let (gpu_calls, cpu_calls) = (calls.iter().filter(|c| on(c, "gpu")).count(), calls.iter().filter(|c| on(c, "cpu")).count());
+    assert!(gpu_calls > 0 && cpu_calls > 0, "{calls:?}");
+    for c in &calls {
+        let uploads = conversions.iter().filter(|v| v.tid == c.tid && within(v, c) && v.args["route"].as_str().is_some_and(|r| r.contains("upload"))).count();
+        assert_eq!(uploads, usize::from(on(c, "gpu")), "one upload span inside each GPU call, none in host calls: {c:?}");
+    }
 
     for step in ["channels_max_z", "max_z", "mosaic", "count"] {
         let (c, g) = (images(Path::new(&cpu), step), images(Path::new(&gpu), step));

@@ -1,49 +1,13 @@
 //! `hcsflow run --trace trace.json`: a Chrome/Perfetto trace with spans per
 //! well, step, read, stack, function call, conversion and write, nested in time.
 
-use std::collections::BTreeMap;
 use std::process::Command;
 
 use hcsflow_synth::{generate, SynthConfig};
 use serde_json::Value;
 
-/// A span as the trace shows it: name, arguments, start and end (µs), thread.
-#[derive(Debug, Clone)]
-struct Interval {
-    name: String,
-    args: Value,
-    start: f64,
-    end: f64,
-}
-
-/// Pairs the `B`/`E` events of every thread (a stack per thread).
-fn intervals(events: &[Value]) -> Vec<Interval> {
-    let mut open: BTreeMap<u64, Vec<&Value>> = BTreeMap::new();
-    let mut out = Vec::new();
-    for e in events {
-        let tid = e["tid"].as_u64().unwrap_or(0);
-        match e["ph"].as_str() {
-            Some("B") => open.entry(tid).or_default().push(e),
-            Some("E") => {
-                let b = open.get_mut(&tid).and_then(Vec::pop).unwrap_or_else(|| panic!("E without B: {e}"));
-                assert_eq!(b["name"], e["name"], "B/E of thread {tid} do not nest");
-                out.push(Interval {
-                    name: b["name"].as_str().unwrap().to_string(),
-                    args: b["args"].clone(),
-                    start: b["ts"].as_f64().unwrap(),
-                    end: e["ts"].as_f64().unwrap(),
-                });
-            }
-            _ => {}
-        }
-    }
-    assert!(open.values().all(Vec::is_empty), "spans left open: {open:?}");
-    out
-}
-
-fn within(inner: &Interval, outer: &Interval) -> bool {
-    outer.start <= inner.start && inner.end <= outer.end
-}
+mod common;
+use common::{intervals, within};
 
 #[test]
 fn trace_has_nested_spans_per_well_step_call_and_conversion() {

@@ -15,7 +15,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::artifact::{Artifacts, CallContext, Table};
-use crate::convert::{ConversionError, ConversionPolicy, Conversions, Route};
+use crate::convert::{ConversionError, ConversionPolicy, Conversions, Route, RouteKind};
 use crate::memory::{Array, Device, MemoryType};
 use crate::stack::Stack;
 
@@ -662,7 +662,12 @@ impl Registry {
             return Err(FunctionError::NotAStack { function: name.into(), shape: input.shape().to_vec() });
         }
         let n_in = input.shape()[0];
-        let input = conversions.execute(&plan.route_in, input, plan.device)?;
+        // A conversion into the call (an upload) is its own span in traces.
+        let input = if plan.route_in.kind == RouteKind::Identity {
+            input
+        } else {
+            tracing::info_span!("conversion", route = %plan.route_in).in_scope(|| conversions.execute(&plan.route_in, input, plan.device))?
+        };
         let per_plane = plan.contract == Contract::Pure2d
             || (plan.contract == Contract::Flexible && plan.args.bool(SLICE_BY_SLICE));
         let label = |e: FunctionError| match e {

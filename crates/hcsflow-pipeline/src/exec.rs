@@ -743,7 +743,8 @@ fn run_group(
             inputs.insert(d.name.to_string(), reindex(&table.table, &table.keys, &plan.steps[from].variable, &keys));
         }
         let mut context = CallContext::new(info, inputs);
-        // The conversion into the call (`route_in`) runs inside Registry::execute_in, so inside this span.
+        // The conversion into the call (`route_in`, e.g. an upload) runs inside
+        // Registry::execute_in: a "conversion" span inside this one.
         let _in_call = tracing::info_span!("call", function = %call.function, device = %call.device, route_in = %call.route_in).entered();
         array = registry.execute_in(call, array, conversions, &mut context).map_err(|e| format!("stack at {first}: {e}"))?;
         let (outputs, call_notes) = context.take_results();
