@@ -43,7 +43,7 @@ use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::label::{label_mask, Connectivity, Labels};
-use crate::convolve::{correlate_separable_into, Boundary, Kernel1d};
+use crate::convolve::{correlate_separable_pair_into, Boundary, Kernel1d};
 use crate::threshold::{threshold_value, ThresholdMethod};
 use crate::tophat::plane_slice;
 
@@ -176,20 +176,15 @@ impl CellCounts {
 
 /// `−σ² · gaussian_laplace(image, σ)` of one plane into `out` (f32, scipy's
 /// operation order: order-2 Gaussian along Y then order-0 along X, plus order-0
-/// along Y then order-2 along X), with the shared separable correlation.
-/// `scratch` holds the second term; both buffers are reused across scales.
-fn scaled_log_into(image: &[f32], h: usize, w: usize, sigma: f32, out: &mut Vec<f32>, scratch: &mut Vec<f32>) {
+/// along Y then order-2 along X, then `−(a + b)·σ²`), both terms in one sweep of
+/// the shared separable correlation. `out` is reused across scales.
+fn scaled_log_into(image: &[f32], h: usize, w: usize, sigma: f32, out: &mut Vec<f32>) {
     let s = sigma as f64;
     let k0 = Kernel1d::gaussian(s, 4.0);
     let k2 = Kernel1d::new(gaussian_d2_weights(s, k0.radius()));
     let s2 = sigma * sigma;
     out.resize(h * w, 0.0);
-    scratch.resize(h * w, 0.0);
-    correlate_separable_into(image, h, w, &k2, &k0, Boundary::Reflect, out);
-    correlate_separable_into(image, h, w, &k0, &k2, Boundary::Reflect, scratch);
-    out.par_chunks_mut(1 << 16).zip(scratch.par_chunks(1 << 16)).for_each(|(a, b)| {
-        a.iter_mut().zip(b).for_each(|(a, &b)| *a = -(*a + b) * s2);
-    });
+    correlate_separable_pair_into(image, h, w, (&k2, &k0), (&k0, &k2), Boundary::Reflect, out, move |a, b| -(a + b) * s2);
 }
 
 /// scipy.ndimage `_gaussian_kernel1d(sigma, order=2, radius)`: `(x²/σ⁴ − 1/σ²) · φ(x)/Σφ`,
@@ -276,7 +271,6 @@ pub fn blob_log(image: &[f32], h: usize, w: usize, params: &BlobLogParams) -> Re
     let mut cube: Vec<Option<Vec<f32>>> = vec![None; n];
     // Scale buffers leaving the window are recycled (no fresh 4·h·w-byte pages per scale).
     let mut spare: Vec<Vec<f32>> = Vec::new();
-    let mut scratch: Vec<f32> = Vec::new();
     // skimage reports no peak when every cube value equals its neighbourhood
     // maximum, i.e. when the cube is constant.
     let mut first: Option<f32> = None;
@@ -286,7 +280,7 @@ pub fn blob_log(image: &[f32], h: usize, w: usize, params: &BlobLogParams) -> Re
         for j in i..(i + 2).min(n) {
             if cube[j].is_none() {
                 let mut c = spare.pop().unwrap_or_default();
-                scaled_log_into(image, h, w, sigmas[j], &mut c, &mut scratch);
+                scaled_log_into(image, h, w, sigmas[j], &mut c);
                 let f0 = *first.get_or_insert(c[0]);
                 constant = constant && c.iter().all(|&v| v == f0);
                 cube[j] = Some(c);

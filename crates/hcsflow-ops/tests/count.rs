@@ -174,6 +174,9 @@ fn blob_log_same_detections_as_skimage() {
     }
     cases.push(blobs_stack(DType::F32, [1, 200, 180], 60, 1.0, 0.1, 210).0); // crowded, noisy
     cases.push(blobs_stack(DType::F32, [1, 5, 7], 1, 1.0, 0.0, 211).0); // tiny image, kernels wider than it
+    // Tall enough for the 64-row tasks of the separable correlation (several row
+    // blocks and 32-column strips, an odd width), crowded as a real field.
+    cases.push(blobs_stack(DType::U16, [1, 300, 263], 220, 50000.0, 0.05, 212).0);
     cases.push(Stack::F32(Array3::from_elem((1, 12, 12), 0.5))); // constant: no blobs
     let args = json!({"min_sigma": p.min_sigma, "max_sigma": p.max_sigma, "num_sigma": p.num_sigma, "threshold": p.threshold, "overlap": p.overlap});
     let jobs: Vec<usize> = cases.iter().map(|s| oracle.add("blob_log", s, args.clone())).collect();
