@@ -494,7 +494,7 @@ fn wire_artifacts(spec: &PipelineSpec, registry: &Registry, steps: &mut [StepPla
                         errors.push(PipelineError::step(&steps[si].name, format!("artifacts_from: step '{wanted}' does not run before this one"), "name an earlier step"));
                         continue;
                     }
-                    Some(i) if !steps[i].produces.iter().any(|p| *p == name) => {
+                    Some(i) if !steps[i].produces.contains(&name) => {
                         errors.push(PipelineError::step(
                             &steps[si].name,
                             format!("artifacts_from: step '{wanted}' does not produce '{name}'"),

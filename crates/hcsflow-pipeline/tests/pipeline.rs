@@ -491,7 +491,7 @@ fn zarr_materialisation_writes_an_ome_zarr_plate() {
     let s = run(&plan, false);
     assert!(s.failed.is_empty(), "{:?}", s.failed);
     let zarr = out.join("Synth_Plate_1.ome.zarr");
-    assert_eq!(s.zarr_plates, [zarr.clone()]);
+    assert_eq!(s.zarr_plates, std::slice::from_ref(&zarr));
     let meta: serde_json::Value = serde_json::from_slice(&std::fs::read(zarr.join("zarr.json")).unwrap()).unwrap();
     let plate_meta = &meta["attributes"]["ome"]["plate"];
     let wells: Vec<&str> = plate_meta["wells"].as_array().unwrap().iter().map(|w| w["path"].as_str().unwrap()).collect();
