@@ -3,7 +3,15 @@
 //! The layout is decided at compile time from the step's output keys over
 //! all wells: fields are the distinct sites (numeric order), `c` the distinct
 //! channels, `z` the distinct z planes (1 when a projection collapsed z), `t`
-//! the timepoints. Planes are written as each well finishes the step; the
+//! the timepoints. The y × x extent is taken from the planes themselves
+//! ([`FieldExtent::Grow`], chunked by the plate's field size), because a
+//! step's output size is known only when it runs: a step that keeps the field
+//! size writes field-sized images, and a step whose planes are whole-well
+//! mosaics (`assemble`, the site collapsed) writes one field per well holding
+//! the mosaic, every well padded with 0 at the bottom and right to the plate's
+//! largest mosaic (NGFF allows any shape per image, but ome-zarr-py and napari
+//! draw the plate with the first well's shape). The TIFF output of the same
+//! step holds each mosaic at its own size. Planes are written as each well finishes the step; the
 //! plate metadata is written by [`ZarrOutput::finish`] after the run, listing
 //! the wells that have fields (a failed well is left out, and added by a
 //! `--resume` run, which reopens the same plate).
@@ -12,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use hcsflow_core::{DType, Stack};
-use hcsflow_zarr::{FieldShape, NgffVersion, PlateSpec, PlateWriter};
+use hcsflow_zarr::{FieldExtent, FieldShape, NgffVersion, PlateSpec, PlateWriter};
 
 use crate::compile::{Key, Plan, COLLAPSED};
 use crate::spec::Materialize;
@@ -91,6 +99,7 @@ pub(crate) fn layouts(plan: &Plan, channel_names: &BTreeMap<u32, String>, versio
                 dtype,
                 shape: FieldShape { t: count(3), c: count(1), z: count(2), y: h, x: w },
                 version,
+                extent: FieldExtent::Grow,
                 ..PlateSpec::default()
             };
             ZarrLayout { step: si, root: plan.out.join(name), spec, index }

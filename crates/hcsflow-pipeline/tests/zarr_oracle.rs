@@ -2,7 +2,8 @@
 //!
 //! `examples/demo.toml` runs on a small synthetic plate (3 wells × 2×2 fields
 //! × 2 channels × 3 z, 50² so that pyramid levels have odd edges) with every
-//! step materialised as TIFF and OME-Zarr. For every step,
+//! step materialised as TIFF and OME-Zarr, the mosaic steps included (one
+//! field per well holding the mosaic, padded to the plate's largest). For every step,
 //! `tests/oracle/pipeline_zarr_oracle.py` reads the plate with zarr-python
 //! and ome-zarr-py and validates it with ome-zarr-models, and checks shape,
 //! dtype, axes (names, types, units), scale (the synthetic plate's pixel
@@ -62,15 +63,19 @@ const PIXEL_UM: f64 = 0.65;
 /// Demo steps whose planes are whole-well mosaics, not fields.
 const MOSAIC_STEPS: [&str; 2] = ["mosaic", "count"];
 
-/// Per demo step: channel names and z planes of its output, as the pipeline
-/// defines them (composite collapses the channels; max-Z collapses z).
-fn expected_layout(step: &str) -> (Vec<&'static str>, usize) {
+/// Per demo step: channel names, z planes and fields per well of its output,
+/// as the pipeline defines them (composite collapses the channels; max-Z
+/// collapses z; assemble collapses the sites into one mosaic; count keeps the
+/// channel-1 mosaic's labels only).
+fn expected_layout(step: &str) -> (Vec<&'static str>, usize, usize) {
     match step {
-        "normalise" => (CHANNELS.to_vec(), 3),
-        "composite" => (vec!["composite"], 3),
-        "max_z" | "positions" => (vec!["composite"], 1),
-        "channels_normalise" => (CHANNELS.to_vec(), 3),
-        "channels_max_z" => (CHANNELS.to_vec(), 1),
+        "normalise" => (CHANNELS.to_vec(), 3, 4),
+        "composite" => (vec!["composite"], 3, 4),
+        "max_z" | "positions" => (vec!["composite"], 1, 4),
+        "channels_normalise" => (CHANNELS.to_vec(), 3, 4),
+        "channels_max_z" => (CHANNELS.to_vec(), 1, 4),
+        "mosaic" => (CHANNELS.to_vec(), 1, 1),
+        "count" => (vec![CHANNELS[0]], 1, 1),
         other => panic!("examples/demo.toml has a new step '{other}': add its expected layout here"),
     }
 }
@@ -93,9 +98,7 @@ fn run_demo_and_check(version: NgffVersion) {
     let plate = hcsflow_plate::open_plate(&plate_dir, None).expect("open the plate");
 
     let mut spec = PipelineSpec::read(&repo().join("examples/demo.toml")).expect("examples/demo.toml");
-    // Every step whose planes keep the plate's size (mosaics and label images of
-    // the stitched wells do not fit the plate's fields).
-    for step in spec.steps.iter_mut().filter(|s| !MOSAIC_STEPS.contains(&s.name.as_str())) {
+    for step in spec.steps.iter_mut() {
         step.materialize = vec![Materialize::Tiff, Materialize::Zarr];
     }
     let out = dir.path().join("out");
@@ -105,11 +108,24 @@ fn run_demo_and_check(version: NgffVersion) {
     let options = RunOptions { workers: 2, zarr_format: version, ..RunOptions::default() };
     let summary = execute(&plan, &registry, &conversions, &options, &|_| {}).expect("execute");
     assert!(summary.failed.is_empty(), "{:?}", summary.failed);
-    let zarr_steps: Vec<_> = plan.steps.iter().filter(|s| !MOSAIC_STEPS.contains(&s.name.as_str())).collect();
-    assert_eq!(summary.zarr_plates.len(), zarr_steps.len(), "one OME-Zarr plate per step");
+    assert_eq!(summary.zarr_plates.len(), plan.steps.len(), "one OME-Zarr plate per step");
 
-    for step in zarr_steps {
-        let (channels, z) = expected_layout(&step.name);
+    for step in &plan.steps {
+        let (channels, z, fields) = expected_layout(&step.name);
+        let mosaic = MOSAIC_STEPS.contains(&step.name.as_str());
+        if mosaic {
+            // The mosaics are larger than a field in every well (a 2×2 grid, 10 % overlap).
+            for well in WELLS {
+                let tiffs: Vec<_> = walk(&out.join(&step.name)).into_iter().filter(|p| p.to_string_lossy().contains(&format!("_{well}_"))).collect();
+                assert!(!tiffs.is_empty(), "{} TIFFs of {well}", step.name);
+                for t in tiffs {
+                    let info = hcsflow_tiff::read_info(&t).unwrap();
+                    assert!(info.height > SIZE && info.width > SIZE, "{}: {}×{}", t.display(), info.height, info.width);
+                }
+            }
+        }
+        // y, x null for mosaics: the oracle takes the largest TIFF plane.
+        let (y, x) = if mosaic { (json!(null), json!(null)) } else { (json!(SIZE), json!(SIZE)) };
         let root = out.join(format!("{}_{}.ome.zarr", cfg.plate_name, step.name));
         assert!(summary.zarr_plates.contains(&root), "{} not in {:?}", root.display(), summary.zarr_plates);
         let expected = json!({
@@ -118,9 +134,10 @@ fn run_demo_and_check(version: NgffVersion) {
             "rows": ["A", "B"],
             "columns": ["1", "2"],
             "wells": WELLS,
-            "fields": 4,
+            "fields": fields,
             "channel_names": channels,
-            "shape": [1, channels.len(), z, SIZE, SIZE],
+            "shape": [1, channels.len(), z, y, x],
+            "field_size": [SIZE, SIZE],
             "dtype": "uint16",
             "levels": 3,
             "pixel_size_um": PIXEL_UM,
@@ -144,6 +161,23 @@ fn run_demo_and_check(version: NgffVersion) {
             String::from_utf8_lossy(&o.stderr)
         );
     }
+}
+
+/// Every `.tif` file under `dir`, recursively.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if p.extension().is_some_and(|e| e == "tif") {
+                out.push(p);
+            }
+        }
+    }
+    out
 }
 
 #[test]

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use hcsflow_core::{DType, Stack};
-use hcsflow_zarr::{FieldShape, NgffVersion, PlateSpec, PlateWriter, ZarrCompression};
+use hcsflow_zarr::{FieldExtent, FieldShape, NgffVersion, PlateSpec, PlateWriter, ZarrCompression};
 use ndarray::Array3;
 use rayon::prelude::*;
 
@@ -113,6 +113,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     pyramid_levels: 3,
                     version: NgffVersion::V05,
                     compression,
+                    extent: FieldExtent::Fixed,
                 };
                 let start = Instant::now();
                 let writer = PlateWriter::create(&root, spec)?;

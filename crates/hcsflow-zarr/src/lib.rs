@@ -29,7 +29,9 @@
 //! ```
 //!
 //! Chunks are whole planes (one per `(t, c, z)` per level), so a plane is one
-//! file write and readers fetch a plane with one read. Sharding is not used.
+//! file write and readers fetch a plane with one read; with
+//! [`FieldExtent::Grow`] (planes of any size, e.g. whole-well mosaics) they are
+//! `shape.y × shape.x` tiles. Sharding is not used.
 
 mod error;
 mod metadata;
@@ -39,5 +41,5 @@ mod store;
 mod writer;
 
 pub use error::ZarrError;
-pub use spec::{FieldShape, NgffVersion, PlateSpec, ZarrCompression};
+pub use spec::{FieldExtent, FieldShape, NgffVersion, PlateSpec, ZarrCompression};
 pub use writer::PlateWriter;

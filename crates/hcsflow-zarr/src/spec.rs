@@ -72,7 +72,9 @@ impl Default for ZarrCompression {
     }
 }
 
-/// Shape of every field image: `(t, c, z, y, x)`, all ≥ 1.
+/// Shape of every field image: `(t, c, z, y, x)`, all ≥ 1. With
+/// [`FieldExtent::Grow`], `y` and `x` are the chunk size and the fields' extent
+/// comes from the planes written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct FieldShape {
     pub t: usize,
@@ -87,6 +89,33 @@ impl FieldShape {
     pub fn as_array(&self) -> [usize; 5] {
         [self.t, self.c, self.z, self.y, self.x]
     }
+}
+
+/// How the y × x extent of the field images is decided.
+///
+/// NGFF 0.4 and 0.5 put no constraint on the shapes of a plate's images: each
+/// field is its own multiscale image, and the well and plate metadata only list
+/// paths. Readers that draw the whole plate (ome-zarr-py's plate node, which
+/// napari shows) tile it with the first well's first field, so every field
+/// should still have one shape: with [`FieldExtent::Grow`], `finish` gives them
+/// the largest one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FieldExtent {
+    /// Every plane is exactly `shape.y × shape.x`, one chunk per plane.
+    #[default]
+    Fixed,
+    /// Planes of any y × x (e.g. a whole-well mosaic per well, whose size is
+    /// known only once the well's tiles are registered). A field grows to hold
+    /// the largest plane written to it, and
+    /// [`update_metadata`](crate::PlateWriter::update_metadata) grows every
+    /// field of the plate to the largest field, so that all share one shape.
+    /// A plane smaller than its field is padded with the fill value (0) at the
+    /// bottom and right, on every pyramid level (level k holds the 2^k block
+    /// means of the plane itself, padded; see the pyramid rule below).
+    /// `shape.y × shape.x` is then the chunk size (`ceil(n / 2^k)` on level k),
+    /// so growing an array only rewrites its metadata.
+    Grow,
 }
 
 /// Everything needed to lay out an OME-Zarr HCS plate.
@@ -124,6 +153,9 @@ pub struct PlateSpec {
     pub pyramid_levels: usize,
     pub version: NgffVersion,
     pub compression: ZarrCompression,
+    /// `Fixed` when absent (plates written before this field existed).
+    #[serde(default)]
+    pub extent: FieldExtent,
 }
 
 impl Default for PlateSpec {
@@ -144,6 +176,7 @@ impl Default for PlateSpec {
             pyramid_levels: 3,
             version: NgffVersion::V05,
             compression: ZarrCompression::default(),
+            extent: FieldExtent::Fixed,
         }
     }
 }
@@ -168,15 +201,20 @@ pub(crate) fn split_well_name(well: &str) -> Option<(String, u64)> {
     Some((letters.to_ascii_uppercase(), digits.parse().ok()?))
 }
 
+/// Level-`k` size of a `(y, x)` plane: `ceil(n / 2^k)` per axis.
+pub(crate) fn level_of((y, x): (usize, usize), level: usize) -> (usize, usize) {
+    let d = 1usize << level.min(usize::BITS as usize - 1);
+    (y.div_ceil(d), x.div_ceil(d))
+}
+
 fn path_safe(s: &str) -> bool {
     !s.is_empty() && s.chars().all(|ch| ch.is_ascii_alphanumeric())
 }
 
 impl PlateSpec {
-    /// Level-`k` (y, x) size: `ceil(n / 2^k)`.
+    /// Level-`k` (y, x) size of a `shape.y × shape.x` field: `ceil(n / 2^k)`.
     pub fn level_yx(&self, level: usize) -> (usize, usize) {
-        let d = 1usize << level.min(usize::BITS as usize - 1);
-        (self.shape.y.div_ceil(d), self.shape.x.div_ceil(d))
+        level_of((self.shape.y, self.shape.x), level)
     }
 
     /// Finds the grid position of a well name (see the type docs for the forms).

@@ -16,12 +16,19 @@ use zarrs::metadata::Endianness;
 use crate::error::ZarrError;
 use crate::metadata::{self, HCSFLOW_FORMAT, HCSFLOW_KEY};
 use crate::pyramid::downsample;
-use crate::spec::{NgffVersion, PlateSpec, WellPos, ZarrCompression};
+use crate::spec::{level_of, FieldExtent, NgffVersion, PlateSpec, WellPos, ZarrCompression};
 use crate::store::AtomicFsStore;
 
 type LevelArray = Array<AtomicFsStore>;
 /// The pyramid level arrays of one field, level 0 first.
 type FieldLevels = Arc<Vec<LevelArray>>;
+
+/// A field whose group and arrays exist: its arrays and level-0 (y, x) extent.
+#[derive(Debug)]
+struct Field {
+    levels: FieldLevels,
+    yx: (usize, usize),
+}
 
 /// Writes one OME-Zarr HCS plate.
 ///
@@ -32,6 +39,9 @@ type FieldLevels = Arc<Vec<LevelArray>>;
 /// field; `finish` lists in the plate metadata only the wells that have at
 /// least one field (and gives those wells all their fields, empty ones
 /// included), so readers never open a path that is not there.
+///
+/// With [`FieldExtent::Grow`] planes may have any y × x; see there for how
+/// fields grow and are padded.
 ///
 /// `write_plane` and `write_field` take `&self` and may be called concurrently
 /// from several threads, for different planes (writing the same plane twice
@@ -45,7 +55,7 @@ pub struct PlateWriter {
     /// Grid position → index in `spec.wells`.
     well_index: HashMap<WellPos, usize>,
     /// Fields whose group and arrays exist, keyed by (well index, field).
-    fields: Mutex<HashMap<(usize, usize), FieldLevels>>,
+    fields: Mutex<HashMap<(usize, usize), Field>>,
     /// Row and well groups already written by this writer.
     groups: Mutex<HashSet<String>>,
     /// Serialises `update_metadata` so a slower, older scan never overwrites a newer one.
@@ -233,8 +243,9 @@ impl PlateWriter {
     /// every pyramid level (downsampling is in y and x only, so a plane's
     /// pyramid depends on that plane alone and is written with it).
     ///
-    /// `plane` must be `[1, Y, X]` with the plate's Y, X and dtype. Rewriting a
-    /// plane replaces it. Errors name the well, field and indices.
+    /// `plane` must be `[1, Y, X]` with the plate's dtype, and with the plate's
+    /// Y, X unless the extent is [`FieldExtent::Grow`] (then any Y, X ≥ 1).
+    /// Rewriting a plane replaces it. Errors name the well, field and indices.
     pub fn write_plane(
         &self,
         well: &str,
@@ -246,7 +257,11 @@ impl PlateWriter {
     ) -> Result<(), ZarrError> {
         let pos = self.check_indices(well, field, t, c, z)?;
         let s = self.spec.shape;
-        let expected = [1, s.y, s.x];
+        let [_, py, px] = plane.shape();
+        let expected = match self.spec.extent {
+            FieldExtent::Fixed => [1, s.y, s.x],
+            FieldExtent::Grow => [1, py.max(1), px.max(1)],
+        };
         if plane.dtype() != self.spec.dtype {
             return Err(ZarrError::PlaneDType {
                 well: well.into(),
@@ -269,14 +284,15 @@ impl PlateWriter {
                 got: plane.shape(),
             });
         }
-        let levels = self.field_arrays(pos, field)?;
+        let levels = self.field_arrays(pos, field, (py, px))?;
         with_plane(plane, 0, |p| {
-            self.store_plane(&levels, well, field, [t, c, z], p)
+            self.store_plane(&levels, well, field, [t, c, z], (py, px), p)
         })
     }
 
     /// Writes a whole field: `data` holds `t * c` stacks indexed `[t][c]`
-    /// (i.e. `data[t * C + c]`), each `[Z, Y, X]`. Everything is checked before
+    /// (i.e. `data[t * C + c]`), each `[Z, Y, X]` (Y, X as for
+    /// [`write_plane`](Self::write_plane)). Everything is checked before
     /// anything is written; planes are then written in parallel (rayon).
     pub fn write_field(&self, well: &str, field: usize, data: &[Stack]) -> Result<(), ZarrError> {
         let s = self.spec.shape;
@@ -289,9 +305,15 @@ impl PlateWriter {
                 got: data.len(),
             });
         }
-        let expected = [s.z, s.y, s.x];
+        let mut extent = (1, 1);
         for (i, stack) in data.iter().enumerate() {
             let (t, c) = (i / s.c, i % s.c);
+            let [_, sy, sx] = stack.shape();
+            let expected = match self.spec.extent {
+                FieldExtent::Fixed => [s.z, s.y, s.x],
+                FieldExtent::Grow => [s.z, sy.max(1), sx.max(1)],
+            };
+            extent = (extent.0.max(sy), extent.1.max(sx));
             if stack.dtype() != self.spec.dtype {
                 return Err(ZarrError::PlaneDType {
                     well: well.into(),
@@ -314,12 +336,13 @@ impl PlateWriter {
                 });
             }
         }
-        let levels = self.field_arrays(pos, field)?;
+        let levels = self.field_arrays(pos, field, extent)?;
         (0..data.len() * s.z).into_par_iter().try_for_each(|k| {
             let (i, z) = (k / s.z, k % s.z);
             let (t, c) = (i / s.c, i % s.c);
+            let [_, h, w] = data[i].shape();
             with_plane(&data[i], z, |p| {
-                self.store_plane(&levels, well, field, [t, c, z], p)
+                self.store_plane(&levels, well, field, [t, c, z], (h, w), p)
             })
         })
     }
@@ -358,7 +381,14 @@ impl PlateWriter {
     /// The level arrays of a field, creating the row/well/field groups and the
     /// array metadata on first use (idempotent: a resumed writer rewrites the
     /// same metadata).
-    fn field_arrays(&self, pos: WellPos, field: usize) -> Result<FieldLevels, ZarrError> {
+    ///
+    /// `at_least` is the level-0 (y, x) the field must hold. With a fixed
+    /// extent it is always the plate's. With [`FieldExtent::Grow`] a field is
+    /// created (or, after a resume, reopened) with the larger of `at_least` and
+    /// what is on disk, and an existing field smaller than `at_least` grows:
+    /// its arrays' metadata are rewritten with the new shape, and the chunks
+    /// (whose grid does not depend on the extent) stay valid.
+    fn field_arrays(&self, pos: WellPos, field: usize, at_least: (usize, usize)) -> Result<FieldLevels, ZarrError> {
         let wi = *self
             .well_index
             .get(&pos)
@@ -368,11 +398,18 @@ impl PlateWriter {
                 known: self.spec.wells.join(", "),
             })?;
         let mut fields = self.fields.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(a) = fields.get(&(wi, field)) {
-            return Ok(a.clone());
-        }
         let row = &self.spec.rows[pos.row];
         let well_key = format!("{row}/{}", self.spec.columns[pos.col]);
+        let field_key = format!("{well_key}/{field}");
+        if let Some(f) = fields.get(&(wi, field)) {
+            if f.yx.0 >= at_least.0 && f.yx.1 >= at_least.1 {
+                return Ok(f.levels.clone());
+            }
+            let yx = (f.yx.0.max(at_least.0), f.yx.1.max(at_least.1));
+            let levels = Arc::new(self.level_arrays(&field_key, yx)?);
+            fields.insert((wi, field), Field { levels: levels.clone(), yx });
+            return Ok(levels);
+        }
         {
             let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
             for key in [row.clone(), well_key.clone()] {
@@ -386,12 +423,15 @@ impl PlateWriter {
                 }
             }
         }
-        let field_key = format!("{well_key}/{field}");
         let field_dir = self.root.join(&field_key);
-        let mut levels = Vec::with_capacity(self.spec.pyramid_levels);
-        for k in 0..self.spec.pyramid_levels {
-            levels.push(self.create_level_array(&format!("{field_key}/{k}"), k)?);
-        }
+        let yx = match self.spec.extent {
+            FieldExtent::Fixed => (self.spec.shape.y, self.spec.shape.x),
+            FieldExtent::Grow => {
+                let on_disk = self.stored_yx(&field_key)?.unwrap_or((1, 1));
+                (on_disk.0.max(at_least.0).max(1), on_disk.1.max(at_least.1).max(1))
+            }
+        };
+        let levels = self.level_arrays(&field_key, yx)?;
         let name = format!("{} {} field {}", self.spec.name, self.spec.wells[wi], field);
         metadata::write_group(
             &field_dir,
@@ -400,8 +440,54 @@ impl PlateWriter {
             Map::new(),
         )?;
         let levels = Arc::new(levels);
-        fields.insert((wi, field), levels.clone());
+        fields.insert((wi, field), Field { levels: levels.clone(), yx });
         Ok(levels)
+    }
+
+    /// Creates (writes the metadata of) every pyramid level array of the field
+    /// at `field_key` with level-0 extent `yx`.
+    fn level_arrays(&self, field_key: &str, yx: (usize, usize)) -> Result<Vec<LevelArray>, ZarrError> {
+        (0..self.spec.pyramid_levels)
+            .map(|k| self.create_level_array(&format!("{field_key}/{k}"), k, level_of(yx, k)))
+            .collect()
+    }
+
+    /// Level-0 (y, x) of the field at `field_key` as its array metadata on
+    /// disk says (a plate being resumed); `None` if it has no level 0 yet.
+    fn stored_yx(&self, field_key: &str) -> Result<Option<(usize, usize)>, ZarrError> {
+        let file = match self.spec.version {
+            NgffVersion::V05 => "zarr.json",
+            NgffVersion::V04 => ".zarray",
+        };
+        let path = self.root.join(format!("{field_key}/0/{file}"));
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(ZarrError::io(path, e)),
+        };
+        let bad = |message: String| ZarrError::Json { path: path.clone(), message };
+        let doc: Value = serde_json::from_slice(&bytes).map_err(|e| bad(e.to_string()))?;
+        let shape: Vec<usize> = doc
+            .get("shape")
+            .and_then(Value::as_array)
+            .map(|a| a.iter().filter_map(Value::as_u64).map(|v| v as usize).collect())
+            .unwrap_or_default();
+        match shape.as_slice() {
+            [_, _, _, y, x] => Ok(Some((*y, *x))),
+            other => Err(bad(format!("expected a 5-d [t, c, z, y, x] shape, found {other:?}"))),
+        }
+    }
+
+    /// Level-0 (y, x) of an existing field: this writer's, else the one on disk.
+    fn field_yx(&self, pos: WellPos, field: usize) -> Result<Option<(usize, usize)>, ZarrError> {
+        if let Some(wi) = self.well_index.get(&pos) {
+            let fields = self.fields.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(f) = fields.get(&(*wi, field)) {
+                return Ok(Some(f.yx));
+            }
+        }
+        let key = format!("{}/{}/{field}", self.spec.rows[pos.row], self.spec.columns[pos.col]);
+        self.stored_yx(&key)
     }
 
     fn group_exists(&self, key: &str) -> bool {
@@ -409,13 +495,15 @@ impl PlateWriter {
         dir.join("zarr.json").exists() || dir.join(".zgroup").exists()
     }
 
-    /// Builds the zarrs array of pyramid level `k` at `key` and writes its
-    /// metadata (atomically, by us: zarrs validates and serialises it).
-    fn create_level_array(&self, key: &str, k: usize) -> Result<LevelArray, ZarrError> {
+    /// Builds the zarrs array of pyramid level `k` at `key`, `(ly, lx)` in y
+    /// and x, and writes its metadata (atomically, by us: zarrs validates and
+    /// serialises it). Chunks: one per plane (fixed extent), or the spec's
+    /// level-`k` plane size (grown extent).
+    fn create_level_array(&self, key: &str, k: usize, (ly, lx): (usize, usize)) -> Result<LevelArray, ZarrError> {
         let s = self.spec.shape;
-        let (ly, lx) = self.spec.level_yx(k);
         let shape = vec![s.t as u64, s.c as u64, s.z as u64, ly as u64, lx as u64];
-        let chunks = vec![1u64, 1, 1, ly as u64, lx as u64];
+        let (cy, cx) = self.chunk_yx(k, (ly, lx));
+        let chunks = vec![1u64, 1, 1, cy as u64, cx as u64];
         let dir = self.root.join(key);
         let store = self.store.clone();
         match self.spec.version {
@@ -487,31 +575,40 @@ impl PlateWriter {
         }
     }
 
+    /// Chunk (y, x) of level `k` for an array of level extent `level_yx`.
+    fn chunk_yx(&self, k: usize, level_yx: (usize, usize)) -> (usize, usize) {
+        match self.spec.extent {
+            FieldExtent::Fixed => level_yx,
+            FieldExtent::Grow => self.spec.level_yx(k),
+        }
+    }
+
     fn store_plane(
         &self,
         levels: &[LevelArray],
         well: &str,
         field: usize,
         tcz: [usize; 3],
+        hw: (usize, usize),
         plane: PlaneRef<'_>,
     ) -> Result<(), ZarrError> {
         match plane {
-            PlaneRef::U8(p) => self.store_typed(levels, well, field, tcz, p),
-            PlaneRef::U16(p) => self.store_typed(levels, well, field, tcz, p),
-            PlaneRef::F32(p) => self.store_typed(levels, well, field, tcz, p),
+            PlaneRef::U8(p) => self.store_typed(levels, well, field, tcz, hw, p),
+            PlaneRef::U16(p) => self.store_typed(levels, well, field, tcz, hw, p),
+            PlaneRef::F32(p) => self.store_typed(levels, well, field, tcz, hw, p),
         }
     }
 
+    /// Stores a `h × w` plane and its pyramid at `(t, c, z)` of a field.
     fn store_typed<T: Pixel + Element>(
         &self,
         levels: &[LevelArray],
         well: &str,
         field: usize,
         [t, c, z]: [usize; 3],
+        (h, w): (usize, usize),
         plane: &[T],
     ) -> Result<(), ZarrError> {
-        let (h, w) = (self.spec.shape.y, self.spec.shape.x);
-        let idx = [t as u64, c as u64, z as u64, 0, 0];
         let err = |k: usize, e: zarrs::array::ArrayError| {
             let key = self.well_path(well).unwrap_or_else(|_| well.to_string());
             ZarrError::zarr(
@@ -520,12 +617,51 @@ impl PlateWriter {
             )
         };
         if let Some(l0) = levels.first() {
-            l0.store_chunk(&idx, plane).map_err(|e| err(0, e))?;
+            self.store_level(l0, 0, [t, c, z], (h, w), plane).map_err(|e| err(0, e))?;
         }
-        for (k, (data, _, _)) in downsample(plane, h, w, levels.len()).iter().enumerate() {
-            levels[k + 1]
-                .store_chunk(&idx, data.as_slice())
+        for (k, (data, lh, lw)) in downsample(plane, h, w, levels.len()).iter().enumerate() {
+            self.store_level(&levels[k + 1], k + 1, [t, c, z], (*lh, *lw), data)
                 .map_err(|e| err(k + 1, e))?;
+        }
+        Ok(())
+    }
+
+    /// Stores the `h × w` level-`k` data of plane `(t, c, z)`: the whole chunk
+    /// when chunks are planes of that size, else every chunk tile of the
+    /// array, the part outside the data filled with 0 (tiles entirely outside
+    /// are erased, so a rewritten plane leaves nothing of an older, larger one).
+    fn store_level<T: Pixel + Element>(
+        &self,
+        array: &LevelArray,
+        k: usize,
+        [t, c, z]: [usize; 3],
+        (h, w): (usize, usize),
+        data: &[T],
+    ) -> Result<(), zarrs::array::ArrayError> {
+        let shape = array.shape();
+        let (ay, ax) = (shape[3] as usize, shape[4] as usize);
+        let (cy, cx) = self.chunk_yx(k, (ay, ax));
+        let (t, c, z) = (t as u64, c as u64, z as u64);
+        if (cy, cx) == (h, w) && (ay, ax) == (h, w) {
+            return array.store_chunk(&[t, c, z, 0, 0], data);
+        }
+        let mut tile = vec![T::default(); cy * cx];
+        for i in 0..ay.div_ceil(cy) {
+            for j in 0..ax.div_ceil(cx) {
+                let idx = [t, c, z, i as u64, j as u64];
+                let (y0, x0) = (i * cy, j * cx);
+                if y0 >= h || x0 >= w {
+                    array.erase_chunk(&idx)?;
+                    continue;
+                }
+                let (ny, nx) = ((h - y0).min(cy), (w - x0).min(cx));
+                tile.fill(T::default());
+                for r in 0..ny {
+                    let src = &data[(y0 + r) * w + x0..][..nx];
+                    tile[r * cx..r * cx + nx].copy_from_slice(src);
+                }
+                array.store_chunk(&idx, tile.as_slice())?;
+            }
         }
         Ok(())
     }
@@ -563,20 +699,42 @@ impl PlateWriter {
         };
         let mut present = Vec::new();
         let mut field_count = 0;
+        // The extent every field gets: the plate's, or with a grown extent the
+        // largest field written (ome-zarr-py and napari tile the plate view
+        // with the first field's shape, so all fields must share it).
+        let mut extent = (self.spec.shape.y, self.spec.shape.x);
+        let mut existing = Vec::new();
         for w in &self.spec.wells {
             let pos = self.locate(w)?;
             let key = format!("{}/{}", self.spec.rows[pos.row], self.spec.columns[pos.col]);
-            let exists = |f: &usize| self.root.join(format!("{key}/{f}/{image_file}")).exists();
-            if !(0..self.spec.fields_per_well).any(|f| exists(&f)) {
+            let exists: Vec<bool> = (0..self.spec.fields_per_well)
+                .map(|f| self.root.join(format!("{key}/{f}/{image_file}")).exists())
+                .collect();
+            if !exists.contains(&true) {
                 continue;
             }
+            if self.spec.extent == FieldExtent::Grow {
+                extent = (1, 1);
+            }
+            existing.push((pos, key, exists));
+        }
+        if self.spec.extent == FieldExtent::Grow {
+            for (pos, _, exists) in &existing {
+                for f in (0..exists.len()).filter(|&f| exists[f]) {
+                    if let Some((y, x)) = self.field_yx(*pos, f)? {
+                        extent = (extent.0.max(y), extent.1.max(x));
+                    }
+                }
+            }
+        }
+        for (pos, key, exists) in existing {
             // A well with some fields gets all of them: the missing ones as
             // empty images (fill value, no chunks), because ome-zarr-py and
             // napari's plate view open the first well's field paths in every well.
             let fields: Vec<usize> = (0..self.spec.fields_per_well).collect();
             for f in &fields {
-                if !exists(f) {
-                    self.field_arrays(pos, *f)?;
+                if !exists[*f] || self.spec.extent == FieldExtent::Grow {
+                    self.field_arrays(pos, *f, extent)?;
                 }
             }
             field_count = field_count.max(fields.len());

@@ -6,7 +6,7 @@ mod common;
 
 use common::*;
 use hcsflow_core::{DType, Stack};
-use hcsflow_zarr::{FieldShape, NgffVersion, PlateSpec, PlateWriter, ZarrCompression};
+use hcsflow_zarr::{FieldExtent, FieldShape, NgffVersion, PlateSpec, PlateWriter, ZarrCompression};
 use serde_json::json;
 
 fn write_plate(root: &std::path::Path, spec: &PlateSpec) {
@@ -271,6 +271,7 @@ fn odd_sizes_other_dtypes_uncompressed() {
             pyramid_levels: 3,
             version,
             compression: ZarrCompression::None,
+            extent: FieldExtent::Fixed,
         };
         write_plate(&root, &spec);
         check_pixels(&root, &spec, "A/12", "a12", 0);

@@ -8,7 +8,12 @@ usage: pipeline_zarr_oracle.py ZARR_ROOT TIFF_STEP_DIR EXPECTED_JSON WORK_DIR
 EXPECTED_JSON (written by the Rust test from the synthetic plate's
 configuration, not from our plate reader) gives the NGFF version, plate name,
 rows, columns, wells, fields per well, channel names, the field shape
-(t, c, z, y, x), dtype, pyramid levels and pixel size in µm (null = unknown).
+(t, c, z, y, x), dtype, pyramid levels, pixel size in µm (null = unknown) and
+the plate's field size (y, x), which is the chunk size on level 0 (ceil(n/2^k)
+on level k). A null y, x in the shape means planes of any size (whole-well
+mosaics): the expected extent is then the largest TIFF plane of the step, and
+every plane, on every pyramid level, is padded with 0 at the bottom and right
+to that extent.
 
 The expected pixels come from the step's TIFF files, read with tifffile and
 placed by their ImageXpress names (`.../TimePoint_<t>/[ZStep_<z>/]<plate>_<well>_s<site>_w<channel>.tif`):
@@ -86,20 +91,28 @@ def main():
     planes = tiff_planes(step_dir)
     zo.check(bool(planes), f"tiff: {step_dir} has output planes")
     t_, c_, z_, y_, x_ = spec["shape"]
+    padded = y_ is None
+    if padded:
+        y_ = max(p.shape[0] for p in planes.values())
+        x_ = max(p.shape[1] for p in planes.values())
+        print(f"tiff: planes of any size (mosaics), largest {y_} x {x_}: fields padded to it")
     values = [sorted({k[i] for k in planes}) for i in range(5)]  # well, site, ch, z, t
     sites, chans, zs, ts = values[1], values[2], values[3], values[4]
     zo.check(len(sites) == spec["fields"], f"tiff: {len(sites)} sites, expected {spec['fields']}")
     zo.check((len(ts), len(chans), len(zs)) == (t_, c_, z_), f"tiff: t/c/z counts {(len(ts), len(chans), len(zs))} != {(t_, c_, z_)}")
     dtype = np.dtype(spec["dtype"])
     for k, p in planes.items():
-        zo.check(p.shape == (y_, x_) and p.dtype == dtype, f"tiff: {k} shape {p.shape} dtype {p.dtype}")
+        fits = p.shape[0] <= y_ and p.shape[1] <= x_ if padded else p.shape == (y_, x_)
+        zo.check(fits and p.dtype == dtype, f"tiff: {k} shape {p.shape} dtype {p.dtype}")
 
     levels = spec["levels"]
     py = px = spec["pixel_size_um"] if spec["pixel_size_um"] is not None else 1.0
+    fy, fx = spec["field_size"]
     exp_levels = []
     for k in range(levels):
         f = float(1 << k)
         exp_levels.append({"shape": [t_, c_, z_, -(-y_ // (1 << k)), -(-x_ // (1 << k))],
+                           "chunks": [1, 1, 1, -(-fy // (1 << k)), -(-fx // (1 << k))],
                            "scale": [1.0, 1.0, 1.0, py * f, px * f]})
     unit = "micrometer" if spec["pixel_size_um"] is not None else None
     wells = []
@@ -108,17 +121,20 @@ def main():
         wells.append({"path": path, "fields": list(range(spec["fields"]))})
         row, col = path.split("/")
         for fi, site in enumerate(sites):
-            field = np.zeros((t_, c_, z_, y_, x_), dtype=dtype)
+            # Level k of each plane is computed from the plane itself, then
+            # padded with 0 to the level's extent (a no-op for field-sized planes).
+            fields = [np.zeros(lev["shape"], dtype=dtype) for lev in exp_levels]
             for ti, t in enumerate(ts):
                 for ci, ch in enumerate(chans):
                     for zi, z in enumerate(zs):
                         plane = planes.get((well.upper(), site, ch, z, t))
-                        if zo.check(plane is not None, f"tiff: {well} site {site} w{ch} z{z} t{t} exists"):
-                            field[ti, ci, zi] = plane
+                        if not zo.check(plane is not None, f"tiff: {well} site {site} w{ch} z{z} t{t} exists"):
+                            continue
+                        for k in range(levels):
+                            lev = block_mean(plane, k)
+                            fields[k][ti, ci, zi, :lev.shape[0], :lev.shape[1]] = lev
             for k in range(levels):
-                lev = np.stack([block_mean(field[ti, ci, zi], k)
-                                for ti in range(t_) for ci in range(c_) for zi in range(z_)])
-                lev = lev.reshape(exp_levels[k]["shape"]).astype(dtype.newbyteorder("<"))
+                lev = fields[k].astype(dtype.newbyteorder("<"))
                 (work / f"{row}_{col}_{fi}_{k}.bin").write_bytes(lev.tobytes())
     expected = {
         "version": spec["version"],

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use hcsflow_core::{DType, Stack};
-use hcsflow_zarr::{FieldShape, NgffVersion, PlateSpec, ZarrCompression};
+use hcsflow_zarr::{FieldExtent, FieldShape, NgffVersion, PlateSpec, ZarrCompression};
 use ndarray::Array3;
 use zarrs::array::Array;
 use zarrs::filesystem::FilesystemStore;
@@ -33,6 +33,7 @@ pub fn small_spec(version: NgffVersion) -> PlateSpec {
         pyramid_levels: 2,
         version,
         compression: ZarrCompression::Zstd(3),
+        extent: FieldExtent::Fixed,
     }
 }
 

@@ -6,7 +6,8 @@ usage: ome_zarr_oracle.py PLATE_ROOT EXPECTED_DIR
 
 EXPECTED_DIR/expected.json describes what the plate must contain (written by
 the Rust test): NGFF version, dtype, channel names, axes, the wells and fields
-present, and per level the shape and scale. EXPECTED_DIR/<row>_<col>_<field>_<level>.bin
+present, and per level the shape, scale and optionally the chunk shape (default:
+one chunk per plane). EXPECTED_DIR/<row>_<col>_<field>_<level>.bin
 holds the expected pixels of that level (little-endian, C order, [t,c,z,y,x]).
 
 Prints one line per check and `ORACLE OK ...` at the end; exits 1 listing the
@@ -79,7 +80,8 @@ def with_zarr_python(root, exp, exp_dir):
                 arr = image[ds["path"]]
                 ok = check(tuple(arr.shape) == tuple(lev["shape"]), f"zarr: {w['path']}/{f}/{level} shape {arr.shape}")
                 check(arr.dtype == np.dtype(exp["dtype"]), f"zarr: {w['path']}/{f}/{level} dtype {arr.dtype}")
-                check(tuple(arr.chunks) == (1, 1, 1, *lev["shape"][3:]), f"zarr: chunks {arr.chunks}")
+                chunks = tuple(lev.get("chunks", (1, 1, 1, *lev["shape"][3:])))
+                check(tuple(arr.chunks) == chunks, f"zarr: chunks {arr.chunks} != {chunks}")
                 if ok:
                     want = expected_pixels(exp_dir, w["path"], f, level, lev["shape"], exp["dtype"])
                     same = check(np.array_equal(arr[...], want), f"zarr: {w['path']}/{f}/{level} pixels")
