@@ -92,6 +92,9 @@ fn run_demo_and_check(version: NgffVersion) {
         z_planes: 3,
         size: SIZE as u32,
         pixel_size_um: PIXEL_UM,
+        // Stage positions are the jittered truth, so the wells' mosaics differ
+        // in size and the mosaic plates need padding.
+        stage_reports_truth: true,
         ..SynthConfig::default()
     };
     generate(&cfg, &plate_dir).expect("generate the plate");
@@ -114,15 +117,19 @@ fn run_demo_and_check(version: NgffVersion) {
         let (channels, z, fields) = expected_layout(&step.name);
         let mosaic = MOSAIC_STEPS.contains(&step.name.as_str());
         if mosaic {
-            // The mosaics are larger than a field in every well (a 2×2 grid, 10 % overlap).
+            // The mosaics are larger than a field in every well (a 2×2 grid, 10 % overlap),
+            // and not all of one size (so the zarr fields need padding).
+            let mut sizes = std::collections::BTreeSet::new();
             for well in WELLS {
                 let tiffs: Vec<_> = walk(&out.join(&step.name)).into_iter().filter(|p| p.to_string_lossy().contains(&format!("_{well}_"))).collect();
                 assert!(!tiffs.is_empty(), "{} TIFFs of {well}", step.name);
                 for t in tiffs {
                     let info = hcsflow_tiff::read_info(&t).unwrap();
                     assert!(info.height > SIZE && info.width > SIZE, "{}: {}×{}", t.display(), info.height, info.width);
+                    sizes.insert((info.height, info.width));
                 }
             }
+            assert!(sizes.len() > 1, "{}: every well's mosaic is {sizes:?}", step.name);
         }
         // y, x null for mosaics: the oracle takes the largest TIFF plane.
         let (y, x) = if mosaic { (json!(null), json!(null)) } else { (json!(SIZE), json!(SIZE)) };

@@ -95,7 +95,8 @@ def main():
     if padded:
         y_ = max(p.shape[0] for p in planes.values())
         x_ = max(p.shape[1] for p in planes.values())
-        print(f"tiff: planes of any size (mosaics), largest {y_} x {x_}: fields padded to it")
+        sizes = sorted({p.shape for p in planes.values()})
+        print(f"tiff: planes of any size (mosaics): {sizes}; fields padded to the largest, {y_} x {x_}")
     values = [sorted({k[i] for k in planes}) for i in range(5)]  # well, site, ch, z, t
     sites, chans, zs, ts = values[1], values[2], values[3], values[4]
     zo.check(len(sites) == spec["fields"], f"tiff: {len(sites)} sites, expected {spec['fields']}")
