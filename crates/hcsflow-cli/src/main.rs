@@ -100,7 +100,21 @@ fn init_tracing(trace: Option<&std::path::Path>) -> Result<Option<tracing_chrome
     Ok(guard)
 }
 
+/// Mesa's implicit Vulkan layer `VK_LAYER_MESA_device_select` connects to
+/// Wayland to find a "default" GPU whenever adapters are enumerated, and on a
+/// headless machine (HPC nodes, CI) that prints "XDG_RUNTIME_DIR is invalid or
+/// not set" twice. hcsflow chooses its adapter itself and reports why, so the
+/// layer is disabled through the switch its manifest declares
+/// (`NODEVICE_SELECT=1`), unless the user set that variable. Runs first in
+/// `main`, while the process has one thread.
+fn quiet_vulkan_device_select() {
+    if std::env::var_os("NODEVICE_SELECT").is_none() {
+        std::env::set_var("NODEVICE_SELECT", "1");
+    }
+}
+
 fn main() -> ExitCode {
+    quiet_vulkan_device_select();
     let cli = Cli::parse();
     let trace = match &cli.command {
         Command::Run(a) => a.output.trace.clone(),

@@ -56,6 +56,22 @@ fn doctor_json_reports_adapters_and_the_default_device_with_a_reason() {
 }
 
 #[test]
+fn doctor_on_a_headless_machine_prints_no_display_server_noise() {
+    // Mesa's device-select layer would print this twice without a display server.
+    let o = Command::new(env!("CARGO_BIN_EXE_hcsflow"))
+        .arg("doctor")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("WAYLAND_DISPLAY")
+        .env_remove("DISPLAY")
+        .env_remove("NODEVICE_SELECT")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(!err.contains("XDG_RUNTIME_DIR"), "{err}");
+}
+
+#[test]
 fn functions_json_lists_every_registered_function() {
     let o = hcsflow(&["functions", "--json"]);
     assert!(o.status.success(), "{}", stderr(&o));
