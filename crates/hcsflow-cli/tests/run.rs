@@ -4,9 +4,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use hcsflow_synth::{generate, SynthConfig};
+use hcsflow_testkit::snapshot;
 
 mod common;
 use common::{hcsflow, stderr};
@@ -19,22 +20,6 @@ fn synth(root: &Path, wells: &[&str], size: u32) {
         ..SynthConfig::default()
     };
     generate(&cfg, root).expect("generate");
-}
-
-fn snapshot(root: &Path) -> BTreeMap<PathBuf, (u64, SystemTime)> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let e = e.unwrap();
-            let m = e.metadata().unwrap();
-            if m.is_dir() {
-                stack.push(e.path());
-            }
-            out.insert(e.path(), (m.len(), m.modified().unwrap()));
-        }
-    }
-    out
 }
 
 /// Relative path → bytes of every output image under `out/<step>`.

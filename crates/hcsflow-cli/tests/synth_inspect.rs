@@ -2,6 +2,7 @@
 
 use std::collections::BTreeSet;
 use std::process::Output;
+use hcsflow_testkit::snapshot;
 
 mod common;
 use common::hcsflow;
@@ -9,23 +10,6 @@ use common::hcsflow;
 fn ok(o: Output) -> Output {
     assert!(o.status.success(), "stderr: {}", String::from_utf8_lossy(&o.stderr));
     o
-}
-
-/// Every file under `root` with its size and mtime.
-fn tree(root: &std::path::Path) -> BTreeSet<(String, u64, std::time::SystemTime)> {
-    let mut out = BTreeSet::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let e = e.unwrap();
-            let m = e.metadata().unwrap();
-            if m.is_dir() {
-                stack.push(e.path());
-            }
-            out.insert((e.path().display().to_string(), m.len(), m.modified().unwrap()));
-        }
-    }
-    out
 }
 
 struct Case {
@@ -55,9 +39,9 @@ fn synth_then_inspect_round_trips_the_options() {
         let mut args = vec!["synth", out.to_str().unwrap(), "--size", "48", "--seed", "7", "--pixel-size", "0.325"];
         args.extend_from_slice(c.args);
         ok(hcsflow(&args));
-        let before = tree(&out);
+        let before = snapshot(&out);
         let o = ok(hcsflow(&["inspect", out.to_str().unwrap(), "--json"]));
-        assert_eq!(tree(&out), before, "inspect must not touch the plate");
+        assert_eq!(snapshot(&out), before, "inspect must not touch the plate");
         let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
         let m = &v["metadata"];
         let ctx = format!("case {i} {:?}", c.args);

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use hcsflow_core::{
     ArgSpec, Contract, ConversionPolicy, Conversions, Device, FunctionSpec, Implementation, Registry, Stack,
@@ -15,6 +14,7 @@ use hcsflow_pipeline::{
 };
 use hcsflow_plate::{open_plate, Plate};
 use hcsflow_synth::{generate, SynthConfig};
+use hcsflow_testkit::snapshot;
 use ndarray::{Array3, Axis};
 
 /// A 2-well (A01, B02), 3×3-site, 2-channel, 3-z, 64² ImageXpress plate.
@@ -87,23 +87,6 @@ fn max_of(planes: &[Array3<u16>]) -> Array3<u16> {
         m.zip_mut_with(p, |a, &b| *a = (*a).max(b));
     }
     m
-}
-
-/// Every file under `root` with its size and mtime.
-fn snapshot(root: &Path) -> BTreeMap<PathBuf, (u64, SystemTime)> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let e = e.unwrap();
-            let m = e.metadata().unwrap();
-            if m.is_dir() {
-                stack.push(e.path());
-            }
-            out.insert(e.path(), (m.len(), m.modified().unwrap()));
-        }
-    }
-    out
 }
 
 fn step_error_text(e: &PipelineError) -> String {

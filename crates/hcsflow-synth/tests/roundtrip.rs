@@ -3,31 +3,14 @@
 //! the reader, and reading must not touch the plate.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Path, PathBuf};
-use std::time::SystemTime;
+use std::path::Path;
 
 use hcsflow_core::{DType, Stack};
 use hcsflow_plate::{open_plate, summary_text, Format, Plate};
 use hcsflow_synth::{generate, GuidStyle, IxLayout, SynthConfig, SynthSummary};
+use hcsflow_testkit::snapshot;
 
 type Key = (String, u32, u32, u32, u32);
-
-/// Every file and folder under `root` with its size and mtime.
-fn snapshot(root: &Path) -> BTreeMap<PathBuf, (u64, SystemTime, bool)> {
-    let mut out = BTreeMap::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let e = e.unwrap();
-            let m = e.metadata().unwrap();
-            if m.is_dir() {
-                stack.push(e.path());
-            }
-            out.insert(e.path(), (m.len(), m.modified().unwrap(), m.is_dir()));
-        }
-    }
-    out
-}
 
 fn small(format: Format) -> SynthConfig {
     SynthConfig { format, size: 64, nuclei_density: 400.0, nucleus_radius_px: (3.0, 5.0), ..SynthConfig::default() }

@@ -1,9 +1,8 @@
 //! Helpers shared by the GPU test binaries: the adapter to test on and
-//! deterministic test stacks.
+//! deterministic test stacks (hcsflow-testkit's).
 #![allow(dead_code)]
 
-use hcsflow_core::{DType, Device, Stack};
-use ndarray::Array3;
+use hcsflow_core::{Device, Stack};
 
 /// The adapter to test on: the first one found (lavapipe in CI). Fails, rather
 /// than skips, when there is none, unless HCSFLOW_SKIP_GPU_TESTS=1.
@@ -19,25 +18,8 @@ pub fn gpu() -> Option<Device> {
     Some(Device::Gpu(adapters[0].index))
 }
 
-/// Deterministic pseudo-random stack (xorshift), values spread over the dtype's range.
-pub fn random_stack(dtype: DType, shape: [usize; 3], seed: u64) -> Stack {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
-    let n = shape.iter().product();
-    let f: Vec<f32> = (0..n)
-        .map(|_| match dtype {
-            DType::U8 => (next() % 256) as f32,
-            DType::U16 => (next() % 65536) as f32,
-            DType::F32 => (next() % 2_000_001) as f32 / 1000.0 - 1000.0,
-        })
-        .collect();
-    Stack::from_f32_array(Array3::from_shape_vec(shape, f).unwrap(), dtype)
-}
+#[allow(unused_imports)] // not every test binary uses it
+pub use hcsflow_testkit::random_stack;
 
 /// A wgpu array back on the host, as a stack.
 pub fn to_host(a: &hcsflow_gpu::WgpuArray) -> Stack {

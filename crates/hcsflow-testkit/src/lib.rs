@@ -1,0 +1,68 @@
+//! Test support shared by the hcsflow crates (a dev-dependency only).
+//!
+//! - [`random_stack`]: deterministic pseudo-random stacks over a dtype's range.
+//! - [`snapshot`]: every file and folder under a root with its size and
+//!   modification time, to assert that an input plate was left untouched.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use hcsflow_core::{DType, Stack};
+use ndarray::Array3;
+
+/// Deterministic pseudo-random stack (xorshift64 seeded by `seed`), values
+/// spread over the dtype's range: all of u8 and u16, and f32 in [-1000, 1000]
+/// in steps of 1e-3.
+pub fn random_stack(dtype: DType, shape: [usize; 3], seed: u64) -> Stack {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    let n = shape.iter().product();
+    let f: Vec<f32> = (0..n)
+        .map(|_| match dtype {
+            DType::U8 => (next() % 256) as f32,
+            DType::U16 => (next() % 65536) as f32,
+            DType::F32 => (next() % 2_000_001) as f32 / 1000.0 - 1000.0,
+        })
+        .collect();
+    match Array3::from_shape_vec(shape, f) {
+        Ok(a) => Stack::from_f32_array(a, dtype),
+        Err(_) => unreachable!("shape.product() values"),
+    }
+}
+
+/// What [`snapshot`] records of one entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Entry {
+    pub len: u64,
+    pub modified: SystemTime,
+    pub is_dir: bool,
+}
+
+/// Every file and folder below `root` (not `root` itself), by path. Two equal
+/// snapshots mean nothing was added, removed, resized or rewritten.
+///
+/// # Panics
+/// If the tree cannot be read: this is for tests.
+pub fn snapshot(root: &Path) -> BTreeMap<PathBuf, Entry> {
+    let mut out = BTreeMap::new();
+    let mut folders = vec![root.to_path_buf()];
+    while let Some(d) = folders.pop() {
+        let entries = std::fs::read_dir(&d).unwrap_or_else(|e| panic!("{}: {e}", d.display()));
+        for e in entries {
+            let e = e.unwrap_or_else(|e| panic!("{}: {e}", d.display()));
+            let m = e.metadata().unwrap_or_else(|err| panic!("{}: {err}", e.path().display()));
+            if m.is_dir() {
+                folders.push(e.path());
+            }
+            let modified = m.modified().unwrap_or_else(|err| panic!("{}: {err}", e.path().display()));
+            out.insert(e.path(), Entry { len: m.len(), modified, is_dir: m.is_dir() });
+        }
+    }
+    out
+}
