@@ -39,35 +39,64 @@ impl Binned for u16 {
 /// Counts of every value in `data`, in parallel. Four interleaved sub-histograms
 /// per task avoid stalls when neighbouring pixels share a value.
 ///
+/// One u32 accumulator per rayon fold (about one per thread), not per chunk:
+/// zeroing, merging and allocating a 65,536-bin histogram costs about as much
+/// as counting a 2048² plane, so it is done as rarely as possible. Data of
+/// 2³² values or more takes the same path in slices below that (no u32 overflow).
+///
 /// The sub-histograms have the dtype's constant length and every value is a
 /// valid bin, so the counting loop carries no bounds checks.
 pub fn histogram<T: Binned>(data: &[T]) -> Vec<u64> {
-    let chunk = CHUNK.max(data.len().div_ceil(4 * rayon::current_num_threads().max(1)));
-    data.par_chunks(chunk)
-        .map(|chunk| {
-            let mut h = vec![0u32; SUB * T::BINS];
-            let mut subs: Vec<&mut [u32]> = h.chunks_mut(T::BINS).collect();
-            let [h0, h1, h2, h3] = &mut subs[..] else { unreachable!("SUB = 4 sub-histograms") };
-            let (h0, h1, h2, h3) = (&mut h0[..T::BINS], &mut h1[..T::BINS], &mut h2[..T::BINS], &mut h3[..T::BINS]);
-            let mut quads = chunk.chunks_exact(4);
-            for q in &mut quads {
-                h0[q[0].bin()] += 1;
-                h1[q[1].bin()] += 1;
-                h2[q[2].bin()] += 1;
-                h3[q[3].bin()] += 1;
-            }
-            for &v in quads.remainder() {
-                h0[v.bin()] += 1;
-            }
-            (0..T::BINS).map(|i| u64::from(h0[i]) + u64::from(h1[i]) + u64::from(h2[i]) + u64::from(h3[i])).collect::<Vec<u64>>()
-        })
-        .reduce(
-            || vec![0u64; T::BINS],
-            |mut a, b| {
-                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+    const MAX_PER_PASS: usize = u32::MAX as usize;
+    let mut total = vec![0u64; T::BINS];
+    for part in data.chunks(MAX_PER_PASS) {
+        let folded = part
+            .par_chunks(CHUNK / 4)
+            .fold(
+                || vec![0u32; SUB * T::BINS],
+                |mut h, chunk| {
+                    count_into::<T>(&mut h, chunk);
+                    h
+                },
+            )
+            .map(|mut h| {
+                // Merge the sub-histograms into the first.
+                let (first, rest) = h.split_at_mut(T::BINS);
+                for sub in rest.chunks(T::BINS) {
+                    first.iter_mut().zip(sub).for_each(|(a, &b)| *a += b);
+                }
+                h.truncate(T::BINS);
+                h
+            })
+            .reduce_with(|mut a, b| {
+                a.iter_mut().zip(&b).for_each(|(x, &y)| *x += y);
                 a
-            },
-        )
+            });
+        if let Some(h) = folded {
+            total.iter_mut().zip(&h).for_each(|(t, &c)| *t += u64::from(c));
+        }
+    }
+    total
+}
+
+/// Adds the values of `chunk` to the [`SUB`] interleaved sub-histograms in `h`.
+#[inline]
+fn count_into<T: Binned>(h: &mut [u32], chunk: &[T]) {
+    let mut subs = h.chunks_mut(T::BINS);
+    let (Some(h0), Some(h1), Some(h2), Some(h3)) = (subs.next(), subs.next(), subs.next(), subs.next()) else {
+        unreachable!("SUB = 4 sub-histograms")
+    };
+    let (h0, h1, h2, h3) = (&mut h0[..T::BINS], &mut h1[..T::BINS], &mut h2[..T::BINS], &mut h3[..T::BINS]);
+    let mut quads = chunk.chunks_exact(4);
+    for q in &mut quads {
+        h0[q[0].bin()] += 1;
+        h1[q[1].bin()] += 1;
+        h2[q[2].bin()] += 1;
+        h3[q[3].bin()] += 1;
+    }
+    for &v in quads.remainder() {
+        h0[v.bin()] += 1;
+    }
 }
 
 /// Interleaved sub-histograms per task in [`histogram`].
