@@ -50,8 +50,11 @@ pub fn histogram<T: Binned>(data: &[T]) -> Vec<u64> {
     const MAX_PER_PASS: usize = u32::MAX as usize;
     let mut total = vec![0u64; T::BINS];
     for part in data.chunks(MAX_PER_PASS) {
+        // Few folds: about two per thread (each fold zeroes and merges a histogram).
+        let pieces = part.len().div_ceil(CHUNK / 4);
         let folded = part
             .par_chunks(CHUNK / 4)
+            .with_min_len(pieces.div_ceil(2 * rayon::current_num_threads().max(1)).max(1))
             .fold(
                 || vec![0u32; SUB * T::BINS],
                 |mut h, chunk| {
