@@ -6,7 +6,7 @@
 //! Vertical pass: each output row is a weighted sum of input rows;
 //! horizontal pass: the row is padded once into a per-task buffer. Both
 //! compute [`BLOCK`] neighbouring outputs at once with the accumulators in
-//! registers (vectorised along X), and run with AVX2 + FMA where available.
+//! registers (vectorised along X), and run with AVX2 where available.
 
 use rayon::prelude::*;
 
@@ -109,13 +109,8 @@ pub fn correlate_separable<T: Pixel>(src: &[T], h: usize, w: usize, ky: &Kernel1
 /// (no full-size intermediate image).
 ///
 /// Every output value is computed with the same operations in the same order
-/// whatever the CPU: `w_c·c`, then per tap pair the fused multiply-add
-/// `s = fma(w, a + b, s)` (symmetric taps) or `s = fma(w₊, b, fma(w₋, a, s))`,
-/// so results do not depend on the SIMD width. Fused: one rounding per tap
-/// instead of two, and half the floating-point instructions (the passes are
-/// bound by them). The vector paths need AVX2 and FMA; elsewhere the same
-/// arithmetic runs through `f32::mul_add` (exact, but a library call on x86
-/// CPUs without FMA).
+/// whatever the CPU: `w_c·c`, then per tap pair `+= w·(a + b)` (symmetric taps)
+/// or `+= w₋·a + w₊·b`, so results do not depend on the SIMD width.
 pub fn correlate_separable_into<T: Pixel>(src: &[T], h: usize, w: usize, ky: &Kernel1d, kx: &Kernel1d, boundary: Boundary, dst: &mut [f32]) {
     correlate_blocks(src, h, w, &[(ky, kx)], boundary, dst, |a, _| a);
 }
@@ -250,10 +245,9 @@ const BLOCK: usize = 32;
 /// Columns per strip of the vertical pass (a multiple of the vector width).
 const STRIP: usize = 32;
 
-/// The row kernels, compiled twice: for the baseline target and with AVX2 +
-/// FMA (chosen at run time). The arithmetic is identical (explicit fused
-/// multiply-adds, `f32::mul_add`, in the same order), so both give
-/// bit-identical results; AVX2 only widens the vectors.
+/// The row kernels, compiled twice: for the baseline target and with AVX2
+/// (chosen at run time). The arithmetic is identical (no FMA contraction), so
+/// both give bit-identical results; AVX2 only widens the vectors.
 mod simd {
     use super::{BLOCK, STRIP};
 
@@ -261,8 +255,8 @@ mod simd {
     /// rows are the 2r + 1 source rows of this output row).
     pub fn vertical_row(strip: &[f32], weights: &[f32], o: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports AVX2 and FMA, checked just above.
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
             return unsafe { vertical_row_avx2(strip, weights, o) };
         }
         vertical_row_impl(strip, weights, o)
@@ -273,13 +267,13 @@ mod simd {
     /// `j ..= j + 2r`.
     pub fn vertical_rows4(strip: &[f32], weights: &[f32], o: &mut [f32], ostride: usize, width: usize) {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx512vl") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports AVX-512 VL (and so AVX2) and FMA, checked just above.
+        if std::arch::is_x86_feature_detected!("avx512vl") {
+            // SAFETY: the CPU supports AVX-512 VL (and so AVX2), checked just above.
             return unsafe { vertical_rows4_avx512vl(strip, weights, o, ostride, width) };
         }
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports AVX2 and FMA, checked just above.
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
             return unsafe { vertical_rows4_avx2(strip, weights, o, ostride, width) };
         }
         vertical_rows4_impl(strip, weights, o, ostride, width)
@@ -288,13 +282,13 @@ mod simd {
     /// 256-bit vectors still, but AVX-512 VL gives 32 vector registers: the
     /// four accumulators and eight rolling rows fit without spills.
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma,avx512f,avx512vl")]
+    #[target_feature(enable = "avx2,avx512f,avx512vl")]
     fn vertical_rows4_avx512vl(strip: &[f32], weights: &[f32], o: &mut [f32], ostride: usize, width: usize) {
         vertical_rows4_impl(strip, weights, o, ostride, width)
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2")]
     fn vertical_rows4_avx2(strip: &[f32], weights: &[f32], o: &mut [f32], ostride: usize, width: usize) {
         vertical_rows4_impl(strip, weights, o, ostride, width)
     }
@@ -337,13 +331,13 @@ mod simd {
                     if wk == wm {
                         for j in 0..4 {
                             for l in 0..V {
-                                acc[j][l] = wk.mul_add(lo[j][l] + hi[j][l], acc[j][l]);
+                                acc[j][l] += wk * (lo[j][l] + hi[j][l]);
                             }
                         }
                     } else {
                         for j in 0..4 {
                             for l in 0..V {
-                                acc[j][l] = wk.mul_add(hi[j][l], wm.mul_add(lo[j][l], acc[j][l]));
+                                acc[j][l] += wm * lo[j][l] + wk * hi[j][l];
                             }
                         }
                     }
@@ -367,21 +361,21 @@ mod simd {
     /// `o[x] = Σ_k w[k] · pad[x + k]` (pad: the row with r samples added each side).
     pub fn horizontal_row(pad: &[f32], weights: &[f32], o: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
-        if std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma") {
-            // SAFETY: the CPU supports AVX2 and FMA, checked just above.
+        if std::arch::is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU supports AVX2, checked just above.
             return unsafe { horizontal_row_avx2(pad, weights, o) };
         }
         horizontal_row_impl(pad, weights, o)
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2")]
     fn vertical_row_avx2(strip: &[f32], weights: &[f32], o: &mut [f32]) {
         vertical_row_impl(strip, weights, o)
     }
 
     #[cfg(target_arch = "x86_64")]
-    #[target_feature(enable = "avx2,fma")]
+    #[target_feature(enable = "avx2")]
     fn horizontal_row_avx2(pad: &[f32], weights: &[f32], o: &mut [f32]) {
         horizontal_row_impl(pad, weights, o)
     }
@@ -394,9 +388,9 @@ mod simd {
         for k in 1..=r {
             let (wm, wk) = (weights[r - k], weights[r + k]);
             if wk == wm {
-                s = wk.mul_add(at(r - k) + at(r + k), s);
+                s += wk * (at(r - k) + at(r + k));
             } else {
-                s = wk.mul_add(at(r + k), wm.mul_add(at(r - k), s));
+                s += wm * at(r - k) + wk * at(r + k);
             }
         }
         s
@@ -415,11 +409,11 @@ mod simd {
             let (a, b) = (&line(r - k)[..BLOCK], &line(r + k)[..BLOCK]);
             if wk == wm {
                 for l in 0..BLOCK {
-                    acc[l] = wk.mul_add(f(a[l]) + f(b[l]), acc[l]);
+                    acc[l] += wk * (f(a[l]) + f(b[l]));
                 }
             } else {
                 for l in 0..BLOCK {
-                    acc[l] = wk.mul_add(f(b[l]), wm.mul_add(f(a[l]), acc[l]));
+                    acc[l] += wm * f(a[l]) + wk * f(b[l]);
                 }
             }
         }
@@ -471,7 +465,7 @@ mod tests {
     }
 
     /// Scalar reference in the documented operation order: centre tap, then
-    /// per pair `s = fma(w, a + b, s)` (symmetric) or `s = fma(w₊, b, fma(w₋, a, s))`.
+    /// per pair `+= w·(a + b)` (symmetric) or `+= w₋·a + w₊·b`.
     fn reference(src: &[f32], h: usize, w: usize, ky: &Kernel1d, kx: &Kernel1d) -> Vec<f32> {
         let pass = |get: &dyn Fn(isize) -> f32, k: &Kernel1d| {
             let r = k.radius();
@@ -480,9 +474,9 @@ mod tests {
                 let (wm, wk) = (k.weights[r - d], k.weights[r + d]);
                 let (a, b) = (get(-(d as isize)), get(d as isize));
                 if wk == wm {
-                    s = wk.mul_add(a + b, s);
+                    s += wk * (a + b);
                 } else {
-                    s = wk.mul_add(b, wm.mul_add(a, s));
+                    s += wm * a + wk * b;
                 }
             }
             s
