@@ -44,7 +44,7 @@ fn equalize_int<T: Binned + Pixel>(a: &mut Array3<T>) -> Option<()> {
 /// The bin edges of `np.histogram(x_f32, nbins)`: `np.linspace(lo, hi, n + 1)`
 /// with float32 `lo`/`hi` (the data's min and max as numpy float32 scalars), so
 /// numpy computes in float32: `i · ((hi - lo) / n) + lo`, the last edge `hi`.
-fn linspace_f32(lo: f32, hi: f32, nbins: usize) -> Vec<f32> {
+pub fn linspace_f32(lo: f32, hi: f32, nbins: usize) -> Vec<f32> {
     let step = (hi - lo) / nbins as f32;
     let mut e: Vec<f32> = (0..=nbins).map(|i| i as f32 * step + lo).collect();
     if let Some(last) = e.last_mut() {

@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use cubecl::prelude::*;
 use hcsflow_core::{Args, Array, DType, DeviceBuffer, FunctionError};
-use hcsflow_ops::equalize::equalize_lut;
+use hcsflow_ops::equalize::{equalize_lut, linspace_f32};
 use hcsflow_ops::histogram::{cumulative, f32_from_key};
 
 use super::normalize::{apply_luts, failed, geometry, integer_histograms, key_of, read_u32, zeros};
@@ -148,17 +148,6 @@ pub(super) fn stack_equalize_histogram(array: Array, args: &Args) -> Result<Arra
 /// Halvings that settle a binary search over `len` sorted values.
 fn steps_for(len: usize) -> u32 {
     usize::BITS - len.leading_zeros() + 1
-}
-
-/// The bin edges of `np.histogram(x_f32, nbins)` as the host computes them
-/// (`hcsflow_ops::equalize`): `i · ((hi − lo) / n) + lo` in f32, the last edge `hi`.
-fn linspace_f32(lo: f32, hi: f32, nbins: usize) -> Vec<f32> {
-    let step = (hi - lo) / nbins as f32;
-    let mut e: Vec<f32> = (0..=nbins).map(|i| i as f32 * step + lo).collect();
-    if let Some(last) = e.last_mut() {
-        *last = hi;
-    }
-    e
 }
 
 fn equalize_f32(input: &WgpuArray, total: usize, nbins: usize) -> Result<Array, FunctionError> {

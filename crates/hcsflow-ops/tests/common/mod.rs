@@ -15,26 +15,7 @@ use hcsflow_core::{Array, ConversionPolicy, Conversions, DType, Device, MemoryTy
 use ndarray::{Array3, ArrayD, IxDyn};
 use serde_json::{json, Value};
 
-/// Deterministic pseudo-random stack (xorshift64), values over the dtype's range
-/// (f32: [-1000, 1000] in steps of 1e-3).
-pub fn random_stack(dtype: DType, shape: [usize; 3], seed: u64) -> Stack {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
-    let n = shape.iter().product();
-    let f: Vec<f32> = (0..n)
-        .map(|_| match dtype {
-            DType::U8 => (next() % 256) as f32,
-            DType::U16 => (next() % 65536) as f32,
-            DType::F32 => (next() % 2_000_001) as f32 / 1000.0 - 1000.0,
-        })
-        .collect();
-    Stack::from_f32_array(Array3::from_shape_vec(shape, f).unwrap(), dtype)
-}
+pub use hcsflow_testkit::random_stack;
 
 /// A smooth image with blobs and noise, more like microscopy than white noise
 /// (heavy low tail, bright spots): values in roughly [100, 0.9 × dtype max].
