@@ -106,22 +106,23 @@ fn read_files<P: AsRef<Path> + Sync>(paths: &[P], parallel: bool) -> Result<Stac
     }
     let all_pages: Vec<PageMeta> = scanned.iter().flat_map(|(_, pages)| pages.iter().copied()).collect();
     let mut stack = match first.dtype {
-        DType::U8 => Stack::U8(decode_files::<u8, P>(paths, scanned, parallel)?),
-        DType::U16 => Stack::U16(decode_files::<u16, P>(paths, scanned, parallel)?),
-        DType::F32 => Stack::F32(decode_files::<f32, P>(paths, scanned, parallel)?),
+        DType::U8 => Stack::U8(decode_files::<u8, P>(paths, scanned, first, parallel)?),
+        DType::U16 => Stack::U16(decode_files::<u16, P>(paths, scanned, first, parallel)?),
+        DType::F32 => Stack::F32(decode_files::<f32, P>(paths, scanned, first, parallel)?),
     };
     undo_white_is_zero(&mut stack, &all_pages);
     Ok(stack)
 }
 
-/// Allocates the stack of all files' pages and decodes each file into its planes.
+/// Allocates the stack of all files' pages (each of `first`'s size, as
+/// [`read_files`] checked) and decodes each file into its planes.
 fn decode_files<T: Pixel, P: AsRef<Path> + Sync>(
     paths: &[P],
     scanned: Vec<Scanned>,
+    first: PageMeta,
     parallel: bool,
 ) -> Result<Array3<T>, TiffError> {
     let first_path = paths.first().map_or(Path::new(""), |p| p.as_ref());
-    let first = scanned.first().map(|(_, pages)| pages[0]).ok_or(TiffError::NoFiles)?;
     let (height, width) = (first.height, first.width);
     let depth: usize = scanned.iter().map(|(_, pages)| pages.len()).sum();
     let total = (height * width).checked_mul(depth).ok_or_else(|| TiffError::TooLarge {

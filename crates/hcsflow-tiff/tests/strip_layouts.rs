@@ -10,9 +10,9 @@ use hcsflow_tiff::{read_stack, TiffError};
 const WIDTH: u16 = 5;
 const HEIGHT: u16 = 3;
 
-/// A little-endian classic TIFF with one `WIDTH`×`HEIGHT` u16 page, one row
-/// per strip, the strips stored at `offsets` (pixel data follows the IFD and
-/// is placed by the caller in `pixels_at`).
+/// A little-endian classic TIFF of `file_len` bytes with one `WIDTH`×`HEIGHT`
+/// u16 page, one row per strip, the strips at `offsets` (zeros until the caller
+/// writes the rows there, e.g. with [`put_row`]).
 fn tiff_with_strips(offsets: [u32; 3], file_len: usize) -> Vec<u8> {
     let mut f = vec![0u8; file_len];
     f[..4].copy_from_slice(b"II*\0");
@@ -84,33 +84,33 @@ fn pixels(path: &Path) -> Vec<u16> {
     }
 }
 
-#[test]
-fn contiguous_strips_are_read_in_order() {
+/// Writes a file whose row `y` is stored at `offsets[y]` (the file `len`
+/// bytes long) and reads its pixels back.
+fn read_rows_stored_at(name: &str, offsets: [usize; 3], len: usize) -> Vec<u16> {
     let dir = tempfile::tempdir().expect("tempdir");
-    let row = 2 * WIDTH as usize;
-    let offsets = [0, 1, 2].map(|i| (DATA_START + i * row) as u32);
-    let mut f = tiff_with_strips(offsets, DATA_START + 3 * row);
+    let offsets = offsets.map(|o| o as u32);
+    let mut f = tiff_with_strips(offsets, len);
     for (y, &o) in offsets.iter().enumerate() {
         put_row(&mut f, o as usize, y as u16);
     }
-    let p = dir.path().join("contiguous.tif");
+    let p = dir.path().join(name);
     std::fs::write(&p, &f).expect("write");
-    assert_eq!(pixels(&p), expected());
+    pixels(&p)
+}
+
+#[test]
+fn contiguous_strips_are_read_in_order() {
+    let row = 2 * WIDTH as usize;
+    let offsets = [0, 1, 2].map(|i| DATA_START + i * row);
+    assert_eq!(read_rows_stored_at("contiguous.tif", offsets, DATA_START + 3 * row), expected());
 }
 
 #[test]
 fn strips_stored_out_of_order_or_with_gaps_are_placed_by_their_offsets() {
-    let dir = tempfile::tempdir().expect("tempdir");
     let row = 2 * WIDTH as usize;
     // Row 0 last, row 2 first, with a 6-byte gap between rows 1 and 0.
-    let offsets = [DATA_START + 2 * row + 6, DATA_START + row, DATA_START].map(|o| o as u32);
-    let mut f = tiff_with_strips(offsets, DATA_START + 3 * row + 6);
-    for (y, &o) in offsets.iter().enumerate() {
-        put_row(&mut f, o as usize, y as u16);
-    }
-    let p = dir.path().join("shuffled.tif");
-    std::fs::write(&p, &f).expect("write");
-    assert_eq!(pixels(&p), expected());
+    let offsets = [DATA_START + 2 * row + 6, DATA_START + row, DATA_START];
+    assert_eq!(read_rows_stored_at("shuffled.tif", offsets, DATA_START + 3 * row + 6), expected());
 }
 
 #[test]
