@@ -17,7 +17,7 @@ use ndarray::Array3;
 use rayon::prelude::*;
 
 use crate::histogram::{cumulative, histogram, histogram_by, Binned};
-use crate::normalize::{apply_lut_in_place, contiguous_mut, integer_lut};
+use crate::normalize::{apply_lut_in_place, contiguous_mut, integer_lut_flat_outside};
 
 const NAME: &str = "stack_equalize_histogram";
 const CHUNK: usize = 1 << 18;
@@ -31,7 +31,10 @@ pub fn equalize_lut<T: Binned + Pixel>(hist: &[u64]) -> Option<Vec<T>> {
         return None;
     }
     let max = T::max_value().to_f32() as f64;
-    Some(integer_lut::<T>(|v| cdf[v as usize] as f64 / n * max))
+    // The cdf is 0 below the smallest value present and n from the largest on.
+    let lowest = hist.iter().position(|&c| c > 0)?;
+    let highest = hist.iter().rposition(|&c| c > 0)?;
+    Some(integer_lut_flat_outside::<T>(lowest.saturating_sub(1), highest, |v| cdf[v as usize] as f64 / n * max))
 }
 
 fn equalize_int<T: Binned + Pixel>(a: &mut Array3<T>) -> Option<()> {
