@@ -33,6 +33,8 @@ pub trait Binned: Copy + Send + Sync + PartialOrd {
     fn wrapping_sub(self, other: Self) -> Self;
     /// The data as u16 when the type is u16 (for the u16-only vector paths).
     fn as_u16(data: &[Self]) -> Option<&[u16]>;
+    /// [`Binned::as_u16`], mutable.
+    fn as_u16_mut(data: &mut [Self]) -> Option<&mut [u16]>;
 }
 impl Binned for u8 {
     const BINS: usize = 256;
@@ -51,6 +53,9 @@ impl Binned for u8 {
     fn as_u16(_: &[Self]) -> Option<&[u16]> {
         None
     }
+    fn as_u16_mut(_: &mut [Self]) -> Option<&mut [u16]> {
+        None
+    }
 }
 impl Binned for u16 {
     const BINS: usize = 65_536;
@@ -67,6 +72,9 @@ impl Binned for u16 {
         u16::wrapping_sub(self, other)
     }
     fn as_u16(data: &[Self]) -> Option<&[u16]> {
+        Some(data)
+    }
+    fn as_u16_mut(data: &mut [Self]) -> Option<&mut [u16]> {
         Some(data)
     }
 }

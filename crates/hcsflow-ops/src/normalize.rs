@@ -21,6 +21,9 @@ use rayon::prelude::*;
 
 use crate::histogram::{percentiles_f32, percentiles_int, Binned};
 
+mod affine;
+use affine::AffineStretch;
+
 /// Pixels per parallel task when applying a lookup table.
 const CHUNK: usize = 1 << 18;
 
@@ -100,11 +103,21 @@ pub fn integer_lut_flat_outside<T: Binned + Pixel>(first: usize, last: usize, f:
     lut
 }
 
-/// Replaces every pixel by `lut[pixel]`, in place and in parallel.
-/// `lut` must hold one entry per value of the dtype (`T::BINS`).
+/// Replaces every pixel by `lut[pixel]`, in place and in parallel. `lut`
+/// holds one entry per value of the dtype (`T::BINS`); a pixel beyond a
+/// shorter table is left as it is.
 pub(crate) fn apply_lut_in_place<T: Binned + Pixel>(data: &mut [T], lut: &[T]) {
-    // Sliced to the dtype's constant length: every pixel is a valid index, no bounds checks.
-    let lut = &lut[..T::BINS];
+    // As an array of the dtype's constant length every pixel is a valid
+    // index: the loop carries no bounds check (which it kept with a slice).
+    match (<&[T; 256]>::try_from(lut), <&[T; 65_536]>::try_from(lut)) {
+        (Ok(lut), _) => apply_table(data, lut),
+        (_, Ok(lut)) => apply_table(data, lut),
+        // Not a table of the dtype's length: checked indexing.
+        _ => data.par_chunks_mut(CHUNK).for_each(|c| c.iter_mut().for_each(|v| *v = lut.get(v.bin()).copied().unwrap_or(*v))),
+    }
+}
+
+fn apply_table<T: Binned + Pixel, const N: usize>(data: &mut [T], lut: &[T; N]) {
     data.par_chunks_mut(CHUNK).for_each(|c| c.iter_mut().for_each(|v| *v = lut[v.bin()]));
 }
 
@@ -119,8 +132,18 @@ pub(crate) fn contiguous_mut<T: Pixel>(a: &mut Array3<T>) -> &mut [T] {
 
 fn normalize_int<T: Binned + Pixel>(data: &mut [T], p: &PercentileNormalize) -> Option<()> {
     let q = percentiles_int(data, &[p.low_percentile, p.high_percentile])?;
+    let (lo, hi) = (q[0], q[1]);
     // The stretch is flat below the low and above the high percentile.
-    let lut = integer_lut_flat_outside::<T>(q[0].floor() as usize, q[1].ceil() as usize, |v| p.map(v, q[0], q[1]));
+    let lut = integer_lut_flat_outside::<T>(lo.floor() as usize, hi.ceil() as usize, |v| p.map(v, lo, hi));
+    if let (Some(pixels), Some(table)) = (T::as_u16_mut(data), T::as_u16(&lut)) {
+        if AffineStretch::available() {
+            let (a, b) = (lo.ceil() as usize, hi.floor() as usize);
+            if let Some(stretch) = AffineStretch::fit(table, a, b, p.map(a as f64, lo, hi), p.map(b as f64, lo, hi)) {
+                stretch.apply(pixels);
+                return Some(());
+            }
+        }
+    }
     apply_lut_in_place(data, &lut);
     Some(())
 }

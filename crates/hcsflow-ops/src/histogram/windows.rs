@@ -226,13 +226,18 @@ impl<const W: usize> Plan<W> {
     }
 }
 
-/// Counts one task's chunk (at most [`TASK`] pixels): u16 with AVX2 where the
-/// CPU has it, else the portable loop.
+/// Counts one task's chunk (at most [`TASK`] pixels): u16 with AVX-512 or
+/// AVX2 where the CPU has them, else the portable loop.
 fn count_task<T: Binned, const W: usize>(plan: &Plan<W>, chunk: &[T], below: &mut [u64; W], hist: &mut [u32]) {
     debug_assert!(chunk.len() <= TASK);
     #[cfg(target_arch = "x86_64")]
     {
         if let Some(chunk) = T::as_u16(chunk) {
+            if std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512vbmi2") && std::arch::is_x86_feature_detected!("popcnt") {
+                // SAFETY: the CPU supports AVX-512 BW and VBMI2 (which imply AVX-512 F), checked just above.
+                unsafe { count_u16_avx512(plan, chunk, below, hist) };
+                return;
+            }
             if std::arch::is_x86_feature_detected!("avx2") {
                 // SAFETY: the CPU supports AVX2, checked just above.
                 unsafe { count_u16_avx2(plan, chunk, below, hist) };
@@ -321,6 +326,66 @@ unsafe fn count_u16_avx2<const W: usize>(plan: &Plan<W>, chunk: &[u16], below: &
         let mut counts = [0u16; 16];
         // SAFETY: `counts` is 32 bytes; unaligned store.
         unsafe { _mm256_storeu_si256(counts.as_mut_ptr().cast(), lanes[w]) };
+        below[w] += counts.iter().map(|&c| u64::from(c)).sum::<u64>();
+    }
+}
+
+/// The counting loop for u16 with AVX-512: 32 pixels per step. Each window's
+/// in-window pixels are compressed to the front of a vector and appended to a
+/// small buffer as offsets into the window, and the buffer is histogrammed
+/// when it fills: no branch depends on the pixel values.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw,avx512vbmi2,popcnt")]
+unsafe fn count_u16_avx512<const W: usize>(plan: &Plan<W>, chunk: &[u16], below: &mut [u64; W], hist: &mut [u32]) {
+    use std::arch::x86_64::*;
+    /// Offsets a buffer holds before it is histogrammed (plus room for one more vector).
+    const CAP: usize = 1024;
+    let flush = |hist: &mut [u32], offsets: &[u16], w: usize| {
+        for &d in offsets {
+            if let Some(c) = hist.get_mut(plan.offsets[w] + usize::from(d)) {
+                *c += 1;
+            }
+        }
+    };
+    let start = plan.starts.map(|s| _mm512_set1_epi16(s as u16 as i16));
+    let span = plan.spans.map(|s| _mm512_set1_epi16(s as u16 as i16));
+    let one = _mm512_set1_epi16(1);
+    // Lane counts of pixels below each window: at most TASK / 32 per lane.
+    let mut lanes = [_mm512_setzero_si512(); W];
+    let mut buffers = [[0u16; CAP + 32]; W];
+    let mut filled = [0usize; W];
+    let mut blocks = chunk.chunks_exact(32);
+    for block in &mut blocks {
+        // SAFETY: `block` holds 32 u16 (64 bytes); unaligned load.
+        let v = unsafe { _mm512_loadu_si512(block.as_ptr().cast()) };
+        for w in 0..W {
+            let below_mask = _mm512_cmplt_epu16_mask(v, start[w]);
+            lanes[w] = _mm512_mask_add_epi16(lanes[w], below_mask, lanes[w], one);
+            let offsets = _mm512_sub_epi16(v, start[w]);
+            let inside = _mm512_cmple_epu16_mask(offsets, span[w]);
+            let packed = _mm512_maskz_compress_epi16(inside, offsets);
+            // SAFETY: `filled[w] <= CAP` here, and the buffer has CAP + 32 slots.
+            unsafe { _mm512_storeu_si512(buffers[w].as_mut_ptr().add(filled[w]).cast(), packed) };
+            filled[w] += inside.count_ones() as usize;
+            if filled[w] > CAP {
+                flush(hist, &buffers[w][..filled[w]], w);
+                filled[w] = 0;
+            }
+        }
+    }
+    for w in 0..W {
+        flush(hist, &buffers[w][..filled[w]], w);
+    }
+    for &v in blocks.remainder() {
+        for (b, &s) in below.iter_mut().zip(&plan.starts) {
+            *b += u64::from(usize::from(v) < s);
+        }
+        plan.add(hist, usize::from(v));
+    }
+    for w in 0..W {
+        let mut counts = [0u16; 32];
+        // SAFETY: `counts` is 64 bytes; unaligned store.
+        unsafe { _mm512_storeu_si512(counts.as_mut_ptr().cast(), lanes[w]) };
         below[w] += counts.iter().map(|&c| u64::from(c)).sum::<u64>();
     }
 }
