@@ -1,16 +1,18 @@
 //! Percentile normalisation (contrast stretching), per slice and whole stack.
 //!
 //! `lo, hi = np.percentile(x, (low_percentile, high_percentile))` (numpy's
-//! default `'linear'` method, exact: computed from a 256 / 65,536-bin histogram
-//! for u8 / u16 and by exact histogram selection for f32, where NaN is ignored
-//! like `np.nanpercentile`), then
+//! default `'linear'` method, exact: for u8 / u16 from the windows of a
+//! sample or a full 256 / 65,536-bin histogram, see
+//! [`crate::histogram::order_statistics_int`], and by exact histogram
+//! selection for f32, where NaN is ignored like `np.nanpercentile`), then
 //! `(clip(x, lo, hi) - lo) * (target_max - target_min) / (hi - lo) + target_min`
 //! in f64. If `hi == lo` every pixel becomes `target_min` (as OpenHCS).
 //!
 //! Output dtype = input dtype. u8/u16 go through a lookup table of every
 //! possible value, rounded to nearest (ties to even) and clipped to the dtype
 //! range (OpenHCS truncates with `astype(uint16)`; we round, like the dtype
-//! policy). f32 output is the f64 value rounded to f32, NaN stays NaN.
+//! policy). For u16 on CPUs with AVX-512 the table is applied as fixed-point
+//! arithmetic when that reproduces every entry (module `affine`). f32 output is the f64 value rounded to f32, NaN stays NaN.
 //! Results equal numpy's float64 formula rounded the same way, exactly.
 
 use hcsflow_core::{
