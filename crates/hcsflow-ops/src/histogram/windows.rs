@@ -212,6 +212,15 @@ struct Plan<const W: usize> {
 }
 
 impl<const W: usize> Plan<W> {
+    /// Counts one pixel: below each window it is under, and inside the one holding it.
+    #[inline]
+    fn count_one(&self, v: usize, below: &mut [u64; W], hist: &mut [u32]) {
+        for (b, &s) in below.iter_mut().zip(&self.starts) {
+            *b += u64::from(v < s);
+        }
+        self.add(hist, v);
+    }
+
     /// Adds `v` to the histogram of the window holding it, if any.
     #[inline]
     fn add(&self, hist: &mut [u32], v: usize) {
@@ -272,10 +281,7 @@ fn count_portable<T: Binned, const W: usize>(plan: &Plan<W>, chunk: &[T], below:
         }
     }
     for &v in blocks.remainder() {
-        for w in 0..W {
-            below[w] += u64::from(v < starts[w]);
-        }
-        plan.add(hist, v.bin());
+        plan.count_one(v.bin(), below, hist);
     }
     for w in 0..W {
         below[w] += lanes[w].iter().map(|&c| u64::from(c)).sum::<u64>();
@@ -317,10 +323,7 @@ unsafe fn count_u16_avx2<const W: usize>(plan: &Plan<W>, chunk: &[u16], below: &
         }
     }
     for &v in blocks.remainder() {
-        for (b, &s) in below.iter_mut().zip(&plan.starts) {
-            *b += u64::from(usize::from(v) < s);
-        }
-        plan.add(hist, usize::from(v));
+        plan.count_one(usize::from(v), below, hist);
     }
     for w in 0..W {
         let mut counts = [0u16; 16];
@@ -377,10 +380,7 @@ unsafe fn count_u16_avx512<const W: usize>(plan: &Plan<W>, chunk: &[u16], below:
         flush(hist, &buffers[w][..filled[w]], w);
     }
     for &v in blocks.remainder() {
-        for (b, &s) in below.iter_mut().zip(&plan.starts) {
-            *b += u64::from(usize::from(v) < s);
-        }
-        plan.add(hist, usize::from(v));
+        plan.count_one(usize::from(v), below, hist);
     }
     for w in 0..W {
         let mut counts = [0u16; 32];
