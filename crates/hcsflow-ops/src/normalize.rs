@@ -12,8 +12,9 @@
 //! possible value, rounded to nearest (ties to even) and clipped to the dtype
 //! range (OpenHCS truncates with `astype(uint16)`; we round, like the dtype
 //! policy). For u16 on CPUs with AVX-512 the table is applied as fixed-point
-//! arithmetic when that reproduces every entry (module `affine`). f32 output is the f64 value rounded to f32, NaN stays NaN.
-//! Results equal numpy's float64 formula rounded the same way, exactly.
+//! arithmetic when that reproduces every entry (module `affine`). f32 output
+//! is the f64 value rounded to f32, NaN stays NaN. Results equal numpy's
+//! float64 formula rounded the same way, exactly.
 
 use hcsflow_core::{
     ArgSpec, Args, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack,
