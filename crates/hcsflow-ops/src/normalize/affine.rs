@@ -75,7 +75,9 @@ impl AffineStretch {
     pub(crate) fn available() -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            std::arch::is_x86_feature_detected!("avx512bw") && std::arch::is_x86_feature_detected!("avx512dq")
+            std::arch::is_x86_feature_detected!("avx512f")
+                && std::arch::is_x86_feature_detected!("avx512bw")
+                && std::arch::is_x86_feature_detected!("avx512dq")
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -92,7 +94,7 @@ impl AffineStretch {
         #[cfg(target_arch = "x86_64")]
         {
             if Self::available() {
-                // SAFETY: the CPU supports AVX-512 BW and DQ (which imply F), checked just above.
+                // SAFETY: the CPU supports AVX-512 F, BW and DQ, checked just above.
                 unsafe { self.apply_avx512(data) };
                 return;
             }
