@@ -685,11 +685,13 @@ impl Registry {
                     expected: MemoryType::Host,
                     got: plan.implementation.memory_in,
                 })?;
-                let results: Vec<(Stack, CallContext)> = (0..stack.depth())
+                let results: Vec<(Stack, CallContext)> = stack
+                    .into_planes()
                     .into_par_iter()
-                    .map(|z| {
+                    .enumerate()
+                    .map(|(z, plane)| {
                         let mut plane_context = context.for_plane(z);
-                        let out = kernel(&stack.plane(z), &plan.args, &mut plane_context)?;
+                        let out = kernel(&plane, &plan.args, &mut plane_context)?;
                         Ok((out, plane_context))
                     })
                     .collect::<Result<_, FunctionError>>()?;
@@ -719,7 +721,7 @@ impl Registry {
                     context.produce(&artifact, table);
                 }
                 let got: usize = planes.iter().map(Stack::depth).sum();
-                let out = Stack::concat(&planes).filter(|_| got == n_in).ok_or(
+                let out = Stack::concat_owned(planes).filter(|_| got == n_in).ok_or(
                     FunctionError::ContractViolation {
                         function: name.into(),
                         contract: plan.contract,

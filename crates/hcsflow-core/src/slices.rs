@@ -110,7 +110,7 @@ fn stack_host(slices: &[HostArray]) -> Stack {
             })
         })
         .collect();
-    Stack::concat(&planes).unwrap_or_else(|| unreachable!("validated same shape and dtype"))
+    Stack::concat_owned(planes).unwrap_or_else(|| unreachable!("validated same shape and dtype"))
 }
 
 /// Splits a `[N, Y, X]` array into N 2D slices of `memory_type` on `device`.

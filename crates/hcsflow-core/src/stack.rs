@@ -240,6 +240,84 @@ impl Stack {
     }
 }
 
+impl Stack {
+    /// [`Stack::concat`] of stacks the caller gives up: the first part's
+    /// buffer grows to hold the rest (for a large buffer the allocator
+    /// usually extends it without copying), so only the other parts' pixels
+    /// are copied, and each part is freed once appended. `None` if the parts
+    /// differ in Y, X or dtype, or there are none.
+    pub fn concat_owned(parts: Vec<Stack>) -> Option<Stack> {
+        let first = parts.first()?;
+        let [_, y, x] = first.shape();
+        let dtype = first.dtype();
+        if parts.iter().any(|p| p.dtype() != dtype || p.shape()[1..] != [y, x]) {
+            return None;
+        }
+        let depth = parts.iter().map(Stack::depth).sum();
+        match dtype {
+            DType::U8 => concat_owned_typed(parts.into_iter().filter_map(|p| if let Stack::U8(a) = p { Some(a) } else { None }), [depth, y, x]),
+            DType::U16 => concat_owned_typed(parts.into_iter().filter_map(|p| if let Stack::U16(a) = p { Some(a) } else { None }), [depth, y, x]),
+            DType::F32 => concat_owned_typed(parts.into_iter().filter_map(|p| if let Stack::F32(a) = p { Some(a) } else { None }), [depth, y, x]),
+        }
+    }
+
+    /// The planes as one-plane stacks, in order, giving up the stack: the
+    /// first plane keeps the stack's buffer (shrunk to one plane), the others
+    /// are copies. A one-plane stack is returned as it is.
+    pub fn into_planes(self) -> Vec<Stack> {
+        with_pixels!(Stack, self, a, T => split_owned(a))
+    }
+}
+
+fn concat_owned_typed<T: Pixel>(mut parts: impl Iterator<Item = Array3<T>>, shape: [usize; 3]) -> Option<Stack> {
+    let mut pixels = into_pixels(parts.next()?);
+    pixels.reserve_exact(shape.iter().product::<usize>().saturating_sub(pixels.len()));
+    for p in parts {
+        match p.as_slice() {
+            Some(s) => pixels.extend_from_slice(s),
+            None => pixels.extend(p.iter().copied()),
+        }
+    }
+    Array3::from_shape_vec(shape, pixels).ok().map(T::wrap_stack)
+}
+
+fn split_owned<T: Pixel>(a: Array3<T>) -> Vec<Stack> {
+    let (depth, y, x) = a.dim();
+    if depth <= 1 {
+        return vec![Stack::from(a)];
+    }
+    let mut planes = Vec::with_capacity(depth);
+    let rest: Vec<Stack> = (1..depth).map(|z| Stack::from(a.index_axis(Axis(0), z).insert_axis(Axis(0)).to_owned())).collect();
+    let mut pixels = into_pixels(a);
+    pixels.truncate(y * x);
+    pixels.shrink_to_fit();
+    match Array3::from_shape_vec((1, y, x), pixels) {
+        Ok(first) => planes.push(T::wrap_stack(first)),
+        Err(_) => unreachable!("a stack of depth ≥ 2 holds at least one plane of pixels"),
+    }
+    planes.extend(rest);
+    planes
+}
+
+/// The pixels of an array in standard order, in its own buffer when it
+/// owns exactly them (no copy), else copied out.
+fn into_pixels<T: Pixel>(a: Array3<T>) -> Vec<T> {
+    let len = a.len();
+    if !a.is_standard_layout() {
+        return a.iter().copied().collect();
+    }
+    // A standard-layout array's pixels are the `len` elements from its offset.
+    let (mut pixels, offset) = a.into_raw_vec_and_offset();
+    match offset {
+        Some(start) => {
+            pixels.drain(..start.min(pixels.len()));
+            pixels.truncate(len);
+            pixels
+        }
+        None => Vec::new(), // an empty array
+    }
+}
+
 fn concat_typed<T: Pixel>(
     parts: &[Stack],
     get: impl Fn(&Stack) -> Option<&Array3<T>>,

@@ -92,7 +92,7 @@ pub fn clahe(stack: &Stack, params: &ClaheParams) -> Result<Stack, FunctionError
     if planes.is_empty() {
         return Ok(stack.clone());
     }
-    Stack::concat(&planes).ok_or_else(|| FunctionError::failed(NAME, "planes of different shapes"))
+    Stack::concat_owned(planes).ok_or_else(|| FunctionError::failed(NAME, "planes of different shapes"))
 }
 
 /// Per-dtype entry: quantisation to 16 bits and the output mapping differ.

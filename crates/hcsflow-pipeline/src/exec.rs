@@ -21,9 +21,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use hcsflow_core::{with_pixels, Array, CallContext, Conversions, Device, PlaneInfo, Registry, Route, Stack, StackInfo, Table};
+use hcsflow_core::{Array, CallContext, Conversions, Device, PlaneInfo, Registry, Route, Stack, StackInfo, Table};
 use hcsflow_tiff::WriteOptions;
-use ndarray::Axis;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
@@ -716,7 +715,7 @@ fn run_group(
         Action::Chain(i) => &step.chains[i],
     };
     let first = group.inputs.first().map(key_text).unwrap_or_default();
-    let stack = concat_planes(planes).ok_or_else(|| format!("stack at {first}: planes differ in size or dtype"))?;
+    let stack = Stack::concat_owned(planes).ok_or_else(|| format!("stack at {first}: planes differ in size or dtype"))?;
     let input_dtype = stack.dtype();
     let mut array = Array::from(stack);
     let mut made = Vec::new();
@@ -766,7 +765,7 @@ fn run_group(
             group.outputs.len()
         ));
     }
-    let planes = group.outputs.iter().enumerate().map(|(z, o)| (o.key, result.plane(z))).collect();
+    let planes = group.outputs.iter().map(|o| o.key).zip(result.into_planes()).collect();
     Ok(GroupResult { planes, produced: made, notes })
 }
 
@@ -880,46 +879,6 @@ fn write_artifact_tables(plan: &Plan, manifest: &Manifest) -> Result<Vec<PathBuf
     Ok(written)
 }
 
-
-/// Concatenates one-plane stacks along Z, moving the first when there is only one.
-fn concat_planes(mut planes: Vec<Stack>) -> Option<Stack> {
-    if planes.len() == 1 {
-        return planes.pop();
-    }
-    let first = planes.first()?;
-    let [_, h, w] = first.shape();
-    let dtype = first.dtype();
-    if planes.iter().any(|p| p.dtype() != dtype || p.shape()[1..] != [h, w]) {
-        return None;
-    }
-    let depth: usize = planes.iter().map(Stack::depth).sum();
-    let mut out = Stack::zeros(dtype, [depth, h, w]);
-    let mut z = 0;
-    for p in &planes {
-        let d = p.depth();
-        copy_into(&mut out, z, p);
-        z += d;
-    }
-    Some(out)
-}
-
-fn copy_into(out: &mut Stack, z: usize, part: &Stack) {
-    let d = part.depth();
-    with_pixels!(Stack, out, a, T => {
-        if let Some(src) = typed::<T>(part) {
-            a.slice_axis_mut(Axis(0), (z..z + d).into()).assign(src);
-        }
-    })
-}
-
-fn typed<T: hcsflow_core::Pixel>(s: &Stack) -> Option<&ndarray::Array3<T>> {
-    let any: &dyn std::any::Any = match s {
-        Stack::U8(a) => a,
-        Stack::U16(a) => a,
-        Stack::F32(a) => a,
-    };
-    any.downcast_ref::<ndarray::Array3<T>>()
-}
 
 fn key_text(k: &Key) -> String {
     let names = ["site", "channel", "z", "t"];
