@@ -242,10 +242,10 @@ impl Stack {
 
 impl Stack {
     /// [`Stack::concat`] of stacks the caller gives up: the first part's
-    /// buffer grows to hold the rest (for a large buffer the allocator
-    /// usually extends it without copying), so only the other parts' pixels
-    /// are copied, and each part is freed once appended. `None` if the parts
-    /// differ in Y, X or dtype, or there are none.
+    /// buffer grows to hold the rest (the allocator may extend it in place),
+    /// the other parts' pixels are appended and each part is freed once
+    /// appended, so there is never a second copy of all the parts. `None` if
+    /// the parts differ in Y, X or dtype, or there are none.
     pub fn concat_owned(parts: Vec<Stack>) -> Option<Stack> {
         let first = parts.first()?;
         let [_, y, x] = first.shape();
