@@ -66,7 +66,9 @@ struct Window {
 /// `data.len()`), exactly, or `None` when this route does not apply or the
 /// sample's windows missed a rank (the caller then counts the full histogram).
 pub(super) fn select<T: Binned>(data: &[T], ranks: &[u64]) -> Option<Vec<usize>> {
-    if data.len() < MIN_LEN || ranks.iter().any(|&k| k >= data.len() as u64) {
+    // The windows' histograms count in u32: 2³² pixels or more take the
+    // histogram, which counts in slices.
+    if data.len() < MIN_LEN || data.len() > u32::MAX as usize || ranks.iter().any(|&k| k >= data.len() as u64) {
         return None;
     }
     let windows = plan::<T>(data, ranks)?;
