@@ -71,6 +71,9 @@ pub(super) fn select<T: Binned>(data: &[T], ranks: &[u64]) -> Option<Vec<usize>>
     if data.len() < MIN_LEN || data.len() > u32::MAX as usize || ranks.iter().any(|&k| k >= data.len() as u64) {
         return None;
     }
+    if ranks.is_empty() {
+        return Some(Vec::new());
+    }
     let windows = plan::<T>(data, ranks)?;
     let (below, hist) = count(data, &windows);
     ranks
@@ -473,6 +476,8 @@ mod tests {
         assert_eq!(select(&constant, &ranks_for(MIN_LEN, &[1.0, 99.0])), None);
         let small = values(MIN_LEN - 1, 3, |r| r as u16);
         assert_eq!(select(&small, &ranks_for(small.len(), &[1.0, 99.0])), None);
+        // No ranks asked: nothing to count.
+        assert_eq!(select(&values(MIN_LEN, 3, |r| r as u16), &[]), Some(Vec::new()));
     }
 
     #[test]
