@@ -61,3 +61,33 @@ fn into_planes_equals_plane_by_plane() {
     }
     assert_eq!(Stack::from(ramp((0, 4, 2), 0)).into_planes().len(), 1);
 }
+
+#[test]
+fn f32_to_integer_casts_round_ties_even_then_saturate() {
+    use hcsflow_core::Pixel;
+    let check = |v: f32| {
+        assert_eq!(u16::from_f32_clip(v), v.round_ties_even() as u16, "u16 from {v:e}");
+        assert_eq!(u8::from_f32_clip(v), v.round_ties_even() as u8, "u8 from {v:e}");
+    };
+    for v in [f32::NAN, -f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, f32::MIN, -0.0, 0.0, -0.5, -0.6, 0.5, 1.5, 254.5, 255.5, 256.0, 65_534.5, 65_535.5, 65_536.0, 1e10, -1e10] {
+        check(v);
+    }
+    for v in [1e-45, 1e-38, 1e-10, 0.1, 0.2499] {
+        check(v);
+        check(-v);
+    }
+    // Every f32 from 0.25 up to 2^17 (the u8 and u16 ranges, all their halves
+    // and their neighbours) and its negative, through the bit patterns.
+    for bits in 0.25f32.to_bits()..=131_072f32.to_bits() {
+        let v = f32::from_bits(bits);
+        check(v);
+        check(-v);
+    }
+    // Beyond, up to 2^24 and a little past the largest f32.
+    let mut v = 131_072.0f32;
+    while v < 16_777_216.0 {
+        check(v);
+        check(v + 0.5);
+        v *= 1.01;
+    }
+}

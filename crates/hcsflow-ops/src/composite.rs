@@ -42,13 +42,21 @@ pub fn composite(stack: &Stack, weights: &[f64]) -> Result<Stack, FunctionError>
         out.par_chunks_mut(ROWS_PER_TASK * w.max(1)).enumerate().for_each(|(block, o)| {
             let y0 = block * ROWS_PER_TASK;
             for (z, &wz) in wts.iter().enumerate() {
+                // The block's rows of plane z, as one slice (standard layout), so the loops vectorise.
                 let plane = a.index_axis(Axis(0), z);
-                for (r, orow) in o.chunks_mut(w.max(1)).enumerate() {
-                    let row = plane.row(y0 + r);
-                    if z == 0 {
-                        orow.iter_mut().zip(row.iter()).for_each(|(o, &v)| *o = wz * v.to_f32());
-                    } else {
-                        orow.iter_mut().zip(row.iter()).for_each(|(o, &v)| *o += wz * v.to_f32());
+                let rows = plane.as_slice().map(|p| &p[y0 * w..y0 * w + o.len()]);
+                match (rows, z) {
+                    (Some(src), 0) => o.iter_mut().zip(src).for_each(|(o, &v)| *o = wz * v.to_f32()),
+                    (Some(src), _) => o.iter_mut().zip(src).for_each(|(o, &v)| *o += wz * v.to_f32()),
+                    (None, _) => {
+                        for (r, orow) in o.chunks_mut(w.max(1)).enumerate() {
+                            let row = plane.row(y0 + r);
+                            if z == 0 {
+                                orow.iter_mut().zip(row.iter()).for_each(|(o, &v)| *o = wz * v.to_f32());
+                            } else {
+                                orow.iter_mut().zip(row.iter()).for_each(|(o, &v)| *o += wz * v.to_f32());
+                            }
+                        }
                     }
                 }
             }
