@@ -130,6 +130,26 @@ fn a_corrupt_tiff_fails_its_well_only_exit_1_and_resume_finishes() {
 }
 
 #[test]
+fn a_plate_image_with_two_pages_fails_its_well_naming_the_file() {
+    // The z planes of a field are read as one stack; a file with more than one
+    // page must still be named, not taken as two planes.
+    let dir = tempfile::tempdir().unwrap();
+    let plate = dir.path().join("plate");
+    synth(&plate, &["A01", "B01"], 64);
+    let bad = plate.join("TimePoint_1/ZStep_2/Synth_Plate_1_B01_s1_w1.tif");
+    let one = hcsflow_tiff::read_stack(&bad).unwrap();
+    let two = hcsflow_core::Stack::concat(&[one.clone(), one]).unwrap();
+    hcsflow_tiff::write_stack(&bad, &two, &Default::default()).unwrap();
+    let p = pipeline_file(dir.path(), "p.toml", MAX_Z);
+    let out = dir.path().join("out");
+    let o = hcsflow(&["run", plate.to_str().unwrap(), &p, out.to_str().unwrap(), "--device", "cpu"]);
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    let e = stderr(&o);
+    assert!(e.contains("B01:") && e.contains("Synth_Plate_1_B01_s1_w1.tif: 2 pages; plate images have one plane each"), "{e}");
+    assert_eq!(images(&out, "max_z").len(), 18, "A01 is complete");
+}
+
+#[test]
 fn resume_after_a_killed_run_equals_an_uninterrupted_run() {
     let dir = tempfile::tempdir().unwrap();
     let plate = dir.path().join("plate");

@@ -26,7 +26,7 @@ use hcsflow_tiff::WriteOptions;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::compile::{scope_text, Action, GroupPlan, Key, Plan, WellPlan, COLLAPSED, VARIABLE};
+use crate::compile::{scope_text, Action, GroupPlan, InputPlane, Key, Plan, WellPlan, COLLAPSED, VARIABLE};
 use crate::spec::Component;
 use crate::spec::{InputSource, Materialize};
 use crate::zarr::ZarrOutput;
@@ -507,23 +507,65 @@ pub fn execute(
 /// Planes of the well currently held in memory, by key.
 type Planes = BTreeMap<Key, Stack>;
 
-/// Reads the well's input planes in parallel; missing ones are zeros.
-fn load(plan: &Plan, well: &WellPlan) -> Result<Planes, String> {
-    let (h, w, dtype) = plan.plane;
-    well.inputs
+/// Each group of a step that reads the plate, with its input planes. A chain
+/// over several planes gets them as one stack read straight from the files
+/// (`hcsflow_tiff::read_stacks`: no per-plane stacks to concatenate); other
+/// groups, and any group whose files that read refuses or that holds a file
+/// of several pages, get one stack per file, as read by [`read_planes`]
+/// (whose errors name the file). A missing image is a plane of zeros.
+fn load<'g>(plan: &Plan, well: &WellPlan, groups: &'g [GroupPlan]) -> Result<Vec<(&'g GroupPlan, Vec<Stack>)>, String> {
+    let files: BTreeMap<Key, &InputPlane> = well.inputs.iter().map(|i| (i.key, i)).collect();
+    groups
         .par_iter()
-        .map(|input| {
-            let stack = match &input.path {
-                None => Stack::zeros(dtype, [1, h, w]),
-                Some(p) => {
-                    let s = hcsflow_tiff::read_stack(p).map_err(|e| e.to_string())?;
-                    if s.depth() != 1 {
-                        return Err(format!("{}: {} pages; plate images have one plane each", p.display(), s.depth()));
-                    }
-                    s
-                }
+        .map(|g| {
+            let inputs = g
+                .inputs
+                .iter()
+                .map(|k| files.get(k).copied().ok_or_else(|| format!("plane {} is not available (plan and data disagree)", key_text(k))))
+                .collect::<Result<Vec<&InputPlane>, String>>()?;
+            let paths: Option<Vec<&Path>> = inputs.iter().map(|i| i.path.as_deref()).collect();
+            let planes = match (&g.action, paths) {
+                (Action::Skip, _) => Vec::new(),
+                (Action::Chain(_), Some(paths)) if paths.len() > 1 => match hcsflow_tiff::read_stacks(&paths) {
+                    Ok(stack) if stack.depth() == paths.len() => vec![stack],
+                    _ => read_planes(plan, &inputs)?,
+                },
+                _ => read_planes(plan, &inputs)?,
             };
-            Ok((input.key, stack))
+            Ok((g, planes))
+        })
+        .collect()
+}
+
+/// One one-plane stack per input, in parallel; a missing image is zeros.
+fn read_planes(plan: &Plan, inputs: &[&InputPlane]) -> Result<Vec<Stack>, String> {
+    let (h, w, dtype) = plan.plane;
+    inputs
+        .par_iter()
+        .map(|input| match &input.path {
+            None => Ok(Stack::zeros(dtype, [1, h, w])),
+            Some(p) => {
+                let s = hcsflow_tiff::read_stack(p).map_err(|e| e.to_string())?;
+                if s.depth() != 1 {
+                    return Err(format!("{}: {} pages; plate images have one plane each", p.display(), s.depth()));
+                }
+                Ok(s)
+            }
+        })
+        .collect()
+}
+
+/// Each group of a step with the planes the previous step left, moved (not copied).
+fn hand_out(mut input: Planes, groups: &[GroupPlan]) -> Result<Vec<(&GroupPlan, Vec<Stack>)>, String> {
+    groups
+        .iter()
+        .map(|g| {
+            let planes = g
+                .inputs
+                .iter()
+                .map(|k| input.remove(k).ok_or_else(|| format!("plane {} is not available (plan and data disagree)", key_text(k))))
+                .collect::<Result<Vec<Stack>, String>>()?;
+            Ok((g, planes))
         })
         .collect()
 }
@@ -583,34 +625,21 @@ fn run_well(
             Err((format!("step '{}': {msg}", step.name), timings))
         };
         let t = Instant::now();
-        let mut input = match (step.input_source, current.take()) {
-            (InputSource::Previous, Some(planes)) => planes,
-            _ => match tracing::info_span!("read").in_scope(|| load(plan, well)) {
-                Ok(p) => p,
-                Err(e) => return fail(e, timing, timings),
-            },
+        let work = match (step.input_source, current.take()) {
+            (InputSource::Previous, Some(planes)) => hand_out(planes, &ws.groups),
+            _ => tracing::info_span!("read").in_scope(|| load(plan, well, &ws.groups)),
+        };
+        let work = match work {
+            Ok(w) => w,
+            Err(e) => return fail(e, timing, timings),
         };
         timing.read = t.elapsed().as_secs_f64();
-
-        // Hand each group its planes (moved, not copied).
-        let mut work = Vec::with_capacity(ws.groups.len());
-        for g in &ws.groups {
-            let mut planes = Vec::with_capacity(g.inputs.len());
-            for k in &g.inputs {
-                match input.remove(k) {
-                    Some(p) => planes.push(p),
-                    None => return fail(format!("plane {} is not available (plan and data disagree)", key_text(k)), timing, timings),
-                }
-            }
-            work.push((g, planes));
-        }
-        drop(input);
         let t = Instant::now();
         let results: Vec<Result<GroupResult, String>> = work
             .into_par_iter()
             .map(|(g, planes)| {
                 // Rayon threads: the step is the explicit parent.
-                let _in_stack = tracing::info_span!(parent: &step_span, "stack", planes = planes.len()).entered();
+                let _in_stack = tracing::info_span!(parent: &step_span, "stack", planes = planes.iter().map(Stack::depth).sum::<usize>()).entered();
                 run_group(plan, &well.well, ws.step, g, planes, registry, conversions, &produced)
             })
             .collect();
