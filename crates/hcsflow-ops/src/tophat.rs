@@ -441,6 +441,8 @@ pub(crate) fn register(registry: &mut Registry) {
 
 #[cfg(test)]
 mod tests {
+    use hcsflow_testkit::random_values;
+
     use super::*;
 
     /// Brute-force opening over the literal footprint (the definition).
@@ -479,16 +481,8 @@ mod tests {
 
     #[test]
     fn morphology_matches_brute_force() {
-        let mut s = 12345u64;
-        for &(h, w) in &[(1usize, 1usize), (7, 3), (13, 29), (40, 33)] {
-            let src: Vec<u16> = (0..h * w)
-                .map(|_| {
-                    s ^= s << 13;
-                    s ^= s >> 7;
-                    s ^= s << 17;
-                    (s % 1000) as u16
-                })
-                .collect();
+        for (seed, &(h, w)) in (0u64..).zip(&[(1usize, 1usize), (7, 3), (13, 29), (40, 33)]) {
+            let src: Vec<u16> = random_values(h * w, seed, |r| (r % 1000) as u16);
             for r in [1usize, 2, 3, 5, 8, 20, 50] {
                 for erode in [true, false] {
                     assert_eq!(morph_disk(&src, h, w, r, erode), brute_morph(&src, h, w, r, erode), "{h}x{w} r={r} erode={erode}");

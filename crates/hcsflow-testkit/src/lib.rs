@@ -1,6 +1,7 @@
 //! Test support shared by the hcsflow crates (a dev-dependency only).
 //!
-//! - [`random_stack`]: deterministic pseudo-random stacks over a dtype's range.
+//! - [`random_stack`]: deterministic pseudo-random stacks over a dtype's range,
+//!   and [`random_values`]: the same generator's raw values, mapped by the caller.
 //! - [`snapshot`]: every file and folder under a root with its size and
 //!   modification time, to assert that an input plate was left untouched.
 
@@ -15,13 +16,7 @@ use ndarray::Array3;
 /// spread over the dtype's range: all of u8 and u16, and f32 in [-1000, 1000]
 /// in steps of 1e-3.
 pub fn random_stack(dtype: DType, shape: [usize; 3], seed: u64) -> Stack {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        s
-    };
+    let mut next = xorshift(seed);
     let n = shape.iter().product();
     let f: Vec<f32> = (0..n)
         .map(|_| match dtype {
@@ -33,6 +28,25 @@ pub fn random_stack(dtype: DType, shape: [usize; 3], seed: u64) -> Stack {
     match Array3::from_shape_vec(shape, f) {
         Ok(a) => Stack::from_f32_array(a, dtype),
         Err(_) => unreachable!("shape.product() values"),
+    }
+}
+
+/// `n` deterministic values: `f` of each successive output of the
+/// generator [`random_stack`] uses (xorshift64 seeded by `seed`), for tests
+/// that need raw values in a range of their own.
+pub fn random_values<T>(n: usize, seed: u64, mut f: impl FnMut(u64) -> T) -> Vec<T> {
+    let mut next = xorshift(seed);
+    (0..n).map(|_| f(next())).collect()
+}
+
+/// xorshift64, its state spread from `seed` (never zero).
+fn xorshift(seed: u64) -> impl FnMut() -> u64 {
+    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
     }
 }
 

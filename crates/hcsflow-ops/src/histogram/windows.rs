@@ -401,21 +401,11 @@ unsafe fn count_u16_avx512<const W: usize>(plan: &Plan<W>, chunk: &[u16], below:
 
 #[cfg(test)]
 mod tests {
+    use hcsflow_testkit::random_values as values;
+
     use super::super::{order_statistics_by_histogram, percentile_rank_list};
     use super::*;
 
-    /// xorshift64: deterministic values for the cases below.
-    fn values(n: usize, seed: u64, f: impl Fn(u64) -> u16) -> Vec<u16> {
-        let mut s = seed | 1;
-        (0..n)
-            .map(|_| {
-                s ^= s << 13;
-                s ^= s >> 7;
-                s ^= s << 17;
-                f(s)
-            })
-            .collect()
-    }
 
     /// A camera-like plane: a dark background with shot noise, brighter blobs.
     fn camera(h: usize, w: usize, seed: u64) -> Vec<u16> {
