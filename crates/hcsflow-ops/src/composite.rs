@@ -39,25 +39,17 @@ pub fn composite(stack: &Stack, weights: &[f64]) -> Result<Stack, FunctionError>
     let wts = composite_weights(weights, n)?;
     let mut out = vec![0f32; h * w];
     with_pixels!(Stack, stack, a, T => {
+        // One contiguous slice per plane (a copy only for a stack not in standard layout).
+        let a = a.as_standard_layout();
+        let planes: Vec<&[T]> = a.outer_iter().filter_map(|p| p.to_slice()).collect();
         out.par_chunks_mut(ROWS_PER_TASK * w.max(1)).enumerate().for_each(|(block, o)| {
-            let y0 = block * ROWS_PER_TASK;
-            for (z, &wz) in wts.iter().enumerate() {
-                // The block's rows of plane z, as one slice (standard layout), so the loops vectorise.
-                let plane = a.index_axis(Axis(0), z);
-                let rows = plane.as_slice().map(|p| &p[y0 * w..y0 * w + o.len()]);
-                match (rows, z) {
-                    (Some(src), 0) => o.iter_mut().zip(src).for_each(|(o, &v)| *o = wz * v.to_f32()),
-                    (Some(src), _) => o.iter_mut().zip(src).for_each(|(o, &v)| *o += wz * v.to_f32()),
-                    (None, _) => {
-                        for (r, orow) in o.chunks_mut(w.max(1)).enumerate() {
-                            let row = plane.row(y0 + r);
-                            if z == 0 {
-                                orow.iter_mut().zip(row.iter()).for_each(|(o, &v)| *o = wz * v.to_f32());
-                            } else {
-                                orow.iter_mut().zip(row.iter()).for_each(|(o, &v)| *o += wz * v.to_f32());
-                            }
-                        }
-                    }
+            let start = block * ROWS_PER_TASK * w;
+            for (z, (&wz, plane)) in wts.iter().zip(&planes).enumerate() {
+                let src = &plane[start..start + o.len()];
+                if z == 0 {
+                    o.iter_mut().zip(src).for_each(|(o, &v)| *o = wz * v.to_f32());
+                } else {
+                    o.iter_mut().zip(src).for_each(|(o, &v)| *o += wz * v.to_f32());
                 }
             }
         });
@@ -116,4 +108,18 @@ pub(crate) fn register(registry: &mut Registry) {
         },
         Implementation::host(|s, a| apply_mask(s, a.int("mask_index"), a.float("fill"))),
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stack_not_in_standard_layout_composites_like_its_standard_copy() {
+        let a = Array3::from_shape_fn((3, 5, 40), |(z, y, x)| (z * 1000 + y * 40 + x) as u16);
+        // Y and X swapped in memory: the planes are not contiguous slices.
+        let swapped = Stack::U16(a.clone().permuted_axes([0, 2, 1]));
+        let standard = Stack::U16(a.permuted_axes([0, 2, 1]).as_standard_layout().into_owned());
+        assert_eq!(composite(&swapped, &[1.0, 2.0, 3.0]), composite(&standard, &[1.0, 2.0, 3.0]));
+    }
 }
