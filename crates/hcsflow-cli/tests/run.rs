@@ -222,6 +222,15 @@ fn demo_runs_end_to_end() {
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
+/// The OME-Zarr plate at `root` is NGFF 0.4 on Zarr v2, with no Zarr v3 metadata.
+fn assert_ngff_0_4_on_zarr_v2(root: &Path) {
+    let zgroup: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join(".zgroup")).unwrap()).unwrap();
+    assert_eq!(zgroup["zarr_format"], 2);
+    let attrs: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join(".zattrs")).unwrap()).unwrap();
+    assert_eq!(attrs["plate"]["version"], "0.4", "{attrs}");
+    assert!(!root.join("zarr.json").exists(), "no Zarr v3 metadata in a v2 plate");
+}
+
 #[test]
 fn demo_takes_zarr_format_and_trace_like_run() {
     let dir = tempfile::tempdir().unwrap();
@@ -234,11 +243,7 @@ fn demo_takes_zarr_format_and_trace_like_run() {
     assert!(o.status.success(), "{}", stderr(&o));
     // --zarr-format 0.4: the demo's OME-Zarr plate is NGFF 0.4 on Zarr v2.
     let root = out.join("results/Synth_Plate_1.ome.zarr");
-    let zgroup: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join(".zgroup")).unwrap()).unwrap();
-    assert_eq!(zgroup["zarr_format"], 2);
-    let attrs: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join(".zattrs")).unwrap()).unwrap();
-    assert_eq!(attrs["plate"]["version"], "0.4", "{attrs}");
-    assert!(!root.join("zarr.json").exists(), "no Zarr v3 metadata in a v2 plate");
+    assert_ngff_0_4_on_zarr_v2(&root);
     // --trace: a Chrome trace with a span per well and one per demo step of that well.
     let events: Vec<serde_json::Value> = serde_json::from_slice(&std::fs::read(&trace).unwrap()).expect("the trace is a JSON array");
     let begun = |name: &str| events.iter().filter(|e| e["ph"] == "B" && e["name"] == name).collect::<Vec<_>>();
@@ -266,11 +271,7 @@ fn zarr_format_0_4_writes_ngff_0_4_on_zarr_v2_and_a_bad_version_exits_2() {
     let o = hcsflow(&["run", plate.to_str().unwrap(), &p, out.to_str().unwrap(), "--device", "cpu", "--zarr-format", "0.4"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let root = out.join("Synth_Plate_1.ome.zarr");
-    let zgroup: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join(".zgroup")).unwrap()).unwrap();
-    assert_eq!(zgroup["zarr_format"], 2);
-    let attrs: serde_json::Value = serde_json::from_slice(&std::fs::read(root.join(".zattrs")).unwrap()).unwrap();
-    assert_eq!(attrs["plate"]["version"], "0.4", "{attrs}");
-    assert!(!root.join("zarr.json").exists(), "no Zarr v3 metadata in a v2 plate");
+    assert_ngff_0_4_on_zarr_v2(&root);
     // The default is NGFF 0.5 on Zarr v3.
     let v3 = dir.path().join("v3");
     let o = hcsflow(&["run", plate.to_str().unwrap(), &p, v3.to_str().unwrap(), "--device", "cpu"]);

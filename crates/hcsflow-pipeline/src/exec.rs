@@ -521,7 +521,7 @@ fn load<'g>(plan: &Plan, well: &WellPlan, groups: &'g [GroupPlan]) -> Result<Vec
             let inputs = g
                 .inputs
                 .iter()
-                .map(|k| files.get(k).copied().ok_or_else(|| format!("plane {} is not available (plan and data disagree)", key_text(k))))
+                .map(|k| files.get(k).copied().ok_or_else(|| unavailable(k)))
                 .collect::<Result<Vec<&InputPlane>, String>>()?;
             let paths: Option<Vec<&Path>> = inputs.iter().map(|i| i.path.as_deref()).collect();
             let planes = match (&g.action, paths) {
@@ -555,6 +555,11 @@ fn read_planes(plan: &Plan, inputs: &[&InputPlane]) -> Result<Vec<Stack>, String
         .collect()
 }
 
+/// The error for a plane the plan expects and neither the plate nor the previous step has.
+fn unavailable(k: &Key) -> String {
+    format!("plane {} is not available (plan and data disagree)", key_text(k))
+}
+
 /// Each group of a step with the planes the previous step left, moved (not copied).
 fn hand_out(mut input: Planes, groups: &[GroupPlan]) -> Result<Vec<(&GroupPlan, Vec<Stack>)>, String> {
     groups
@@ -563,7 +568,7 @@ fn hand_out(mut input: Planes, groups: &[GroupPlan]) -> Result<Vec<(&GroupPlan, 
             let planes = g
                 .inputs
                 .iter()
-                .map(|k| input.remove(k).ok_or_else(|| format!("plane {} is not available (plan and data disagree)", key_text(k))))
+                .map(|k| input.remove(k).ok_or_else(|| unavailable(k)))
                 .collect::<Result<Vec<Stack>, String>>()?;
             Ok((g, planes))
         })
