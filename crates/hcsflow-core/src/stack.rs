@@ -20,6 +20,10 @@ pub trait Pixel:
     fn min_value() -> Self;
     /// Wraps a typed 3D array in the [`Stack`] variant of this pixel type.
     fn wrap_stack(a: Array3<Self>) -> Stack;
+    /// The typed array of a stack of this pixel type (`None` for another dtype).
+    fn unwrap_stack(s: Stack) -> Option<Array3<Self>>;
+    /// [`Pixel::unwrap_stack`], borrowed.
+    fn stack_array(s: &Stack) -> Option<&Array3<Self>>;
     /// Wraps a typed n-d array in the [`HostArray`] variant of this pixel type.
     fn wrap_host(a: ArrayD<Self>) -> HostArray;
 }
@@ -30,6 +34,12 @@ macro_rules! int_pixel {
             const DTYPE: DType = DType::$v;
             fn wrap_stack(a: Array3<Self>) -> Stack {
                 Stack::$v(a)
+            }
+            fn unwrap_stack(s: Stack) -> Option<Array3<Self>> {
+                if let Stack::$v(a) = s { Some(a) } else { None }
+            }
+            fn stack_array(s: &Stack) -> Option<&Array3<Self>> {
+                if let Stack::$v(a) = s { Some(a) } else { None }
             }
             fn wrap_host(a: ArrayD<Self>) -> HostArray {
                 HostArray::$v(a)
@@ -67,6 +77,12 @@ impl Pixel for f32 {
     const DTYPE: DType = DType::F32;
     fn wrap_stack(a: Array3<Self>) -> Stack {
         Stack::F32(a)
+    }
+    fn unwrap_stack(s: Stack) -> Option<Array3<Self>> {
+        if let Stack::F32(a) = s { Some(a) } else { None }
+    }
+    fn stack_array(s: &Stack) -> Option<&Array3<Self>> {
+        if let Stack::F32(a) = s { Some(a) } else { None }
     }
     fn wrap_host(a: ArrayD<Self>) -> HostArray {
         HostArray::F32(a)
@@ -235,20 +251,7 @@ impl Stack {
         if parts.iter().any(|p| p.dtype() != first.dtype() || p.shape()[1..] != [y, x]) {
             return None;
         }
-        Some(match first {
-            Stack::U8(_) => Stack::U8(concat_typed(parts, |p| match p {
-                Stack::U8(a) => Some(a),
-                _ => None,
-            })?),
-            Stack::U16(_) => Stack::U16(concat_typed(parts, |p| match p {
-                Stack::U16(a) => Some(a),
-                _ => None,
-            })?),
-            Stack::F32(_) => Stack::F32(concat_typed(parts, |p| match p {
-                Stack::F32(a) => Some(a),
-                _ => None,
-            })?),
-        })
+        with_pixels!(Stack, first, _a, T => concat_typed::<T>(parts))
     }
 }
 
@@ -267,9 +270,9 @@ impl Stack {
         }
         let depth = parts.iter().map(Stack::depth).sum();
         match dtype {
-            DType::U8 => concat_owned_typed(parts.into_iter().filter_map(|p| if let Stack::U8(a) = p { Some(a) } else { None }), [depth, y, x]),
-            DType::U16 => concat_owned_typed(parts.into_iter().filter_map(|p| if let Stack::U16(a) = p { Some(a) } else { None }), [depth, y, x]),
-            DType::F32 => concat_owned_typed(parts.into_iter().filter_map(|p| if let Stack::F32(a) = p { Some(a) } else { None }), [depth, y, x]),
+            DType::U8 => concat_owned_typed::<u8>(parts, [depth, y, x]),
+            DType::U16 => concat_owned_typed::<u16>(parts, [depth, y, x]),
+            DType::F32 => concat_owned_typed::<f32>(parts, [depth, y, x]),
         }
     }
 
@@ -281,10 +284,12 @@ impl Stack {
     }
 }
 
-fn concat_owned_typed<T: Pixel>(mut parts: impl Iterator<Item = Array3<T>>, shape: [usize; 3]) -> Option<Stack> {
-    let mut pixels = into_pixels(parts.next()?);
+fn concat_owned_typed<T: Pixel>(parts: Vec<Stack>, shape: [usize; 3]) -> Option<Stack> {
+    let mut parts = parts.into_iter().map(T::unwrap_stack);
+    let mut pixels = into_pixels(parts.next()??);
     pixels.reserve_exact(shape.iter().product::<usize>().saturating_sub(pixels.len()));
     for p in parts {
+        let p = p?;
         match p.as_slice() {
             Some(s) => pixels.extend_from_slice(s),
             None => pixels.extend(p.iter().copied()),
@@ -330,12 +335,9 @@ fn into_pixels<T: Pixel>(a: Array3<T>) -> Vec<T> {
     }
 }
 
-fn concat_typed<T: Pixel>(
-    parts: &[Stack],
-    get: impl Fn(&Stack) -> Option<&Array3<T>>,
-) -> Option<Array3<T>> {
-    let views: Option<Vec<_>> = parts.iter().map(|p| get(p).map(|a| a.view())).collect();
-    ndarray::concatenate(Axis(0), &views?).ok()
+fn concat_typed<T: Pixel>(parts: &[Stack]) -> Option<Stack> {
+    let views: Option<Vec<_>> = parts.iter().map(|p| T::stack_array(p).map(|a| a.view())).collect();
+    ndarray::concatenate(Axis(0), &views?).ok().map(T::wrap_stack)
 }
 
 /// An n-dimensional host array of any supported dtype.
