@@ -66,7 +66,11 @@ fn we_write_numpy_reads() {
     let p = dir.path().join("ours.npy");
     write_npy(&p, &s).unwrap();
     let out = Command::new("python3")
-        .args(["-c", "import sys, numpy as np; a = np.load(sys.argv[1]); print(a.dtype, a.shape, int(a[1, 2, 4]), int(a.sum()))", p.to_str().unwrap()])
+        .args([
+            "-c",
+            "import sys, numpy as np; a = np.load(sys.argv[1]); print(a.dtype, a.shape, int(a[1, 2, 4]), int(a.sum()))",
+            p.to_str().unwrap(),
+        ])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

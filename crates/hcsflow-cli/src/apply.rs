@@ -5,9 +5,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
-use hcsflow_core::{
-    Array, ConversionPolicy, DTypeConversion, DTypePolicy, DeviceRequest, MemoryType, OutputDType,
-};
+use hcsflow_core::{Array, ConversionPolicy, DTypeConversion, DTypePolicy, DeviceRequest, MemoryType, OutputDType};
 use hcsflow_tiff::{Compression, WriteOptions};
 
 use crate::{engine, CliError, CliResult, Exit};
@@ -53,10 +51,8 @@ pub fn run(a: ApplyArgs) -> CliResult {
         "deflate" => Compression::Deflate,
         other => return Err(usage(anyhow::anyhow!("unknown compression '{other}': expected none or deflate"))),
     };
-    let dtype_policy = DTypePolicy {
-        output: output_dtype,
-        conversion: if a.stretch { DTypeConversion::Stretch } else { DTypeConversion::Clip },
-    };
+    let dtype_policy =
+        DTypePolicy { output: output_dtype, conversion: if a.stretch { DTypeConversion::Stretch } else { DTypeConversion::Clip } };
     let policy = ConversionPolicy { allow_host_round_trip: a.allow_host_round_trip };
     let (registry, conversions) = engine::builtin();
     let function = registry.get(&a.function).map_err(|e| usage(e.into()))?;
@@ -64,16 +60,9 @@ pub fn run(a: ApplyArgs) -> CliResult {
     let allow = engine::software_gpu_allowed(a.allow_software_gpu);
     let (choice, _) = engine::choose_device(request, allow).map_err(|e| CliError::new(Exit::DeviceUnavailable, e))?;
     tracing::info!(device = %choice.device, reason = %choice.reason, "device chosen");
-    let plan = registry
-        .plan_call(&a.function, args, MemoryType::Host, choice.device, &conversions, policy)
-        .map_err(|e| usage(e.into()))?;
-    let back = conversions
-        .plan(plan.implementation.memory_out, MemoryType::Host, policy)
-        .map_err(|e| usage(e.into()))?;
-    eprintln!(
-        "{} on {} ({}); input {}; output {}",
-        plan.function, choice.device, choice.reason, plan.route_in, back
-    );
+    let plan = registry.plan_call(&a.function, args, MemoryType::Host, choice.device, &conversions, policy).map_err(|e| usage(e.into()))?;
+    let back = conversions.plan(plan.implementation.memory_out, MemoryType::Host, policy).map_err(|e| usage(e.into()))?;
+    eprintln!("{} on {} ({}); input {}; output {}", plan.function, choice.device, choice.reason, plan.route_in, back);
 
     let started = Instant::now();
     let stack = hcsflow_tiff::read_stack(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
@@ -87,14 +76,8 @@ pub fn run(a: ApplyArgs) -> CliResult {
         .ok_or_else(|| anyhow::anyhow!("{} did not return a 3D stack", plan.function))?
         .apply_policy(input_dtype, dtype_policy);
     let options = WriteOptions { compression, ..Default::default() };
-    hcsflow_tiff::write_stack(&a.output, &result, &options)
-        .with_context(|| format!("writing {}", a.output.display()))?;
+    hcsflow_tiff::write_stack(&a.output, &result, &options).with_context(|| format!("writing {}", a.output.display()))?;
     let [z, y, x] = result.shape();
-    eprintln!(
-        "wrote {} ({z}×{y}×{x} {}) in {:.3} s",
-        a.output.display(),
-        result.dtype(),
-        started.elapsed().as_secs_f64()
-    );
+    eprintln!("wrote {} ({z}×{y}×{x} {}) in {:.3} s", a.output.display(), result.dtype(), started.elapsed().as_secs_f64());
     Ok(())
 }

@@ -116,9 +116,7 @@ fn run_op(a: OpArgs) -> CliResult {
     let (choice, _) = engine::choose_device(request, engine::software_gpu_allowed(a.allow_software_gpu))
         .map_err(|e| CliError::new(Exit::DeviceUnavailable, e))?;
     let cp = ConversionPolicy::default();
-    let plan = registry
-        .plan_call(&a.function, args, MemoryType::Host, choice.device, &conversions, cp)
-        .map_err(|e| usage(e.into()))?;
+    let plan = registry.plan_call(&a.function, args, MemoryType::Host, choice.device, &conversions, cp).map_err(|e| usage(e.into()))?;
     let back = conversions.plan(plan.implementation.memory_out, MemoryType::Host, cp).map_err(|e| usage(e.into()))?;
 
     let stack = hcsflow_bench::read_npy(&a.input).with_context(|| format!("reading {}", a.input.display()))?;

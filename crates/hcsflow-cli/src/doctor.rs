@@ -79,10 +79,10 @@ fn simd_features() -> Vec<&'static str> {
 /// Looks for the CUDA driver library without loading it (loading libcuda on a
 /// machine without a GPU can abort; the CUDA runtime is not part of this build).
 fn cuda_driver() -> CudaDriver {
-    let mut dirs: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH")
-        .map(|v| std::env::split_paths(&v).collect())
-        .unwrap_or_default();
-    for d in ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/cuda/lib64", "/usr/lib/wsl/lib"] {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("LD_LIBRARY_PATH").map(|v| std::env::split_paths(&v).collect()).unwrap_or_default();
+    for d in
+        ["/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/cuda/lib64", "/usr/lib/wsl/lib"]
+    {
         dirs.push(PathBuf::from(d));
     }
     for d in &dirs {
@@ -111,8 +111,7 @@ pub fn run(a: DoctorArgs) -> CliResult {
     sys.refresh_cpu_all();
     let brand = sys.cpus().first().map(|c| c.brand().trim().to_string()).unwrap_or_default();
     let adapters = hcsflow_gpu::discover_adapters();
-    let default_device = hcsflow_core::select_device(DeviceRequest::Auto, &adapters, allow)
-        .context("selecting the default device")?;
+    let default_device = hcsflow_core::select_device(DeviceRequest::Auto, &adapters, allow).context("selecting the default device")?;
     let report = Report {
         version: env!("CARGO_PKG_VERSION"),
         cpu: Cpu {
@@ -153,10 +152,7 @@ pub fn run(a: DoctorArgs) -> CliResult {
         }
     }
     println!("Hardware GPU: {}", if report.hardware_gpu { "yes" } else { "none" });
-    println!(
-        "Software GPU allowed: {} (--allow-software-gpu or {ALLOW_SOFTWARE_GPU_ENV}=1)",
-        if allow { "yes" } else { "no" }
-    );
+    println!("Software GPU allowed: {} (--allow-software-gpu or {ALLOW_SOFTWARE_GPU_ENV}=1)", if allow { "yes" } else { "no" });
     println!("CUDA driver: {} ({})", if report.cuda_driver.present { "present" } else { "not found" }, report.cuda_driver.detail);
     println!("Default device (--device auto): {}", report.default_device.device);
     println!("  why: {}", report.default_device.reason);

@@ -10,9 +10,7 @@ pub fn builtin() -> (Registry, Conversions) {
 
 /// True if the flag is given or the environment variable is set to 1/true/yes.
 pub fn software_gpu_allowed(flag: bool) -> bool {
-    flag || std::env::var(ALLOW_SOFTWARE_GPU_ENV)
-        .map(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
-        .unwrap_or(false)
+    flag || std::env::var(ALLOW_SOFTWARE_GPU_ENV).map(|v| matches!(v.to_ascii_lowercase().as_str(), "1" | "true" | "yes")).unwrap_or(false)
 }
 
 /// Adapters are only enumerated when a GPU could be chosen: `--device cpu`

@@ -21,14 +21,8 @@ pub struct InspectArgs {
 }
 
 pub fn run(a: InspectArgs) -> CliResult {
-    let format = a
-        .format
-        .as_deref()
-        .map(str::parse::<Format>)
-        .transpose()
-        .map_err(|e| CliError::new(Exit::Usage, e))?;
-    let plate = hcsflow_plate::open_plate(&a.plate, format)
-        .with_context(|| format!("opening plate {}", a.plate.display()))?;
+    let format = a.format.as_deref().map(str::parse::<Format>).transpose().map_err(|e| CliError::new(Exit::Usage, e))?;
+    let plate = hcsflow_plate::open_plate(&a.plate, format).with_context(|| format!("opening plate {}", a.plate.display()))?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&plate).context("serialising the plate")?);
     } else {

@@ -83,14 +83,12 @@ fn init_tracing(trace: Option<&std::path::Path>) -> Result<Option<tracing_chrome
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
     let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter);
     let (chrome, guard) = match trace {
         Some(path) => {
-            let file = std::fs::File::create(path).map_err(|e| {
-                CliError::new(Exit::Usage, anyhow::anyhow!("cannot create the trace file {}: {e}", path.display()))
-            })?;
+            let file = std::fs::File::create(path)
+                .map_err(|e| CliError::new(Exit::Usage, anyhow::anyhow!("cannot create the trace file {}: {e}", path.display())))?;
             let (layer, guard) = tracing_chrome::ChromeLayerBuilder::new().writer(file).include_args(true).build();
             (Some(layer.with_filter(tracing_subscriber::filter::LevelFilter::INFO)), Some(guard))
         }

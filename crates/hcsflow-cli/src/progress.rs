@@ -117,8 +117,7 @@ mod tests {
 
     fn active(r: &Reporter) -> Vec<(String, String)> {
         let b = r.bars.as_ref().unwrap();
-        let mut v: Vec<(String, String)> =
-            b.active.lock().unwrap().iter().map(|(w, bar)| (w.clone(), bar.message())).collect();
+        let mut v: Vec<(String, String)> = b.active.lock().unwrap().iter().map(|(w, bar)| (w.clone(), bar.message())).collect();
         v.sort();
         v
     }
@@ -134,10 +133,7 @@ mod tests {
         r.event(Progress::Started { well: "B01" });
         r.event(Progress::StepStarted { well: "A02", step: "max_z", index: 2, steps: 4 });
         r.event(Progress::StepStarted { well: "B01", step: "normalise", index: 0, steps: 4 });
-        assert_eq!(
-            active(&r),
-            [("A02".into(), "step 3/4 'max_z'".into()), ("B01".into(), "step 1/4 'normalise'".into())]
-        );
+        assert_eq!(active(&r), [("A02".into(), "step 3/4 'max_z'".into()), ("B01".into(), "step 1/4 'normalise'".into())]);
         r.event(Progress::Finished { well: "A02", done: 2, total: 3, seconds: 0.1, error: None });
         assert_eq!(active(&r), [("B01".into(), "step 1/4 'normalise'".into())], "a finished well's line goes");
         assert_eq!(b.wells.position(), 2);

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
-use hcsflow_core::{Conversions, ConversionPolicy, DeviceRequest, Registry};
+use hcsflow_core::{ConversionPolicy, Conversions, DeviceRequest, Registry};
 use hcsflow_pipeline::{Action, CompileConfig, NgffVersion, PipelineError, PipelineSpec, Plan, Progress, RunOptions, RunSummary};
 use hcsflow_plate::Format;
 
@@ -184,13 +184,8 @@ pub fn execute(plan: &Plan, registry: &Registry, conversions: &Conversions, setu
     }) {
         tracing::warn!("cannot install the Ctrl-C handler: {e}");
     }
-    let options = RunOptions {
-        workers: setup.workers,
-        max_memory: setup.max_memory,
-        resume: setup.resume,
-        cancel,
-        zarr_format: setup.zarr_format,
-    };
+    let options =
+        RunOptions { workers: setup.workers, max_memory: setup.max_memory, resume: setup.resume, cancel, zarr_format: setup.zarr_format };
     let tty = std::io::stderr().is_terminal();
     eprintln!(
         "running {} step(s) on {} well(s) of {} on {} ({}); {} worker(s)",
@@ -262,7 +257,15 @@ pub fn finish(plan: &Plan, summary: &RunSummary, setup: &Setup) -> CliResult {
 pub fn plan_text(plan: &Plan) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "plan: pipeline '{}' (digest {})", plan.pipeline_name, plan.digest);
-    let _ = writeln!(s, "plate: {} ({} wells, planes {}×{} {})", plan.plate_root.display(), plan.wells.len(), plan.plane.0, plan.plane.1, plan.plane.2);
+    let _ = writeln!(
+        s,
+        "plate: {} ({} wells, planes {}×{} {})",
+        plan.plate_root.display(),
+        plan.wells.len(),
+        plan.plane.0,
+        plan.plane.1,
+        plan.plane.2
+    );
     if plan.missing_images > 0 {
         let _ = writeln!(s, "missing images: {} (filled with zeros in memory)", plan.missing_images);
     }
@@ -289,7 +292,12 @@ pub fn plan_text(plan: &Plan) -> String {
             let calls: Vec<String> = chain
                 .calls
                 .iter()
-                .map(|c| format!("{} ({}, {} → {} on {})", c.function, c.contract, c.implementation.memory_in, c.implementation.memory_out, c.device))
+                .map(|c| {
+                    format!(
+                        "{} ({}, {} → {} on {})",
+                        c.function, c.contract, c.implementation.memory_in, c.implementation.memory_out, c.device
+                    )
+                })
                 .collect();
             let _ = writeln!(s, "{prefix}chain: {}", calls.join(" → "));
             for c in &chain.calls {

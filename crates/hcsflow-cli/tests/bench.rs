@@ -32,7 +32,19 @@ print(hashlib.sha256(a.tobytes()).hexdigest())
     let sum = String::from_utf8(o.stdout).unwrap().trim().to_string();
 
     let o = Command::new(env!("CARGO_BIN_EXE_hcsflow"))
-        .args(["bench", "op", "max_projection", "--input", input.to_str().unwrap(), "--repeats", "3", "--save-output", output.to_str().unwrap(), "--label", "zproj_max"])
+        .args([
+            "bench",
+            "op",
+            "max_projection",
+            "--input",
+            input.to_str().unwrap(),
+            "--repeats",
+            "3",
+            "--save-output",
+            output.to_str().unwrap(),
+            "--label",
+            "zproj_max",
+        ])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -46,7 +58,8 @@ print(hashlib.sha256(a.tobytes()).hexdigest())
     assert!(min > 0.0 && min <= med && med <= max, "{v}");
     assert!(v["peak_rss_mib"].as_f64().unwrap() > 0.0);
 
-    let check = "import sys, numpy as np; a = np.load(sys.argv[1]); o = np.load(sys.argv[2]); print(bool((o[0] == a.max(0)).all()), o.dtype)";
+    let check =
+        "import sys, numpy as np; a = np.load(sys.argv[1]); o = np.load(sys.argv[2]); print(bool((o[0] == a.max(0)).all()), o.dtype)";
     let o = Command::new("python3").args(["-c", check, input.to_str().unwrap(), output.to_str().unwrap()]).output().unwrap();
     assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "True uint16");
 }
@@ -118,7 +131,21 @@ fn bench_stitch_reports_checksum_timings_and_true_positions() {
     let sum = String::from_utf8(o.stdout).unwrap().trim().to_string();
 
     let o = Command::new(env!("CARGO_BIN_EXE_hcsflow"))
-        .args(["bench", "stitch", dir.path().to_str().unwrap(), "--rows", "2", "--cols", "3", "--overlap", "0.25", "--repeats", "2", "--label", "grid"])
+        .args([
+            "bench",
+            "stitch",
+            dir.path().to_str().unwrap(),
+            "--rows",
+            "2",
+            "--cols",
+            "3",
+            "--overlap",
+            "0.25",
+            "--repeats",
+            "2",
+            "--label",
+            "grid",
+        ])
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -133,12 +160,8 @@ fn bench_stitch_reports_checksum_timings_and_true_positions() {
         let (min, med, max) = (t["min_s"].as_f64().unwrap(), t["median_s"].as_f64().unwrap(), t["max_s"].as_f64().unwrap());
         assert!(min > 0.0 && min <= med && med <= max, "{key}: {t}");
     }
-    let pos: Vec<(f64, f64)> = v["positions_yx"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| (p[0].as_f64().unwrap(), p[1].as_f64().unwrap()))
-        .collect();
+    let pos: Vec<(f64, f64)> =
+        v["positions_yx"].as_array().unwrap().iter().map(|p| (p[0].as_f64().unwrap(), p[1].as_f64().unwrap())).collect();
     assert_eq!(pos.len(), 6);
     for k in 0..6 {
         let dy = (pos[k].0 - pos[0].0) - (truth[k].0 - truth[0].0);

@@ -134,7 +134,8 @@ fn apply_on_gpu_needs_the_software_allowance_and_then_matches_cpu() {
     assert!(e.contains("--allow-software-gpu") && e.contains("HCSFLOW_ALLOW_SOFTWARE_GPU=1"), "{e}");
     assert!(!out.exists(), "nothing written on a refused device");
 
-    let o = hcsflow(&["apply", "max_projection", input.to_str().unwrap(), out.to_str().unwrap(), "--device", "gpu", "--allow-software-gpu"]);
+    let o =
+        hcsflow(&["apply", "max_projection", input.to_str().unwrap(), out.to_str().unwrap(), "--device", "gpu", "--allow-software-gpu"]);
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("host → wgpu (device copy, upload)"), "plan shows the route: {}", stderr(&o));
     assert_eq!(hcsflow_tiff::read_stack(&out).unwrap(), expected_max(&stack));

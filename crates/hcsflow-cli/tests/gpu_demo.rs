@@ -128,7 +128,10 @@ fn demo_pipeline_on_lavapipe_gpu_agrees_with_cpu() {
     let (gpu_calls, cpu_calls) = (calls.iter().filter(|c| on(c, "gpu")).count(), calls.iter().filter(|c| on(c, "cpu")).count());
     assert!(gpu_calls > 0 && cpu_calls > 0, "{calls:?}");
     for c in &calls {
-        let uploads = conversions.iter().filter(|v| v.tid == c.tid && within(v, c) && v.args["route"].as_str().is_some_and(|r| r.contains("upload"))).count();
+        let uploads = conversions
+            .iter()
+            .filter(|v| v.tid == c.tid && within(v, c) && v.args["route"].as_str().is_some_and(|r| r.contains("upload")))
+            .count();
         assert_eq!(uploads, usize::from(on(c, "gpu")), "one upload span inside each GPU call, none in host calls: {c:?}");
     }
 
@@ -136,10 +139,10 @@ fn demo_pipeline_on_lavapipe_gpu_agrees_with_cpu() {
         let (c, g) = (images(Path::new(&cpu), step), images(Path::new(&gpu), step));
         assert_eq!(c.keys().collect::<Vec<_>>(), g.keys().collect::<Vec<_>>(), "{step}: same files");
         let expected = match step {
-            "max_z" => 2 * 4,      // well × site
-            "mosaic" => 2 * 2,     // well × channel
-            "count" => 2,          // well (DAPI)
-            _ => 2 * 4 * 2,        // well × site × channel
+            "max_z" => 2 * 4,  // well × site
+            "mosaic" => 2 * 2, // well × channel
+            "count" => 2,      // well (DAPI)
+            _ => 2 * 4 * 2,    // well × site × channel
         };
         assert_eq!(c.len(), expected, "{step}: planes");
         let worst = c.iter().map(|(p, a)| max_abs_diff(a, &g[p])).fold(0.0, f32::max);

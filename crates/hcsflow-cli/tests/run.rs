@@ -13,12 +13,7 @@ mod common;
 use common::{hcsflow, stderr};
 
 fn synth(root: &Path, wells: &[&str], size: u32) {
-    let cfg = SynthConfig {
-        size,
-        z_planes: 3,
-        wells: wells.iter().map(|w| w.to_string()).collect(),
-        ..SynthConfig::default()
-    };
+    let cfg = SynthConfig { size, z_planes: 3, wells: wells.iter().map(|w| w.to_string()).collect(), ..SynthConfig::default() };
     generate(&cfg, root).expect("generate");
 }
 
@@ -38,7 +33,8 @@ fn pipeline_file(dir: &Path, name: &str, text: &str) -> String {
     p.to_string_lossy().into_owned()
 }
 
-const MAX_Z: &str = "name = \"t\"\n[[steps]]\nname = \"max_z\"\nfunc = \"max_projection\"\nvariable_components = [\"z_index\"]\nmaterialize = [\"tiff\"]\n";
+const MAX_Z: &str =
+    "name = \"t\"\n[[steps]]\nname = \"max_z\"\nfunc = \"max_projection\"\nvariable_components = [\"z_index\"]\nmaterialize = [\"tiff\"]\n";
 
 #[test]
 fn dry_run_prints_chain_routes_device_and_stacks_and_writes_nothing() {
@@ -236,10 +232,12 @@ fn demo_takes_zarr_format_and_trace_like_run() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("demo");
     let trace = dir.path().join("trace.json");
-    let o = hcsflow(&["demo", out.to_str().unwrap(), "--size", "48", "--wells", "1", "--z", "2", "--device", "cpu"]
-        .into_iter()
-        .chain(["--zarr-format", "0.4", "--trace", trace.to_str().unwrap()])
-        .collect::<Vec<_>>());
+    let o = hcsflow(
+        &["demo", out.to_str().unwrap(), "--size", "48", "--wells", "1", "--z", "2", "--device", "cpu"]
+            .into_iter()
+            .chain(["--zarr-format", "0.4", "--trace", trace.to_str().unwrap()])
+            .collect::<Vec<_>>(),
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     // --zarr-format 0.4: the demo's OME-Zarr plate is NGFF 0.4 on Zarr v2.
     let root = out.join("results/Synth_Plate_1.ome.zarr");

@@ -13,7 +13,14 @@ use common::{intervals, within};
 fn trace_has_nested_spans_per_well_step_call_and_conversion() {
     let dir = tempfile::tempdir().unwrap();
     let plate = dir.path().join("plate");
-    let cfg = SynthConfig { size: 32, z_planes: 2, grid_rows: 1, grid_cols: 2, wells: vec!["A01".into(), "B02".into()], ..SynthConfig::default() };
+    let cfg = SynthConfig {
+        size: 32,
+        z_planes: 2,
+        grid_rows: 1,
+        grid_cols: 2,
+        wells: vec!["A01".into(), "B02".into()],
+        ..SynthConfig::default()
+    };
     generate(&cfg, &plate).unwrap();
     let pipeline = dir.path().join("p.toml");
     std::fs::write(

@@ -123,27 +123,17 @@ impl DeviceError {
 ///
 /// `auto` never picks a software adapter (the native CPU code is faster than a
 /// software rasterizer); `gpu` and `gpu:N` pick one only when `allow_software`.
-pub fn select_device(
-    request: DeviceRequest,
-    adapters: &[AdapterInfo],
-    allow_software: bool,
-) -> Result<DeviceChoice, DeviceError> {
+pub fn select_device(request: DeviceRequest, adapters: &[AdapterInfo], allow_software: bool) -> Result<DeviceChoice, DeviceError> {
     let usable = |a: &&AdapterInfo| !a.is_software() || allow_software;
-    let best = |pred: &dyn Fn(&&AdapterInfo) -> bool| {
-        adapters.iter().filter(pred).min_by_key(|a| (a.kind.rank(), a.index))
-    };
+    let best = |pred: &dyn Fn(&&AdapterInfo) -> bool| adapters.iter().filter(pred).min_by_key(|a| (a.kind.rank(), a.index));
     let error = |problem: String| DeviceError { request, adapters: adapters.to_vec(), problem };
     match request {
         DeviceRequest::Cpu => Ok(DeviceChoice { device: Device::Cpu, reason: "requested: --device cpu".into() }),
         DeviceRequest::Auto => match best(&|a| !a.is_software()) {
-            Some(a) => Ok(DeviceChoice {
-                device: Device::Gpu(a.index),
-                reason: format!("auto: using hardware adapter {a}"),
-            }),
-            None if adapters.is_empty() => Ok(DeviceChoice {
-                device: Device::Cpu,
-                reason: "auto: no GPU adapter found; using the CPU".into(),
-            }),
+            Some(a) => Ok(DeviceChoice { device: Device::Gpu(a.index), reason: format!("auto: using hardware adapter {a}") }),
+            None if adapters.is_empty() => {
+                Ok(DeviceChoice { device: Device::Cpu, reason: "auto: no GPU adapter found; using the CPU".into() })
+            }
             None => Ok(DeviceChoice {
                 device: Device::Cpu,
                 reason: format!(
@@ -158,10 +148,7 @@ pub fn select_device(
         DeviceRequest::Gpu => match best(&usable) {
             Some(a) => Ok(DeviceChoice {
                 device: Device::Gpu(a.index),
-                reason: format!(
-                    "requested: --device gpu; using {a}{}",
-                    if a.is_software() { " (software adapter allowed)" } else { "" }
-                ),
+                reason: format!("requested: --device gpu; using {a}{}", if a.is_software() { " (software adapter allowed)" } else { "" }),
             }),
             None if adapters.is_empty() => Err(error("no GPU adapter found".into())),
             None => Err(error("no usable GPU: every adapter found is a software rasterizer".into())),
@@ -169,10 +156,7 @@ pub fn select_device(
         DeviceRequest::GpuIndex(n) => match adapters.iter().find(|a| a.index == n) {
             None => Err(error(format!("there is no adapter gpu:{n}"))),
             Some(a) if !usable(&a) => Err(error(format!("gpu:{n} ({}) is a software rasterizer", a.name))),
-            Some(a) => Ok(DeviceChoice {
-                device: Device::Gpu(n),
-                reason: format!("requested: --device gpu:{n}; using {a}"),
-            }),
+            Some(a) => Ok(DeviceChoice { device: Device::Gpu(n), reason: format!("requested: --device gpu:{n}; using {a}") }),
         },
     }
 }

@@ -166,12 +166,7 @@ impl Table {
     pub fn of_plane(&self, plane: usize) -> Table {
         Table {
             columns: self.columns.clone(),
-            rows: self
-                .rows
-                .iter()
-                .filter(|r| r.plane == Some(plane))
-                .map(|r| Row { plane: Some(0), cells: r.cells.clone() })
-                .collect(),
+            rows: self.rows.iter().filter(|r| r.plane == Some(plane)).map(|r| Row { plane: Some(0), cells: r.cells.clone() }).collect(),
         }
     }
 }

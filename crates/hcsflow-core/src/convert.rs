@@ -80,11 +80,7 @@ pub struct ConversionError {
 
 /// The route from `source` to `target` under `policy`. Pure: depends on nothing
 /// but its arguments, so plans are reproducible and testable without devices.
-pub fn plan_route(
-    source: MemoryType,
-    target: MemoryType,
-    policy: ConversionPolicy,
-) -> Result<Route, ConversionError> {
+pub fn plan_route(source: MemoryType, target: MemoryType, policy: ConversionPolicy) -> Result<Route, ConversionError> {
     let route = |kind, method| Ok(Route { source, target, kind, method });
     if source == target {
         return route(RouteKind::Identity, "none");
@@ -106,11 +102,7 @@ pub fn plan_route(
     }
 }
 
-fn round_trip(
-    source: MemoryType,
-    target: MemoryType,
-    policy: ConversionPolicy,
-) -> Result<Route, ConversionError> {
+fn round_trip(source: MemoryType, target: MemoryType, policy: ConversionPolicy) -> Result<Route, ConversionError> {
     if policy.allow_host_round_trip {
         Ok(Route { source, target, kind: RouteKind::HostRoundTrip, method: "download + upload" })
     } else {
@@ -152,12 +144,7 @@ impl fmt::Debug for Conversions {
 
 impl Conversions {
     /// Registers the converter for the direct edge `source → target`.
-    pub fn register(
-        &mut self,
-        source: MemoryType,
-        target: MemoryType,
-        converter: Arc<dyn Converter>,
-    ) {
+    pub fn register(&mut self, source: MemoryType, target: MemoryType, converter: Arc<dyn Converter>) {
         self.edges.insert((source, target), converter);
     }
 
@@ -172,12 +159,7 @@ impl Conversions {
     }
 
     /// Plans `source → target` and checks this build can carry it out.
-    pub fn plan(
-        &self,
-        source: MemoryType,
-        target: MemoryType,
-        policy: ConversionPolicy,
-    ) -> Result<Route, ConversionError> {
+    pub fn plan(&self, source: MemoryType, target: MemoryType, policy: ConversionPolicy) -> Result<Route, ConversionError> {
         let route = plan_route(source, target, policy)?;
         for (a, b) in self.edges_of(&route) {
             if !self.edges.contains_key(&(a, b)) {
@@ -196,12 +178,7 @@ impl Conversions {
     }
 
     /// Runs a planned route. `device` is where the result should live.
-    pub fn execute(
-        &self,
-        route: &Route,
-        array: Array,
-        device: Device,
-    ) -> Result<Array, ConversionError> {
+    pub fn execute(&self, route: &Route, array: Array, device: Device) -> Result<Array, ConversionError> {
         if array.memory_type() != route.source {
             return Err(ConversionError {
                 from: array.memory_type(),

@@ -28,8 +28,7 @@ pub use convert::{plan_route, ConversionError, ConversionPolicy, Conversions, Ro
 pub use dtype::{DType, DTypeConversion, DTypePolicy, OutputDType};
 pub use memory::{Array, BadDevice, Device, DeviceBuffer, DeviceRequest, MemorySpace, MemoryType};
 pub use registry::{
-    ArgError, ArgSpec, ArgValue, Args, CallPlan, Contract, FunctionError, FunctionSpec,
-    Implementation, PlanError, Registry,
+    ArgError, ArgSpec, ArgValue, Args, CallPlan, Contract, FunctionError, FunctionSpec, Implementation, PlanError, Registry,
 };
 pub use slices::{stack_slices, unstack_slices, SliceError};
 pub use stack::{HostArray, Pixel, Stack};

@@ -102,11 +102,7 @@ impl MemoryType {
         match self {
             MemoryType::Host | MemoryType::Numpy => MemorySpace::Host,
             MemoryType::Wgpu => MemorySpace::Wgpu,
-            MemoryType::Cuda
-            | MemoryType::Torch
-            | MemoryType::Cupy
-            | MemoryType::Jax
-            | MemoryType::Tensorflow => MemorySpace::Cuda,
+            MemoryType::Cuda | MemoryType::Torch | MemoryType::Cupy | MemoryType::Jax | MemoryType::Tensorflow => MemorySpace::Cuda,
             MemoryType::Pyclesperanto => MemorySpace::OpenCl,
         }
     }
@@ -279,11 +275,7 @@ impl From<HostArray> for Array {
 pub fn check_device(memory_type: MemoryType, device: Device) -> Result<(), String> {
     match (memory_type.is_device_memory(), device) {
         (false, Device::Cpu) | (true, Device::Gpu(_)) => Ok(()),
-        (false, Device::Gpu(n)) => {
-            Err(format!("{memory_type} arrays live in host memory, not on gpu:{n}; use device cpu"))
-        }
-        (true, Device::Cpu) => Err(format!(
-            "{memory_type} arrays live on a GPU, not on the cpu; use device gpu or gpu:N"
-        )),
+        (false, Device::Gpu(n)) => Err(format!("{memory_type} arrays live in host memory, not on gpu:{n}; use device cpu")),
+        (true, Device::Cpu) => Err(format!("{memory_type} arrays live on a GPU, not on the cpu; use device gpu or gpu:N")),
     }
 }

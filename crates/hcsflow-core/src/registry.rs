@@ -66,7 +66,9 @@ pub enum ArgKind {
     },
     Bool,
     /// One of a fixed set of strings.
-    Choice { choices: Vec<&'static str> },
+    Choice {
+        choices: Vec<&'static str>,
+    },
     /// A list of numbers, each in the range; on the command line comma-separated
     /// (`0.5,0.3,0.2`, optionally in brackets). The empty list is allowed when
     /// `min_len` is 0.
@@ -138,15 +140,17 @@ impl ArgSpec {
         ArgSpec { name, kind: ArgKind::Bool, default: ArgValue::Bool(default), doc }
     }
     pub fn choice(name: &'static str, default: &'static str, choices: &[&'static str], doc: &'static str) -> Self {
-        ArgSpec {
-            name,
-            kind: ArgKind::Choice { choices: choices.to_vec() },
-            default: ArgValue::Str(default.to_string()),
-            doc,
-        }
+        ArgSpec { name, kind: ArgKind::Choice { choices: choices.to_vec() }, default: ArgValue::Str(default.to_string()), doc }
     }
 
-    pub fn float_list(name: &'static str, default: Vec<f64>, min: Option<f64>, max: Option<f64>, min_len: usize, doc: &'static str) -> Self {
+    pub fn float_list(
+        name: &'static str,
+        default: Vec<f64>,
+        min: Option<f64>,
+        max: Option<f64>,
+        min_len: usize,
+        doc: &'static str,
+    ) -> Self {
         ArgSpec { name, kind: ArgKind::FloatList { min, max, min_len }, default: ArgValue::FloatList(default), doc }
     }
 
@@ -203,10 +207,7 @@ impl ArgSpec {
                     ));
                 }
                 if list.len() < *min_len {
-                    return Err(out_of_range(
-                        ArgValue::FloatList(list).to_string(),
-                        format!("a list of at least {min_len} numbers"),
-                    ));
+                    return Err(out_of_range(ArgValue::FloatList(list).to_string(), format!("a list of at least {min_len} numbers")));
                 }
                 Ok(ArgValue::FloatList(list))
             }
@@ -469,8 +470,7 @@ impl Function {
     /// Validates user-given arguments and fills defaults.
     pub fn validate_args(&self, given: Vec<(String, ArgValue)>) -> Result<Args, ArgError> {
         let all = self.all_args();
-        let mut values: BTreeMap<String, ArgValue> =
-            all.iter().map(|a| (a.name.to_string(), a.default.clone())).collect();
+        let mut values: BTreeMap<String, ArgValue> = all.iter().map(|a| (a.name.to_string(), a.default.clone())).collect();
         for (name, value) in given {
             let spec = self.arg_spec(&all, &name)?;
             values.insert(name, spec.validate(self.spec.name, value)?);
@@ -573,10 +573,7 @@ impl Registry {
     /// [`Registry::register`] for a function that produces or consumes
     /// artifacts (tables besides its stack, see [`crate::artifact`]).
     pub fn register_with_artifacts(&mut self, spec: FunctionSpec, artifacts: Artifacts, implementation: Implementation) {
-        let entry = self
-            .functions
-            .entry(spec.name)
-            .or_insert_with(|| Function { spec, artifacts, implementations: Vec::new() });
+        let entry = self.functions.entry(spec.name).or_insert_with(|| Function { spec, artifacts, implementations: Vec::new() });
         entry.implementations.retain(|i| i.memory_in != implementation.memory_in);
         entry.implementations.push(implementation);
     }
@@ -594,10 +591,9 @@ impl Registry {
     }
 
     pub fn get(&self, name: &str) -> Result<&Function, PlanError> {
-        self.functions.get(name).ok_or_else(|| PlanError::UnknownFunction {
-            name: name.to_string(),
-            suggestion: closest(name, self.functions.keys().copied()),
-        })
+        self.functions
+            .get(name)
+            .ok_or_else(|| PlanError::UnknownFunction { name: name.to_string(), suggestion: closest(name, self.functions.keys().copied()) })
     }
 
     /// All functions in name order.
@@ -666,15 +662,13 @@ impl Registry {
         let input = if plan.route_in.kind == RouteKind::Identity {
             input
         } else {
-            tracing::info_span!("conversion", route = %plan.route_in).in_scope(|| conversions.execute(&plan.route_in, input, plan.device))?
+            tracing::info_span!("conversion", route = %plan.route_in)
+                .in_scope(|| conversions.execute(&plan.route_in, input, plan.device))?
         };
-        let per_plane = plan.contract == Contract::Pure2d
-            || (plan.contract == Contract::Flexible && plan.args.bool(SLICE_BY_SLICE));
+        let per_plane = plan.contract == Contract::Pure2d || (plan.contract == Contract::Flexible && plan.args.bool(SLICE_BY_SLICE));
         let label = |e: FunctionError| match e {
             FunctionError::NotAStack { shape, .. } => FunctionError::NotAStack { function: name.into(), shape },
-            FunctionError::WrongMemory { expected, got, .. } => {
-                FunctionError::WrongMemory { function: name.into(), expected, got }
-            }
+            FunctionError::WrongMemory { expected, got, .. } => FunctionError::WrongMemory { function: name.into(), expected, got },
             other => other,
         };
         let before = context.outputs().len();
@@ -711,25 +705,20 @@ impl Registry {
                                 merged.len() - 1
                             }
                         };
-                        merged[slot]
-                            .1
-                            .append(table, z)
-                            .map_err(|e| FunctionError::failed(name, format!("artifact '{artifact}': {e}")))?;
+                        merged[slot].1.append(table, z).map_err(|e| FunctionError::failed(name, format!("artifact '{artifact}': {e}")))?;
                     }
                 }
                 for (artifact, table) in merged {
                     context.produce(&artifact, table);
                 }
                 let got: usize = planes.iter().map(Stack::depth).sum();
-                let out = Stack::concat_owned(planes).filter(|_| got == n_in).ok_or(
-                    FunctionError::ContractViolation {
-                        function: name.into(),
-                        contract: plan.contract,
-                        input: n_in,
-                        got,
-                        expected: n_in,
-                    },
-                )?;
+                let out = Stack::concat_owned(planes).filter(|_| got == n_in).ok_or(FunctionError::ContractViolation {
+                    function: name.into(),
+                    contract: plan.contract,
+                    input: n_in,
+                    got,
+                    expected: n_in,
+                })?;
                 Array::from(out)
             }
             _ => (plan.implementation.kernel)(input, &plan.args, context).map_err(label)?,
@@ -745,13 +734,7 @@ impl Registry {
         };
         let got = output.shape()[0];
         if let Some(expected) = expected.filter(|&e| e != got) {
-            return Err(FunctionError::ContractViolation {
-                function: name.into(),
-                contract: plan.contract,
-                input: n_in,
-                got,
-                expected,
-            });
+            return Err(FunctionError::ContractViolation { function: name.into(), contract: plan.contract, input: n_in, got, expected });
         }
         let produced: Vec<&str> = context.outputs()[before..].iter().map(|(n, _)| n.as_str()).collect();
         for p in &produced {

@@ -16,7 +16,9 @@ pub enum SliceError {
     NotTwoD { index: usize, shape: Vec<usize> },
     #[error("stack_slices: slice {index} has shape {shape:?} but slice 0 has shape {expected:?}; all slices of a stack must have the same shape")]
     ShapeMismatch { index: usize, shape: Vec<usize>, expected: Vec<usize> },
-    #[error("stack_slices: slice {index} has dtype {dtype} but slice 0 has dtype {expected}; all slices of a stack must have the same dtype")]
+    #[error(
+        "stack_slices: slice {index} has dtype {dtype} but slice 0 has dtype {expected}; all slices of a stack must have the same dtype"
+    )]
     DTypeMismatch { index: usize, dtype: DType, expected: DType },
     #[error("unstack_slices: the input is not 3D: it has shape {shape:?} ({} axes); expected [Z, Y, X]", shape.len())]
     NotThreeD { shape: Vec<usize> },
@@ -26,11 +28,7 @@ pub enum SliceError {
     Conversion(#[from] ConversionError),
 }
 
-fn to_host(
-    array: Array,
-    conversions: &Conversions,
-    policy: ConversionPolicy,
-) -> Result<HostArray, SliceError> {
+fn to_host(array: Array, conversions: &Conversions, policy: ConversionPolicy) -> Result<HostArray, SliceError> {
     let route = conversions.plan(array.memory_type(), MemoryType::Host, policy)?;
     match conversions.execute(&route, array, Device::Cpu)? {
         Array::Host(h) => Ok(h),
@@ -67,8 +65,7 @@ pub fn stack_slices(
     conversions: &Conversions,
     policy: ConversionPolicy,
 ) -> Result<Array, SliceError> {
-    check_device(memory_type, device)
-        .map_err(|reason| SliceError::BadDevice { memory_type, device, reason })?;
+    check_device(memory_type, device).map_err(|reason| SliceError::BadDevice { memory_type, device, reason })?;
     let first = slices.first().ok_or(SliceError::Empty)?;
     let expected = first.shape().to_vec();
     let expected_dtype = first.dtype();
@@ -77,22 +74,13 @@ pub fn stack_slices(
             return Err(SliceError::NotTwoD { index, shape: s.shape().to_vec() });
         }
         if s.shape() != expected.as_slice() {
-            return Err(SliceError::ShapeMismatch {
-                index,
-                shape: s.shape().to_vec(),
-                expected: expected.clone(),
-            });
+            return Err(SliceError::ShapeMismatch { index, shape: s.shape().to_vec(), expected: expected.clone() });
         }
         if s.dtype() != expected_dtype {
-            return Err(SliceError::DTypeMismatch {
-                index,
-                dtype: s.dtype(),
-                expected: expected_dtype,
-            });
+            return Err(SliceError::DTypeMismatch { index, dtype: s.dtype(), expected: expected_dtype });
         }
     }
-    let host: Vec<HostArray> =
-        slices.into_iter().map(|s| to_host(s, conversions, policy)).collect::<Result<_, _>>()?;
+    let host: Vec<HostArray> = slices.into_iter().map(|s| to_host(s, conversions, policy)).collect::<Result<_, _>>()?;
     let stacked = stack_host(&host);
     from_host(stacked.into_host_array(), memory_type, device, conversions, policy)
 }
@@ -121,14 +109,11 @@ pub fn unstack_slices(
     conversions: &Conversions,
     policy: ConversionPolicy,
 ) -> Result<Vec<Array>, SliceError> {
-    check_device(memory_type, device)
-        .map_err(|reason| SliceError::BadDevice { memory_type, device, reason })?;
+    check_device(memory_type, device).map_err(|reason| SliceError::BadDevice { memory_type, device, reason })?;
     if array.shape().len() != 3 {
         return Err(SliceError::NotThreeD { shape: array.shape().to_vec() });
     }
     let host = to_host(array, conversions, policy)?;
     let n = host.shape()[0];
-    (0..n)
-        .map(|i| from_host(host.index_first(i), memory_type, device, conversions, policy))
-        .collect()
+    (0..n).map(|i| from_host(host.index_first(i), memory_type, device, conversions, policy)).collect()
 }

@@ -6,9 +6,7 @@ use ndarray::{Array3, ArrayD, Axis, IxDyn};
 use crate::dtype::{DType, DTypeConversion, DTypePolicy};
 
 /// A pixel type a stack can hold. Implemented for `u8`, `u16` and `f32`.
-pub trait Pixel:
-    Copy + Default + PartialOrd + Send + Sync + bytemuck::Pod + std::fmt::Debug + 'static
-{
+pub trait Pixel: Copy + Default + PartialOrd + Send + Sync + bytemuck::Pod + std::fmt::Debug + 'static {
     const DTYPE: DType;
     /// Exact for every u8/u16 value.
     fn to_f32(self) -> f32;
@@ -36,10 +34,18 @@ macro_rules! int_pixel {
                 Stack::$v(a)
             }
             fn unwrap_stack(s: Stack) -> Option<Array3<Self>> {
-                if let Stack::$v(a) = s { Some(a) } else { None }
+                if let Stack::$v(a) = s {
+                    Some(a)
+                } else {
+                    None
+                }
             }
             fn stack_array(s: &Stack) -> Option<&Array3<Self>> {
-                if let Stack::$v(a) = s { Some(a) } else { None }
+                if let Stack::$v(a) = s {
+                    Some(a)
+                } else {
+                    None
+                }
             }
             fn wrap_host(a: ArrayD<Self>) -> HostArray {
                 HostArray::$v(a)
@@ -58,7 +64,13 @@ macro_rules! int_pixel {
                 // vectorises.
                 const TWO_23: f32 = 8_388_608.0;
                 let max = <$t>::MAX as f32;
-                let c = if v > max { max } else if v >= 0.0 { v } else { 0.0 };
+                let c = if v > max {
+                    max
+                } else if v >= 0.0 {
+                    v
+                } else {
+                    0.0
+                };
                 ((c + TWO_23).to_bits() - TWO_23.to_bits()) as $t
             }
             fn max_value() -> Self {
@@ -79,10 +91,18 @@ impl Pixel for f32 {
         Stack::F32(a)
     }
     fn unwrap_stack(s: Stack) -> Option<Array3<Self>> {
-        if let Stack::F32(a) = s { Some(a) } else { None }
+        if let Stack::F32(a) = s {
+            Some(a)
+        } else {
+            None
+        }
     }
     fn stack_array(s: &Stack) -> Option<&Array3<Self>> {
-        if let Stack::F32(a) = s { Some(a) } else { None }
+        if let Stack::F32(a) = s {
+            Some(a)
+        } else {
+            None
+        }
     }
     fn wrap_host(a: ArrayD<Self>) -> HostArray {
         HostArray::F32(a)
@@ -216,9 +236,7 @@ impl Stack {
         }
         if let (DTypeConversion::Stretch, Some((lo, hi))) = (conversion, target.integer_range()) {
             let f = self.to_f32();
-            let (mn, mx) = f
-                .iter()
-                .fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
+            let (mn, mx) = f.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
             let scale = if mx > mn { (hi - lo) / (mx - mn) } else { 0.0 };
             let g = f.mapv(|v| lo + (v - mn) * scale);
             return Stack::from_f32_array(g, target);
@@ -373,9 +391,7 @@ impl HostArray {
 
     /// A 2D image of zeros.
     pub fn zeros_2d(dtype: DType, height: usize, width: usize) -> HostArray {
-        Stack::zeros(dtype, [1, height, width])
-            .into_host_array()
-            .index_first(0)
+        Stack::zeros(dtype, [1, height, width]).into_host_array().index_first(0)
     }
 
     /// Sub-array at index `i` of the first axis (a copy). Panics if out of range.

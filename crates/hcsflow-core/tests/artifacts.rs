@@ -4,8 +4,8 @@
 use std::collections::BTreeMap;
 
 use hcsflow_core::{
-    ArtifactDecl, Artifacts, CallContext, Cell, Contract, ConversionPolicy, Conversions, Device, FunctionSpec,
-    Implementation, MemoryType, PlaneInfo, Registry, Stack, StackInfo, Table,
+    ArtifactDecl, Artifacts, CallContext, Cell, Contract, ConversionPolicy, Conversions, Device, FunctionSpec, Implementation, MemoryType,
+    PlaneInfo, Registry, Stack, StackInfo, Table,
 };
 use ndarray::Array3;
 
@@ -26,7 +26,8 @@ fn registry() -> Registry {
             let offset = ctx.inputs.get("offsets").and_then(|t| t.plane_value(0, "offset")).unwrap_or(0.0);
             let site = ctx.stack.planes.first().map(|p| p.site);
             let mut t = Table::new(["sum", "site"]);
-            t.push(Some(0), vec![Cell::from(sum + offset), Cell::from(site)]).map_err(|e| hcsflow_core::FunctionError::failed("count", e.to_string()))?;
+            t.push(Some(0), vec![Cell::from(sum + offset), Cell::from(site)])
+                .map_err(|e| hcsflow_core::FunctionError::failed("count", e.to_string()))?;
             ctx.produce("counts", t);
             ctx.note(format!("plane of site {site:?}"));
             Ok(s.clone())

@@ -2,8 +2,8 @@
 
 use hcsflow_core::adapter::{select_device, AdapterInfo, AdapterKind};
 use hcsflow_core::{
-    Array, ArgError, ArgSpec, ArgValue, Contract, ConversionPolicy, Conversions, DType, Device,
-    DeviceRequest, FunctionError, FunctionSpec, Implementation, MemoryType, Registry, Stack,
+    ArgError, ArgSpec, ArgValue, Array, Contract, ConversionPolicy, Conversions, DType, Device, DeviceRequest, FunctionError, FunctionSpec,
+    Implementation, MemoryType, Registry, Stack,
 };
 use ndarray::Array3;
 
@@ -67,7 +67,10 @@ fn every_argument_error_has_a_specific_message() {
     let r = registry();
     let f = r.get("scale").unwrap();
     let err = |t: &[&str]| f.parse_args(&texts(t)).unwrap_err().to_string();
-    assert_eq!(err(&["factr=1"]), "scale: unknown argument 'factr' (did you mean 'factor'?); its arguments are: factor, radius, mode, invert");
+    assert_eq!(
+        err(&["factr=1"]),
+        "scale: unknown argument 'factr' (did you mean 'factor'?); its arguments are: factor, radius, mode, invert"
+    );
     assert_eq!(err(&["factor=abc"]), "scale: argument 'factor' expects a number, got 'abc'");
     assert_eq!(err(&["radius=1.5"]), "scale: argument 'radius' expects an integer, got '1.5'");
     assert_eq!(err(&["invert=maybe"]), "scale: argument 'invert' expects true or false, got 'maybe'");
@@ -79,10 +82,7 @@ fn every_argument_error_has_a_specific_message() {
     assert!(matches!(typed, ArgError::WrongType { .. }), "{typed:?}");
     let nan = f.validate_args(vec![("factor".into(), ArgValue::Float(f64::NAN))]).unwrap_err();
     assert!(matches!(nan, ArgError::WrongType { .. }), "{nan:?}");
-    assert_eq!(
-        r.get("scal").unwrap_err().to_string(),
-        "unknown function 'scal' (did you mean 'scale'?); `hcsflow functions` lists them"
-    );
+    assert_eq!(r.get("scal").unwrap_err().to_string(), "unknown function 'scal' (did you mean 'scale'?); `hcsflow functions` lists them");
 }
 
 fn run(r: &Registry, name: &str, args: &[&str], s: Stack) -> Result<Stack, FunctionError> {
@@ -121,10 +121,7 @@ fn contract_violations_are_reported() {
     let r = registry();
     let s = Stack::zeros(DType::U16, [2, 2, 2]);
     let err = run(&r, "broken_projection", &[], s).unwrap_err();
-    assert_eq!(
-        err.to_string(),
-        "broken_projection (volumetric_to_slice) returned 2 planes for 2 input planes; expected 1"
-    );
+    assert_eq!(err.to_string(), "broken_projection (volumetric_to_slice) returned 2 planes for 2 input planes; expected 1");
 }
 
 fn adapter(index: usize, name: &str, kind: AdapterKind) -> AdapterInfo {

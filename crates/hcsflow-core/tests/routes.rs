@@ -3,10 +3,7 @@
 use std::sync::Arc;
 
 use hcsflow_core::convert::Converter;
-use hcsflow_core::{
-    plan_route, Array, ConversionError, ConversionPolicy, Conversions, Device, MemoryType,
-    RouteKind, Stack,
-};
+use hcsflow_core::{plan_route, Array, ConversionError, ConversionPolicy, Conversions, Device, MemoryType, RouteKind, Stack};
 use MemoryType::*;
 
 const ALLOW: ConversionPolicy = ConversionPolicy { allow_host_round_trip: true };
@@ -20,9 +17,7 @@ fn expected(source: MemoryType, target: MemoryType) -> RouteKind {
     let cuda = [Cuda, Torch, Cupy, Jax, Tensorflow];
     if source == target {
         RouteKind::Identity
-    } else if (host.contains(&source) && host.contains(&target))
-        || (cuda.contains(&source) && cuda.contains(&target))
-    {
+    } else if (host.contains(&source) && host.contains(&target)) || (cuda.contains(&source) && cuda.contains(&target)) {
         RouteKind::ZeroCopy
     } else if host.contains(&source) || host.contains(&target) {
         RouteKind::DeviceCopy

@@ -1,8 +1,7 @@
 //! stack_slices / unstack_slices validation rules and messages (semantics.md §4).
 
 use hcsflow_core::{
-    stack_slices, unstack_slices, Array, ConversionPolicy, Conversions, DType, Device, HostArray,
-    MemoryType, SliceError, Stack,
+    stack_slices, unstack_slices, Array, ConversionPolicy, Conversions, DType, Device, HostArray, MemoryType, SliceError, Stack,
 };
 use ndarray::{Array3, ArrayD, IxDyn};
 
@@ -79,7 +78,8 @@ fn bad_device_for_memory_type() {
 
 #[test]
 fn unavailable_target_memory_is_a_conversion_error() {
-    let err = stack_slices(vec![slice(2, 2, 0)], MemoryType::Wgpu, Device::Gpu(0), &Conversions::default(), ConversionPolicy::default()).unwrap_err();
+    let err = stack_slices(vec![slice(2, 2, 0)], MemoryType::Wgpu, Device::Gpu(0), &Conversions::default(), ConversionPolicy::default())
+        .unwrap_err();
     assert!(matches!(err, SliceError::Conversion(_)), "{err:?}");
     assert!(err.to_string().contains("host → wgpu"), "{err}");
 }

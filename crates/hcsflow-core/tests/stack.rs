@@ -69,7 +69,28 @@ fn f32_to_integer_casts_round_ties_even_then_saturate() {
         assert_eq!(u16::from_f32_clip(v), v.round_ties_even() as u16, "u16 from {v:e}");
         assert_eq!(u8::from_f32_clip(v), v.round_ties_even() as u8, "u8 from {v:e}");
     };
-    for v in [f32::NAN, -f32::NAN, f32::INFINITY, f32::NEG_INFINITY, f32::MAX, f32::MIN, -0.0, 0.0, -0.5, -0.6, 0.5, 1.5, 254.5, 255.5, 256.0, 65_534.5, 65_535.5, 65_536.0, 1e10, -1e10] {
+    for v in [
+        f32::NAN,
+        -f32::NAN,
+        f32::INFINITY,
+        f32::NEG_INFINITY,
+        f32::MAX,
+        f32::MIN,
+        -0.0,
+        0.0,
+        -0.5,
+        -0.6,
+        0.5,
+        1.5,
+        254.5,
+        255.5,
+        256.0,
+        65_534.5,
+        65_535.5,
+        65_536.0,
+        1e10,
+        -1e10,
+    ] {
         check(v);
     }
     for v in [1e-45, 1e-38, 1e-10, 0.1, 0.2499] {

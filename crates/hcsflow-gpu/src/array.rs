@@ -4,9 +4,7 @@ use std::any::Any;
 use std::sync::Arc;
 
 use cubecl::server::Handle;
-use hcsflow_core::{
-    with_pixels, Array, ConversionError, Device, DeviceBuffer, DType, HostArray, MemoryType, Stack,
-};
+use hcsflow_core::{with_pixels, Array, ConversionError, DType, Device, DeviceBuffer, HostArray, MemoryType, Stack};
 use ndarray::{ArrayD, IxDyn};
 
 use crate::context::{GpuContext, GpuError};
@@ -82,8 +80,7 @@ impl DeviceBuffer for WgpuArray {
 
 /// Copies a host array of 2 or more axes to `device`.
 pub fn upload(array: &HostArray, device: Device) -> Result<WgpuArray, GpuError> {
-    let bytes: Option<&[u8]> =
-        with_pixels!(HostArray, array, a, T => a.as_slice().map(bytemuck::cast_slice));
+    let bytes: Option<&[u8]> = with_pixels!(HostArray, array, a, T => a.as_slice().map(bytemuck::cast_slice));
     upload_raw(device, array.shape().to_vec(), array.dtype(), bytes)
 }
 
@@ -111,8 +108,7 @@ fn upload_raw(device: Device, shape: Vec<usize>, dtype: DType, bytes: Option<&[u
     } else {
         let mut padded = vec![0u8; total];
         for p in 0..planes {
-            padded[p * plane_words * 4..p * plane_words * 4 + plane_bytes]
-                .copy_from_slice(&bytes[p * plane_bytes..(p + 1) * plane_bytes]);
+            padded[p * plane_words * 4..p * plane_words * 4 + plane_bytes].copy_from_slice(&bytes[p * plane_bytes..(p + 1) * plane_bytes]);
         }
         ctx.client().create_from_slice(&padded)
     };
@@ -122,19 +118,13 @@ fn upload_raw(device: Device, shape: Vec<usize>, dtype: DType, bytes: Option<&[u
 /// Copies a GPU array back to the host.
 pub fn download(array: &WgpuArray) -> Result<HostArray, GpuError> {
     let ctx = &array.ctx;
-    let data = ctx
-        .client()
-        .read_one(array.handle.clone())
-        .map_err(|e| ctx.runtime_error("download", format!("{e:?}")))?;
+    let data = ctx.client().read_one(array.handle.clone()).map_err(|e| ctx.runtime_error("download", format!("{e:?}")))?;
     let bytes: &[u8] = &data;
     let plane_bytes = array.plane_pixels() * array.dtype.size_bytes();
     let stride = array.plane_words() * 4;
     let planes = array.planes();
     if bytes.len() < planes * stride {
-        return Err(ctx.runtime_error(
-            "download",
-            format!("buffer holds {} bytes, expected {}", bytes.len(), planes * stride),
-        ));
+        return Err(ctx.runtime_error("download", format!("buffer holds {} bytes, expected {}", bytes.len(), planes * stride)));
     }
     let mut packed = Vec::with_capacity(planes * plane_bytes);
     for p in 0..planes {

@@ -4,10 +4,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cubecl::client::Client;
-use cubecl::wgpu::{
-    try_init_setup, wgpu, AutoGraphicsApi, RuntimeOptions, WgpuBackend, WgpuDevice,
-    WgpuDeviceKind,
-};
+use cubecl::wgpu::{try_init_setup, wgpu, AutoGraphicsApi, RuntimeOptions, WgpuBackend, WgpuDevice, WgpuDeviceKind};
 use hcsflow_core::{AdapterInfo, AdapterKind, Device};
 
 /// A GPU could not be used.
@@ -64,10 +61,7 @@ fn discovered() -> &'static [Discovered] {
     static ADAPTERS: OnceLock<Vec<Discovered>> = OnceLock::new();
     ADAPTERS.get_or_init(|| {
         let backends = wgpu::Backends::VULKAN | wgpu::Backends::METAL | wgpu::Backends::DX12;
-        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
-            backends,
-            ..wgpu::InstanceDescriptor::new_without_display_handle()
-        });
+        let instance = wgpu::Instance::new(wgpu::InstanceDescriptor { backends, ..wgpu::InstanceDescriptor::new_without_display_handle() });
         let adapters = cubecl::future::block_on(instance.enumerate_adapters(backends));
         // cubecl addresses an adapter by (backend, device type, index among that type).
         let mut counters: HashMap<(wgpu::Backend, u8), usize> = HashMap::new();
@@ -97,8 +91,7 @@ fn discovered() -> &'static [Discovered] {
                         driver_info: info.driver_info.clone(),
                     },
                     device: WgpuDevice::new(kind).on(backend_of(info.backend)),
-                    max_binding_bytes: limits.max_storage_buffer_binding_size
-                        .min(limits.max_buffer_size),
+                    max_binding_bytes: limits.max_storage_buffer_binding_size.min(limits.max_buffer_size),
                 }
             })
             .collect()
@@ -140,16 +133,10 @@ impl GpuContext {
         }
         let init_error = |message: String| GpuError::Init { adapter: found.info.to_string(), message };
         let options = RuntimeOptions::try_default().map_err(|e| init_error(e.to_string()))?;
-        try_init_setup::<AutoGraphicsApi>(&found.device, options)
-            .map_err(|e| init_error(e.to_string()))?;
+        try_init_setup::<AutoGraphicsApi>(&found.device, options).map_err(|e| init_error(e.to_string()))?;
         let client = cubecl::Device::from(found.device.clone()).client();
         tracing::info!(adapter = %found.info, "GPU context initialised");
-        let ctx = Arc::new(GpuContext {
-            info: found.info.clone(),
-            device,
-            client,
-            max_binding_bytes: found.max_binding_bytes,
-        });
+        let ctx = Arc::new(GpuContext { info: found.info.clone(), device, client, max_binding_bytes: found.max_binding_bytes });
         map.insert(index, ctx.clone());
         Ok(ctx)
     }
@@ -172,10 +159,6 @@ impl GpuContext {
     }
 
     pub(crate) fn runtime_error(&self, operation: &str, message: impl ToString) -> GpuError {
-        GpuError::Runtime {
-            operation: operation.to_string(),
-            adapter: self.info.name.clone(),
-            message: message.to_string(),
-        }
+        GpuError::Runtime { operation: operation.to_string(), adapter: self.info.name.clone(), message: message.to_string() }
     }
 }

@@ -12,9 +12,7 @@ mod common;
 use std::collections::BTreeMap;
 
 use common::{gpu, random_stack, to_host};
-use hcsflow_core::{
-    Array, CallContext, Cell, ConversionPolicy, Conversions, DType, Device, MemoryType, Registry, Stack, StackInfo, Table,
-};
+use hcsflow_core::{Array, CallContext, Cell, ConversionPolicy, Conversions, DType, Device, MemoryType, Registry, Stack, StackInfo, Table};
 use hcsflow_gpu::{assemble, assemble_chunked, upload_stack, Blend, GpuError};
 use hcsflow_stitch::StitchError;
 

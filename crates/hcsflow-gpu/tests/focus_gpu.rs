@@ -92,9 +92,7 @@ fn focus_stack_runs_through_the_registry_on_wgpu() {
     let f = registry.get("focus_stack").unwrap();
     assert!(f.memory_types().contains(&MemoryType::Wgpu));
     let args = f.parse_args(&["sigma=1.0".into()]).unwrap();
-    let plan = registry
-        .plan_call("focus_stack", args, MemoryType::Host, dev, &conversions, ConversionPolicy::default())
-        .unwrap();
+    let plan = registry.plan_call("focus_stack", args, MemoryType::Host, dev, &conversions, ConversionPolicy::default()).unwrap();
     let s = stack(DType::U16, [5, 20, 21], 3);
     let out = registry.execute(&plan, Array::from(s.clone()), &conversions).unwrap();
     assert_eq!(out.memory_type(), MemoryType::Wgpu);

@@ -6,8 +6,7 @@ mod common;
 use common::{gpu, random_stack};
 
 use hcsflow_core::{
-    stack_slices, unstack_slices, Array, ConversionPolicy, Conversions, DType, Device, HostArray,
-    MemoryType, Registry, RouteKind, Stack,
+    stack_slices, unstack_slices, Array, ConversionPolicy, Conversions, DType, Device, HostArray, MemoryType, Registry, RouteKind, Stack,
 };
 use ndarray::Array3;
 
@@ -24,15 +23,11 @@ fn call(name: &str, stack: &Stack, device: Device) -> Stack {
     let (registry, conversions) = setup();
     let f = registry.get(name).unwrap();
     let args = f.validate_args(vec![]).unwrap();
-    let plan = registry
-        .plan_call(name, args, MemoryType::Host, device, &conversions, ConversionPolicy::default())
-        .unwrap();
+    let plan = registry.plan_call(name, args, MemoryType::Host, device, &conversions, ConversionPolicy::default()).unwrap();
     let expected_route = if device == Device::Cpu { RouteKind::Identity } else { RouteKind::DeviceCopy };
     assert_eq!(plan.route_in.kind, expected_route);
     let out = registry.execute(&plan, Array::from(stack.clone()), &conversions).unwrap();
-    let back = conversions
-        .plan(out.memory_type(), MemoryType::Host, ConversionPolicy::default())
-        .unwrap();
+    let back = conversions.plan(out.memory_type(), MemoryType::Host, ConversionPolicy::default()).unwrap();
     conversions.execute(&back, out, Device::Cpu).unwrap().into_host_stack().unwrap()
 }
 
@@ -183,7 +178,10 @@ fn percentile_normalize_gpu_matches_host() {
     }
     // A constant stack maps to target_min on both.
     let c = Stack::from_f32_array(Array3::from_elem((2, 3, 5), 9.0), DType::U16);
-    assert_eq!(call_args("stack_percentile_normalize", &["target_min=7"], &c, dev), Stack::from_f32_array(Array3::from_elem((2, 3, 5), 7.0), DType::U16));
+    assert_eq!(
+        call_args("stack_percentile_normalize", &["target_min=7"], &c, dev),
+        Stack::from_f32_array(Array3::from_elem((2, 3, 5), 7.0), DType::U16)
+    );
 }
 
 /// Same histogram, same lookup table: bit-exact for u8/u16.
@@ -205,9 +203,7 @@ fn try_call_args(name: &str, args: &[&str], stack: &Stack, device: Device) -> Re
     let (registry, conversions) = setup();
     let texts: Vec<String> = args.iter().map(|s| s.to_string()).collect();
     let args = registry.get(name).unwrap().parse_args(&texts).unwrap();
-    let plan = registry
-        .plan_call(name, args, MemoryType::Host, device, &conversions, ConversionPolicy::default())
-        .unwrap();
+    let plan = registry.plan_call(name, args, MemoryType::Host, device, &conversions, ConversionPolicy::default()).unwrap();
     let out = registry.execute(&plan, Array::from(stack.clone()), &conversions).map_err(|e| e.to_string())?;
     let back = conversions.plan(out.memory_type(), MemoryType::Host, ConversionPolicy::default()).unwrap();
     Ok(conversions.execute(&back, out, Device::Cpu).unwrap().into_host_stack().unwrap())

@@ -36,23 +36,79 @@ enum Input {
 const CASES: &[Case] = &[
     Case { name: "max_projection 30x2048²", peer: "zproj_max_numpy_30x2048", function: "max_projection", args: &[], input: Input::ZStack },
     Case { name: "min_projection 30x2048²", peer: "zproj_max_numpy_30x2048", function: "min_projection", args: &[], input: Input::ZStack },
-    Case { name: "mean_projection 30x2048²", peer: "zproj_mean_numpy_30x2048", function: "mean_projection", args: &[], input: Input::ZStack },
-    Case { name: "sum_projection 30x2048²", peer: "zproj_mean_numpy_30x2048", function: "sum_projection", args: &[], input: Input::ZStack },
+    Case {
+        name: "mean_projection 30x2048²",
+        peer: "zproj_mean_numpy_30x2048",
+        function: "mean_projection",
+        args: &[],
+        input: Input::ZStack,
+    },
+    Case {
+        name: "sum_projection 30x2048²", peer: "zproj_mean_numpy_30x2048", function: "sum_projection", args: &[], input: Input::ZStack
+    },
     Case { name: "std_projection 30x2048²", peer: "zproj_std_numpy_30x2048", function: "std_projection", args: &[], input: Input::ZStack },
-    Case { name: "percentile_normalize 2048²", peer: "percentile_norm_1_99_2048", function: "percentile_normalize", args: &[], input: Input::Image },
-    Case { name: "stack_percentile_normalize 30x2048²", peer: "stack_percentile_norm_1_99_30x2048", function: "stack_percentile_normalize", args: &[], input: Input::ZStack },
-    Case { name: "stack_equalize_histogram 2048²", peer: "skimage_equalize_hist_65536_2048", function: "stack_equalize_histogram", args: &[], input: Input::Image },
-    Case { name: "stack_equalize_histogram 30x2048²", peer: "numpy_bincount_equalize_65536_30x2048", function: "stack_equalize_histogram", args: &[], input: Input::ZStack },
+    Case {
+        name: "percentile_normalize 2048²",
+        peer: "percentile_norm_1_99_2048",
+        function: "percentile_normalize",
+        args: &[],
+        input: Input::Image,
+    },
+    Case {
+        name: "stack_percentile_normalize 30x2048²",
+        peer: "stack_percentile_norm_1_99_30x2048",
+        function: "stack_percentile_normalize",
+        args: &[],
+        input: Input::ZStack,
+    },
+    Case {
+        name: "stack_equalize_histogram 2048²",
+        peer: "skimage_equalize_hist_65536_2048",
+        function: "stack_equalize_histogram",
+        args: &[],
+        input: Input::Image,
+    },
+    Case {
+        name: "stack_equalize_histogram 30x2048²",
+        peer: "numpy_bincount_equalize_65536_30x2048",
+        function: "stack_equalize_histogram",
+        args: &[],
+        input: Input::ZStack,
+    },
     Case { name: "clahe 2048²", peer: "skimage_clahe_default_2048", function: "clahe", args: &[], input: Input::Image },
-    Case { name: "gaussian_blur σ2 2048² (vs skimage)", peer: "skimage_gaussian_s2_2048", function: "gaussian_blur", args: &["sigma=2"], input: Input::Image },
-    Case { name: "gaussian_blur σ2 2048² (vs scipy f32)", peer: "scipy_gaussian_s2_f32_2048", function: "gaussian_blur", args: &["sigma=2"], input: Input::Image },
+    Case {
+        name: "gaussian_blur σ2 2048² (vs skimage)",
+        peer: "skimage_gaussian_s2_2048",
+        function: "gaussian_blur",
+        args: &["sigma=2"],
+        input: Input::Image,
+    },
+    Case {
+        name: "gaussian_blur σ2 2048² (vs scipy f32)",
+        peer: "scipy_gaussian_s2_f32_2048",
+        function: "gaussian_blur",
+        args: &["sigma=2"],
+        input: Input::Image,
+    },
     Case { name: "sharpen r1 a1 2048²", peer: "skimage_unsharp_r1_a1_2048", function: "sharpen", args: &[], input: Input::Image },
     Case { name: "median_filter 3x3 2048²", peer: "-", function: "median_filter", args: &["size=3"], input: Input::Image },
     Case { name: "median_filter 5x5 2048²", peer: "-", function: "median_filter", args: &["size=5"], input: Input::Image },
     Case { name: "sobel 2048²", peer: "-", function: "sobel", args: &[], input: Input::Image },
     Case { name: "bin 2x2 mean 2048²", peer: "-", function: "bin", args: &["factor=2"], input: Input::Image },
-    Case { name: "crop 1024² of 2048²", peer: "-", function: "crop", args: &["y=512", "x=512", "height=1024", "width=1024"], input: Input::Image },
-    Case { name: "composite 3 channels 2048²", peer: "composite_3ch_weighted_2048", function: "composite", args: &["weights=0.5,0.3,0.2"], input: Input::ThreeChannels },
+    Case {
+        name: "crop 1024² of 2048²",
+        peer: "-",
+        function: "crop",
+        args: &["y=512", "x=512", "height=1024", "width=1024"],
+        input: Input::Image,
+    },
+    Case {
+        name: "composite 3 channels 2048²",
+        peer: "composite_3ch_weighted_2048",
+        function: "composite",
+        args: &["weights=0.5,0.3,0.2"],
+        input: Input::ThreeChannels,
+    },
 ];
 
 fn data_dir() -> PathBuf {
@@ -128,11 +184,7 @@ fn peer_medians(path: &Path) -> HashMap<String, f64> {
     let Ok(v) = serde_json::from_str::<serde_json::Value>(&text) else { return HashMap::new() };
     v["results"]
         .as_array()
-        .map(|rs| {
-            rs.iter()
-                .filter_map(|r| Some((r["op"].as_str()?.to_string(), r["median_s"].as_f64()? * 1e3)))
-                .collect()
-        })
+        .map(|rs| rs.iter().filter_map(|r| Some((r["op"].as_str()?.to_string(), r["median_s"].as_f64()? * 1e3))).collect())
         .unwrap_or_default()
 }
 

@@ -20,9 +20,7 @@ use hcsflow_ops::tophat::{tophat, white_tophat};
 use ndarray::Array3;
 
 fn data_dir() -> PathBuf {
-    std::env::var_os("PEERBENCH_DATA")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join("peerbench-data"))
+    std::env::var_os("PEERBENCH_DATA").map(PathBuf::from).unwrap_or_else(|| std::env::temp_dir().join("peerbench-data"))
 }
 
 /// Minimal .npy reader for C-order little-endian uint16 arrays.
@@ -121,11 +119,7 @@ fn main() {
     if let Some(only) = std::env::args().skip_while(|a| a != "--only").nth(1) {
         let _ = ONLY.set(only);
     }
-    let repeats = std::env::args()
-        .skip_while(|a| a != "--repeats")
-        .nth(1)
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5);
+    let repeats = std::env::args().skip_while(|a| a != "--repeats").nth(1).and_then(|v| v.parse().ok()).unwrap_or(5);
     let dir = data_dir();
     let img = match read_npy_u16(&dir.join("cells_2048x2048_s0.npy")) {
         Some((s, d)) if s.len() == 2 => {
@@ -154,13 +148,23 @@ fn main() {
     time("white_tophat exact disk r50 2048²", repeats.min(3), || white_tophat(&img, 50).expect("tophat"), |_| String::new());
     time("tophat r50 ds4 (OpenHCS) 2048²", repeats, || tophat(&img, 50, 4).expect("tophat"), |_| String::new());
     time("focus_stack log σ1 30×2048²", repeats.min(3), || focus_stack(&zs, 1.0, FocusMethod::Log).expect("focus"), |_| String::new());
-    time("focus_stack weighted σ1 30×2048²", repeats.min(3), || focus_stack(&zs, 1.0, FocusMethod::Weighted).expect("focus"), |_| String::new());
+    time(
+        "focus_stack weighted σ1 30×2048²",
+        repeats.min(3),
+        || focus_stack(&zs, 1.0, FocusMethod::Weighted).expect("focus"),
+        |_| String::new(),
+    );
     // blob_log on the min-max normalised f32 image, as the peer benchmark does.
     let Stack::U16(a) = &img else { unreachable!() };
     let (lo, hi) = a.iter().fold((u16::MAX, 0u16), |(l, h), &v| (l.min(v), h.max(v)));
     let norm: Vec<f32> = a.iter().map(|&v| (v as f32 - lo as f32) / (hi as f32 - lo as f32)).collect();
     let (h, w) = (a.shape()[1], a.shape()[2]);
-    time("blob_log 10 scales 2048²", repeats.min(3), || blob_log(&norm, h, w, &BlobLogParams::default()).expect("blob_log"), |b| format!("blobs={}", b.len()));
+    time(
+        "blob_log 10 scales 2048²",
+        repeats.min(3),
+        || blob_log(&norm, h, w, &BlobLogParams::default()).expect("blob_log"),
+        |b| format!("blobs={}", b.len()),
+    );
     // `--dump-blobs PATH`: write the detections (y,x,sigma) to compare with skimage's.
     if let Some(path) = std::env::args().skip_while(|a| a != "--dump-blobs").nth(1) {
         let blobs = blob_log(&norm, h, w, &BlobLogParams::default()).expect("blob_log");
@@ -173,5 +177,10 @@ fn main() {
     let mask: Vec<u16> = plane.iter().map(|&v| u16::from(v as f64 > t)).collect();
     time("label 8-conn 2048²", repeats, || label_plane(&mask, h, w, Connectivity::Eight), |l| format!("objects={}", l.count));
     let m = CountMethod::Threshold { method: ThresholdMethod::Otsu, connectivity: Connectivity::Eight, min_area: 10, max_area: 100_000 };
-    time("count_cells threshold+label+area 2048²", repeats, || count_cells(&img, &m).expect("count"), |c| format!("count={}", c.counts.rows[0].count));
+    time(
+        "count_cells threshold+label+area 2048²",
+        repeats,
+        || count_cells(&img, &m).expect("count"),
+        |c| format!("count={}", c.counts.rows[0].count),
+    );
 }

@@ -25,9 +25,7 @@ fn read_csv(path: &Path) -> Vec<HashMap<String, String>> {
     let text = std::fs::read_to_string(path).expect("ground-truth CSV");
     let mut lines = text.lines();
     let header: Vec<String> = lines.next().unwrap_or("").split(',').map(String::from).collect();
-    lines
-        .map(|l| header.iter().cloned().zip(l.split(',').map(String::from)).collect())
-        .collect()
+    lines.map(|l| header.iter().cloned().zip(l.split(',').map(String::from)).collect()).collect()
 }
 
 fn num(row: &HashMap<String, String>, key: &str) -> f64 {

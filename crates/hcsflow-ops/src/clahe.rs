@@ -120,9 +120,8 @@ impl ClahePixel for f32 {
         let levels = clahe_levels(&u16s, h, w, p, |v| v);
         let Some((lo, hi)) = min_max(&levels) else { return Ok(Vec::new()) };
         let (lo_f, span) = (lo as f32, (hi - lo) as f32);
-        let lut: Vec<f32> = (0..=hi as usize)
-            .map(|r| if hi == lo { (r as f32).clamp(0.0, 1.0) } else { (r as f32 - lo_f) / span })
-            .collect();
+        let lut: Vec<f32> =
+            (0..=hi as usize).map(|r| if hi == lo { (r as f32).clamp(0.0, 1.0) } else { (r as f32 - lo_f) / span }).collect();
         Ok(levels.iter().map(|&r| lut[r as usize]).collect())
     }
 }
@@ -152,10 +151,12 @@ fn f32_to_uint(data: &[f32]) -> Result<Vec<u16>, FunctionError> {
 /// The smallest and largest value, `None` when empty.
 fn min_max(levels: &[u16]) -> Option<(u16, u16)> {
     let first = *levels.first()?;
-    Some(levels.par_chunks(1 << 16).map(|c| c.iter().fold((first, first), |(a, b), &v| (a.min(v), b.max(v)))).reduce(
-        || (first, first),
-        |x, y| (x.0.min(y.0), x.1.max(y.1)),
-    ))
+    Some(
+        levels
+            .par_chunks(1 << 16)
+            .map(|c| c.iter().fold((first, first), |(a, b), &v| (a.min(v), b.max(v))))
+            .reduce(|| (first, first), |x, y| (x.0.min(y.0), x.1.max(y.1))),
+    )
 }
 
 /// Final stretch of integer-input results: skimage's float64 result in [0, 1]
@@ -357,17 +358,20 @@ pub(crate) fn register(registry: &mut Registry) {
             contract: Contract::Pure2d,
             args: vec![
                 ArgSpec::int("kernel_size", 0, Some(0), Some(1 << 20), "contextual region side in pixels (0: 1/8 of each dimension)"),
-                ArgSpec::float("clip_limit", 0.01, Some(0.0), Some(1.0), "clip limit as a fraction of the region's pixels (0: no clipping)"),
+                ArgSpec::float(
+                    "clip_limit",
+                    0.01,
+                    Some(0.0),
+                    Some(1.0),
+                    "clip limit as a fraction of the region's pixels (0: no clipping)",
+                ),
                 ArgSpec::int("nbins", 256, Some(1), Some(65_536), "histogram bins over the 16,384 grey levels"),
             ],
         },
         crate::host_all_planes(|s, a| {
             let k = a.int("kernel_size") as usize;
-            let params = ClaheParams {
-                kernel_size: (k > 0).then_some((k, k)),
-                clip_limit: a.float("clip_limit"),
-                nbins: a.int("nbins") as usize,
-            };
+            let params =
+                ClaheParams { kernel_size: (k > 0).then_some((k, k)), clip_limit: a.float("clip_limit"), nbins: a.int("nbins") as usize };
             clahe(s, &params)
         }),
     );

@@ -92,7 +92,14 @@ pub(crate) fn register(registry: &mut Registry) {
             name: "composite",
             doc: "Weighted mean over the stack axis (weights normalised to sum 1; empty = equal); f32 result, N → 1.",
             contract: Contract::VolumetricToSlice,
-            args: vec![ArgSpec::float_list("weights", Vec::new(), Some(0.0), None, 0, "one weight per plane, e.g. 0.5,0.3,0.2 (empty: equal weights)")],
+            args: vec![ArgSpec::float_list(
+                "weights",
+                Vec::new(),
+                Some(0.0),
+                None,
+                0,
+                "one weight per plane, e.g. 0.5,0.3,0.2 (empty: equal weights)",
+            )],
         },
         Implementation::host(|s, a| composite(s, a.float_list("weights"))),
     );

@@ -111,7 +111,15 @@ pub fn correlate_separable<T: Pixel>(src: &[T], h: usize, w: usize, ky: &Kernel1
 /// Every output value is computed with the same operations in the same order
 /// whatever the CPU: `w_c·c`, then per tap pair `+= w·(a + b)` (symmetric taps)
 /// or `+= w₋·a + w₊·b`, so results do not depend on the SIMD width.
-pub fn correlate_separable_into<T: Pixel>(src: &[T], h: usize, w: usize, ky: &Kernel1d, kx: &Kernel1d, boundary: Boundary, dst: &mut [f32]) {
+pub fn correlate_separable_into<T: Pixel>(
+    src: &[T],
+    h: usize,
+    w: usize,
+    ky: &Kernel1d,
+    kx: &Kernel1d,
+    boundary: Boundary,
+    dst: &mut [f32],
+) {
     correlate_blocks(src, h, w, &[(ky, kx)], boundary, dst, |a, _| a);
 }
 

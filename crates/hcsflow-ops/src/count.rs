@@ -35,15 +35,15 @@
 use std::fmt::Write as _;
 
 use hcsflow_core::{
-    with_pixels, ArgSpec, ArtifactDecl, Artifacts, Cell, Contract, DType, FunctionError, FunctionSpec, Implementation, Pixel,
-    Registry, Stack, Table,
+    with_pixels, ArgSpec, ArtifactDecl, Artifacts, Cell, Contract, DType, FunctionError, FunctionSpec, Implementation, Pixel, Registry,
+    Stack, Table,
 };
 use ndarray::Array3;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::label::{label_mask, Connectivity, Labels};
 use crate::convolve::{correlate_separable_pair_into, Boundary, Kernel1d};
+use crate::label::{label_mask, Connectivity, Labels};
 use crate::threshold::{threshold_value, ThresholdMethod};
 use crate::tophat::plane_slice;
 
@@ -330,10 +330,7 @@ pub fn blob_log(image: &[f32], h: usize, w: usize, params: &BlobLogParams) -> Re
     }
     // Decreasing value; ties in raster (y, x, s) order (numpy's stable argsort of nonzero()).
     peaks.sort_by(|a, b| b.0.total_cmp(&a.0).then((a.1, a.2, a.3).cmp(&(b.1, b.2, b.3))));
-    let mut blobs: Vec<Blob> = peaks
-        .iter()
-        .map(|&(_, y, x, s)| Blob { y: y as f64, x: x as f64, sigma: sigmas[s] as f64 })
-        .collect();
+    let mut blobs: Vec<Blob> = peaks.iter().map(|&(_, y, x, s)| Blob { y: y as f64, x: x as f64, sigma: sigmas[s] as f64 }).collect();
     prune(&mut blobs, params.overlap);
     Ok(blobs.into_iter().filter(|b| b.sigma > 0.0).collect())
 }
@@ -407,8 +404,16 @@ pub enum CountMethod {
     /// min and max first (what the peer benchmark and typical OpenHCS pipelines do, so
     /// `threshold` is relative to the plane's dynamic range); otherwise scale like
     /// skimage's `img_as_float` ([`as_float_image`]).
-    BlobLog { params: BlobLogParams, normalize: bool },
-    Threshold { method: ThresholdMethod, connectivity: Connectivity, min_area: u64, max_area: u64 },
+    BlobLog {
+        params: BlobLogParams,
+        normalize: bool,
+    },
+    Threshold {
+        method: ThresholdMethod,
+        connectivity: Connectivity,
+        min_area: u64,
+        max_area: u64,
+    },
 }
 
 /// Measures labelled objects: area, centroid, mean intensity (skimage regionprops

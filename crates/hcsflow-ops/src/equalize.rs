@@ -83,9 +83,7 @@ fn equalize_f32(a: &mut Array3<f32>, nbins: usize) -> Result<(), FunctionError> 
     let total = *cdf.last().unwrap_or(&0) as f64;
     let cdf32: Vec<f64> = cdf.iter().map(|&c| (c as f64 / total) as f32 as f64).collect();
     let centres: Vec<f64> = edges.windows(2).map(|w| ((w[0] + w[1]) / 2.0) as f64).collect();
-    let slopes: Vec<f64> = (0..nbins.saturating_sub(1))
-        .map(|j| (cdf32[j + 1] - cdf32[j]) / (centres[j + 1] - centres[j]))
-        .collect();
+    let slopes: Vec<f64> = (0..nbins.saturating_sub(1)).map(|j| (cdf32[j + 1] - cdf32[j]) / (centres[j + 1] - centres[j])).collect();
     // np.interp(x, centres, cdf): clamp outside, exact at the last centre.
     let interp = |x: f64| -> f64 {
         let last = nbins - 1;

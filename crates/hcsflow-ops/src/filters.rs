@@ -134,11 +134,19 @@ pub const NETWORK_MAX: usize = 9;
 
 #[inline(always)]
 fn lo<T: Pixel>(a: T, b: T) -> T {
-    if b < a { b } else { a }
+    if b < a {
+        b
+    } else {
+        a
+    }
 }
 #[inline(always)]
 fn hi<T: Pixel>(a: T, b: T) -> T {
-    if b > a { b } else { a }
+    if b > a {
+        b
+    } else {
+        a
+    }
 }
 
 /// One comparator of a pruned network on wires `a < b`: `a` receives the

@@ -26,10 +26,7 @@
 //! [`DepthMap::to_stack`] (a u16 image: plane index per pixel) under that name,
 //! written beside the images. Until then library users call [`focus_stack`].
 
-use hcsflow_core::{
-    with_pixels, ArgSpec, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry,
-    Stack,
-};
+use hcsflow_core::{with_pixels, ArgSpec, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
 use ndarray::{Array3, Axis};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -205,7 +202,18 @@ type Sums<'a> = (&'a mut [f32], &'a mut [f32], &'a mut [f32]);
 /// cache, plus the weighted sums. Compiled with AVX2 where available (the
 /// measure and the select are vector loops; same arithmetic either way).
 #[allow(clippy::too_many_arguments)]
-fn fold_block<T: Pixel>(planes: &[std::borrow::Cow<'_, [T]>], h: usize, w: usize, g: &Kernel1d, method: FocusMethod, bi: usize, b: &mut [f32], d: &mut [u16], m: &mut Vec<f32>, acc: Option<Sums<'_>>) {
+fn fold_block<T: Pixel>(
+    planes: &[std::borrow::Cow<'_, [T]>],
+    h: usize,
+    w: usize,
+    g: &Kernel1d,
+    method: FocusMethod,
+    bi: usize,
+    b: &mut [f32],
+    d: &mut [u16],
+    m: &mut Vec<f32>,
+    acc: Option<Sums<'_>>,
+) {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: the CPU supports AVX2, checked just above.
@@ -217,13 +225,35 @@ fn fold_block<T: Pixel>(planes: &[std::borrow::Cow<'_, [T]>], h: usize, w: usize
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
-fn fold_block_avx2<T: Pixel>(planes: &[std::borrow::Cow<'_, [T]>], h: usize, w: usize, g: &Kernel1d, method: FocusMethod, bi: usize, b: &mut [f32], d: &mut [u16], m: &mut Vec<f32>, acc: Option<Sums<'_>>) {
+fn fold_block_avx2<T: Pixel>(
+    planes: &[std::borrow::Cow<'_, [T]>],
+    h: usize,
+    w: usize,
+    g: &Kernel1d,
+    method: FocusMethod,
+    bi: usize,
+    b: &mut [f32],
+    d: &mut [u16],
+    m: &mut Vec<f32>,
+    acc: Option<Sums<'_>>,
+) {
     fold_block_impl(planes, h, w, g, method, bi, b, d, m, acc)
 }
 
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
-fn fold_block_impl<T: Pixel>(planes: &[std::borrow::Cow<'_, [T]>], h: usize, w: usize, g: &Kernel1d, method: FocusMethod, bi: usize, b: &mut [f32], d: &mut [u16], m: &mut Vec<f32>, mut acc: Option<Sums<'_>>) {
+fn fold_block_impl<T: Pixel>(
+    planes: &[std::borrow::Cow<'_, [T]>],
+    h: usize,
+    w: usize,
+    g: &Kernel1d,
+    method: FocusMethod,
+    bi: usize,
+    b: &mut [f32],
+    d: &mut [u16],
+    m: &mut Vec<f32>,
+    mut acc: Option<Sums<'_>>,
+) {
     let y0 = bi * ROWS_PER_TASK;
     let y1 = y0 + b.len() / w.max(1);
     m.resize(b.len(), 0.0);

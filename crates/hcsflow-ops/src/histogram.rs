@@ -146,11 +146,7 @@ fn count_into<T: Binned>(h: &mut [u32], chunk: &[T]) {
 const SUB: usize = 2;
 
 /// Counts `bin(v)` over `data` into `bins` bins; `None` skips the value.
-pub fn histogram_by<T: Copy + Send + Sync>(
-    data: &[T],
-    bins: usize,
-    bin: impl Fn(T) -> Option<usize> + Sync,
-) -> Vec<u64> {
+pub fn histogram_by<T: Copy + Send + Sync>(data: &[T], bins: usize, bin: impl Fn(T) -> Option<usize> + Sync) -> Vec<u64> {
     // About four tasks per thread: each task's private histogram is zeroed and
     // merged once, so tasks must be much larger than the histogram.
     let chunk = CHUNK.max(data.len().div_ceil(4 * rayon::current_num_threads().max(1)));
@@ -247,9 +243,7 @@ pub fn percentiles_from_histogram(hist: &[u64], ps: &[f64]) -> Option<Vec<f64>> 
 /// Percentiles (numpy `'linear'`) of u8/u16 data, exactly: by sampled windows
 /// for large data (see [`order_statistics_int`]), else by one histogram pass.
 pub fn percentiles_int<T: Binned>(data: &[T], ps: &[f64]) -> Option<Vec<f64>> {
-    percentiles_by_rank(data.len() as u64, ps, |ranks| {
-        Some(order_statistics_int(data, ranks)?.into_iter().map(|v| v as f32).collect())
-    })
+    percentiles_by_rank(data.len() as u64, ps, |ranks| Some(order_statistics_int(data, ranks)?.into_iter().map(|v| v as f32).collect()))
 }
 
 /// The values at the 0-based `ranks` of u8/u16 `data`, exactly (`None` if a
@@ -345,10 +339,12 @@ pub fn percentile_rank_list(n: u64, ps: &[f64]) -> Vec<u64> {
     if n == 0 {
         return Vec::new();
     }
-    ps.iter().flat_map(|&p| {
-        let (a, b, _) = percentile_ranks(n, p);
-        [a, b]
-    }).collect()
+    ps.iter()
+        .flat_map(|&p| {
+            let (a, b, _) = percentile_ranks(n, p);
+            [a, b]
+        })
+        .collect()
 }
 
 /// numpy `'linear'` percentiles from exact order statistics: `n` values,

@@ -16,9 +16,7 @@
 //! is the f64 value rounded to f32, NaN stays NaN. Results equal numpy's
 //! float64 formula rounded the same way, exactly.
 
-use hcsflow_core::{
-    ArgSpec, Args, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack,
-};
+use hcsflow_core::{ArgSpec, Args, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack};
 use ndarray::Array3;
 use rayon::prelude::*;
 

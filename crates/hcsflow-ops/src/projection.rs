@@ -6,9 +6,7 @@
 //! for f32). The wgpu kernels in `hcsflow-gpu` perform the same operations in
 //! the same order.
 
-use hcsflow_core::{
-    with_pixels, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack,
-};
+use hcsflow_core::{with_pixels, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
 use ndarray::{Array3, ArrayView3, Axis};
 use rayon::prelude::*;
 
@@ -18,11 +16,7 @@ const ROWS_PER_TASK: usize = 64;
 
 /// Applies `fold(acc_row, plane_row)` over planes 1.. into a copy of plane 0,
 /// in parallel over row blocks. Planes are visited in order for every pixel.
-fn fold_planes<T: Pixel, A: Copy + Send + Sync>(
-    a: ArrayView3<T>,
-    init: impl Fn(T) -> A + Sync,
-    fold: impl Fn(&mut A, T) + Sync,
-) -> Vec<A> {
+fn fold_planes<T: Pixel, A: Copy + Send + Sync>(a: ArrayView3<T>, init: impl Fn(T) -> A + Sync, fold: impl Fn(&mut A, T) + Sync) -> Vec<A> {
     let (n, h, w) = a.dim();
     let mut acc = vec![init(T::default()); h * w];
     if n == 0 {

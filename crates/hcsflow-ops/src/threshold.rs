@@ -16,10 +16,7 @@
 //!
 //! The mask is `value > threshold` (skimage's convention), as u8 0/1.
 
-use hcsflow_core::{
-    with_pixels, ArgSpec, Contract, DType, FunctionError, FunctionSpec, Implementation, Pixel,
-    Registry, Stack,
-};
+use hcsflow_core::{with_pixels, ArgSpec, Contract, DType, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
 use ndarray::Array3;
 
 use crate::tophat::plane_slice;

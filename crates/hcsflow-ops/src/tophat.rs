@@ -21,10 +21,7 @@
 //! Cost per pixel: ~log2(2r+1) + (#distinct widths) + (2r+1) vectorised min/max,
 //! independent of the footprint area; rows are split over threads in chunks.
 
-use hcsflow_core::{
-    with_pixels, ArgSpec, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry,
-    Stack,
-};
+use hcsflow_core::{with_pixels, ArgSpec, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
 use ndarray::{Array3, ArrayView2, Axis};
 use rayon::prelude::*;
 
@@ -131,24 +128,13 @@ pub(crate) fn morph_disk<T: Lattice>(src: &[T], h: usize, w: usize, r: usize, er
     out
 }
 
-fn morph_into<T: Lattice, F: Fn(T, T) -> T + Sync + Copy>(
-    src: &[T],
-    h: usize,
-    w: usize,
-    r: usize,
-    identity: T,
-    op: F,
-    out: &mut [T],
-) {
+fn morph_into<T: Lattice, F: Fn(T, T) -> T + Sync + Copy>(src: &[T], h: usize, w: usize, r: usize, identity: T, op: F, out: &mut [T]) {
     // Distinct chord half-widths and, per |dy|, which one it uses.
     let widths_per_dy: Vec<usize> = (0..=r).map(|dy| chord_half_width(r, dy)).collect();
     let mut distinct: Vec<usize> = widths_per_dy.clone();
     distinct.sort_unstable();
     distinct.dedup();
-    let width_index: Vec<usize> = widths_per_dy
-        .iter()
-        .map(|hw| distinct.binary_search(hw).unwrap_or(0))
-        .collect();
+    let width_index: Vec<usize> = widths_per_dy.iter().map(|hw| distinct.binary_search(hw).unwrap_or(0)).collect();
     let threads = rayon::current_num_threads().max(1);
     let chunk = (h.div_ceil(2 * threads)).max(4 * r).max(16);
     let geometry = Geometry { h, w, r, chunk, distinct: &distinct, width_index: &width_index };
@@ -191,14 +177,7 @@ unsafe fn morph_chunk_avx2<T: Lattice, F: Fn(T, T) -> T + Copy>(
 /// Output rows `ci·chunk..` of one erosion/dilation (see [`morph_disk`]). Compiled
 /// for AVX2 when available (min/max are exact, so both paths agree).
 #[inline(always)]
-fn morph_chunk<T: Lattice, F: Fn(T, T) -> T + Copy>(
-    src: &[T],
-    g: &Geometry<'_>,
-    identity: T,
-    op: F,
-    ci: usize,
-    out_chunk: &mut [T],
-) {
+fn morph_chunk<T: Lattice, F: Fn(T, T) -> T + Copy>(src: &[T], g: &Geometry<'_>, identity: T, op: F, ci: usize, out_chunk: &mut [T]) {
     let Geometry { h, w, r, chunk, distinct, width_index } = *g;
     let nw = distinct.len();
     let ring = 2 * r + 1;

@@ -136,7 +136,8 @@ fn threshold_count_matches_regionprops() {
     let t = thresholds_of(&s, "otsu")[0];
     let j = oracle.add("regionprops", &s, json!({"threshold": t}));
     let refs = oracle.run();
-    let method = CountMethod::Threshold { method: ThresholdMethod::Otsu, connectivity: Connectivity::Eight, min_area: 0, max_area: u64::MAX };
+    let method =
+        CountMethod::Threshold { method: ThresholdMethod::Otsu, connectivity: Connectivity::Eight, min_area: 0, max_area: u64::MAX };
     let res = count_cells(&s, &method).unwrap();
     let r = &refs[j];
     assert_eq!(res.objects.rows.len(), r.shape()[0]);
@@ -174,8 +175,8 @@ fn blob_log_same_detections_as_skimage() {
     }
     cases.push(blobs_stack(DType::F32, [1, 200, 180], 60, 1.0, 0.1, 210).0); // crowded, noisy
     cases.push(blobs_stack(DType::F32, [1, 5, 7], 1, 1.0, 0.0, 211).0); // tiny image, kernels wider than it
-    // Tall enough for the 64-row tasks of the separable correlation (several row
-    // blocks and 32-column strips, an odd width), crowded as a real field.
+                                                                        // Tall enough for the 64-row tasks of the separable correlation (several row
+                                                                        // blocks and 32-column strips, an odd width), crowded as a real field.
     cases.push(blobs_stack(DType::U16, [1, 300, 263], 220, 50000.0, 0.05, 212).0);
     cases.push(Stack::F32(Array3::from_elem((1, 12, 12), 0.5))); // constant: no blobs
     let args = json!({"min_sigma": p.min_sigma, "max_sigma": p.max_sigma, "num_sigma": p.num_sigma, "threshold": p.threshold, "overlap": p.overlap});
@@ -225,6 +226,9 @@ fn count_cells_is_registered() {
     }
     let f = reg.get("count_cells").unwrap();
     let a = f.validate_args(vec![]).unwrap();
-    assert_eq!((a.float("min_sigma"), a.float("max_sigma"), a.int("num_sigma"), a.float("threshold"), a.float("overlap")), (1.0, 10.0, 10, 0.1, 0.5));
+    assert_eq!(
+        (a.float("min_sigma"), a.float("max_sigma"), a.int("num_sigma"), a.float("threshold"), a.float("overlap")),
+        (1.0, 10.0, 10, 0.1, 0.5)
+    );
     assert!(blob_log(&[0.0; 4], 2, 2, &BlobLogParams { min_sigma: 0.0, ..Default::default() }).is_err());
 }

@@ -44,7 +44,11 @@ fn check_depth(reference: &ArrayD<f64>, depth: &[u16], n: usize, hw: usize, atol
     for p in 0..hw {
         let best = (0..n).map(|z| r[z * hw + p]).fold(f64::NEG_INFINITY, f64::max);
         let ours = r[depth[p] as usize * hw + p];
-        assert!(best - ours <= 1e-4 * best + 1e-5 * gmax + atol, "{what}: pixel {p}: plane {} has ref measure {ours}, best {best}", depth[p]);
+        assert!(
+            best - ours <= 1e-4 * best + 1e-5 * gmax + atol,
+            "{what}: pixel {p}: plane {} has ref measure {ours}, best {best}",
+            depth[p]
+        );
     }
 }
 

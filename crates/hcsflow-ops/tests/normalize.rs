@@ -81,8 +81,14 @@ fn normalisation_matches_numpy_per_slice_and_whole_stack() {
     let Some(mut oracle) = Oracle::new("normalisation_matches_numpy_per_slice_and_whole_stack") else { return };
     let settings: [(&[&str], serde_json::Value); 3] = [
         (&[], json!({"low_percentile": 1.0, "high_percentile": 99.0, "target_min": 0.0, "target_max": 65535.0})),
-        (&["low_percentile=5", "high_percentile=95", "target_max=255"], json!({"low_percentile": 5.0, "high_percentile": 95.0, "target_min": 0.0, "target_max": 255.0})),
-        (&["low_percentile=0", "high_percentile=100", "target_min=1000", "target_max=3"], json!({"low_percentile": 0.0, "high_percentile": 100.0, "target_min": 1000.0, "target_max": 3.0})),
+        (
+            &["low_percentile=5", "high_percentile=95", "target_max=255"],
+            json!({"low_percentile": 5.0, "high_percentile": 95.0, "target_min": 0.0, "target_max": 255.0}),
+        ),
+        (
+            &["low_percentile=0", "high_percentile=100", "target_min=1000", "target_max=3"],
+            json!({"low_percentile": 0.0, "high_percentile": 100.0, "target_min": 1000.0, "target_max": 3.0}),
+        ),
     ];
     let mut jobs = Vec::new();
     for (name, s) in inputs() {
@@ -121,7 +127,13 @@ fn bad_percentile_order_and_empty_input_are_errors() {
     // NaN pixels are ignored by the percentiles and stay NaN.
     let mut a = Array3::from_shape_fn((1, 3, 3), |(_, y, x)| (y * 3 + x) as f32);
     a[[0, 1, 1]] = f32::NAN;
-    let Stack::F32(out) = percentile_normalize(&Stack::F32(a), &PercentileNormalize { low_percentile: 0.0, high_percentile: 100.0, target_min: 0.0, target_max: 8.0 }).unwrap() else { panic!() };
+    let Stack::F32(out) = percentile_normalize(
+        &Stack::F32(a),
+        &PercentileNormalize { low_percentile: 0.0, high_percentile: 100.0, target_min: 0.0, target_max: 8.0 },
+    )
+    .unwrap() else {
+        panic!()
+    };
     assert!(out[[0, 1, 1]].is_nan());
     assert_eq!(out[[0, 2, 2]], 8.0);
     assert_eq!(out[[0, 0, 0]], 0.0);

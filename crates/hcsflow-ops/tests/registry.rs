@@ -31,11 +31,7 @@ fn per_plane_functions_treat_each_plane_alone() {
             let expected = Stack::concat(&planes).unwrap();
             assert_eq!(whole.shape(), s.shape(), "{name} {dtype}");
             assert_eq!(whole.dtype(), expected.dtype(), "{name} {dtype}");
-            let expected_values = ndarray::ArrayD::from_shape_vec(
-                ndarray::IxDyn(&expected.shape()),
-                common::values(&expected),
-            )
-            .unwrap();
+            let expected_values = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&expected.shape()), common::values(&expected)).unwrap();
             assert_exact(&whole, &expected_values, &format!("{name} {dtype} on 3 planes vs plane by plane"));
         }
     }
@@ -47,7 +43,11 @@ fn whole_stack_functions_match_their_rust_api() {
         let s = cells_stack(dtype, [3, 40, 37], 8);
         let p = PercentileNormalize { low_percentile: 2.0, high_percentile: 97.0, ..Default::default() };
         let checks = [
-            ("stack_percentile_normalize", run_registered("stack_percentile_normalize", &["low_percentile=2", "high_percentile=97"], &s), percentile_normalize(&s, &p).unwrap()),
+            (
+                "stack_percentile_normalize",
+                run_registered("stack_percentile_normalize", &["low_percentile=2", "high_percentile=97"], &s),
+                percentile_normalize(&s, &p).unwrap(),
+            ),
             ("stack_equalize_histogram", run_registered("stack_equalize_histogram", &[], &s), stack_equalize_histogram(&s, 256).unwrap()),
         ];
         for (name, ours, direct) in checks {

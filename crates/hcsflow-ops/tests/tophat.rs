@@ -31,8 +31,7 @@ fn white_tophat_equals_skimage_exactly() {
     // not in the image); beyond that compare with mode="ignore", which is the same
     // definition (see the module docs).
     let mode = |s: &Stack, r: usize| if r > s.shape()[1].max(s.shape()[2]) { "ignore" } else { "reflect" };
-    let jobs: Vec<usize> =
-        cases.iter().map(|(s, r)| oracle.add("white_tophat", s, json!({"radius": r, "mode": mode(s, *r)}))).collect();
+    let jobs: Vec<usize> = cases.iter().map(|(s, r)| oracle.add("white_tophat", s, json!({"radius": r, "mode": mode(s, *r)}))).collect();
     let refs = oracle.run();
     for ((s, r), j) in cases.iter().zip(jobs) {
         let ours = white_tophat(s, *r).unwrap();

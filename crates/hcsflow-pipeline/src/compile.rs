@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component as PathComponent, Path, PathBuf};
 
 use hcsflow_core::{
-    CallPlan, Contract, ConversionPolicy, Conversions, DType, DTypeConversion, DTypePolicy, Device, MemoryType,
-    OutputDType, PlanError, Registry, Route,
+    CallPlan, Contract, ConversionPolicy, Conversions, DType, DTypeConversion, DTypePolicy, Device, MemoryType, OutputDType, PlanError,
+    Registry, Route,
 };
 use hcsflow_plate::Plate;
 
@@ -214,7 +214,11 @@ pub fn compile(
     let mut funcs: Vec<ResolvedFunc> = Vec::new();
     for step in &spec.steps {
         if !names.insert(step.name.clone()) {
-            errors.push(PipelineError::step(&step.name, "two steps have this name", "give every step a unique name (it names its output folder)"));
+            errors.push(PipelineError::step(
+                &step.name,
+                "two steps have this name",
+                "give every step a unique name (it names its output folder)",
+            ));
         }
         if !step.enabled {
             disabled.push(step.name.clone());
@@ -345,11 +349,19 @@ pub fn compile(
                             sources.push(None);
                         }
                         _ => {
-                            wiring_errors.entry((si, input.name.clone())).or_insert_with(|| PipelineError::step(
-                                &step.name,
-                                format!("{} stacks of step '{}' could provide '{}' for the stack at {} of well {well}", candidates.len(), producer.name, input.name, scope_text(&scope)),
-                                "make the producer step's stacks cover this step's (e.g. the same group_by)",
-                            ));
+                            wiring_errors.entry((si, input.name.clone())).or_insert_with(|| {
+                                PipelineError::step(
+                                    &step.name,
+                                    format!(
+                                        "{} stacks of step '{}' could provide '{}' for the stack at {} of well {well}",
+                                        candidates.len(),
+                                        producer.name,
+                                        input.name,
+                                        scope_text(&scope)
+                                    ),
+                                    "make the producer step's stacks cover this step's (e.g. the same group_by)",
+                                )
+                            });
                             sources.push(None);
                         }
                     }
@@ -369,8 +381,7 @@ pub fn compile(
             current = output;
         }
         let input_bytes = inputs.len() as u64 * plane_bytes;
-        let largest_stack =
-            well_steps.iter().flat_map(|s| s.groups.iter().map(|g| g.inputs.len())).max().unwrap_or(0) as u64;
+        let largest_stack = well_steps.iter().flat_map(|s| s.groups.iter().map(|g| g.inputs.len())).max().unwrap_or(0) as u64;
         wells.push(WellPlan {
             well,
             inputs,
@@ -399,10 +410,7 @@ pub fn compile(
         if step.missing_groups == MissingGroups::Error && !unmapped[si].is_empty() && !step.chains.iter().all(|c| c.label.is_none()) {
             errors.push(PipelineError::step(
                 &step.name,
-                format!(
-                    "func map has no entry for {group_by} {}",
-                    describe_values(plate, group_by, &unmapped[si])
-                ),
+                format!("func map has no entry for {group_by} {}", describe_values(plate, group_by, &unmapped[si])),
                 "add entries for them, or set missing_groups = \"passthrough\" (pass them on unchanged) or \"skip\" (drop them)",
             ));
         }
@@ -491,7 +499,11 @@ fn wire_artifacts(spec: &PipelineSpec, registry: &Registry, steps: &mut [StepPla
             let from = match step_spec.artifacts_from.get(&name) {
                 Some(wanted) => match steps.iter().position(|s| &s.name == wanted) {
                     Some(i) if i >= si => {
-                        errors.push(PipelineError::step(&steps[si].name, format!("artifacts_from: step '{wanted}' does not run before this one"), "name an earlier step"));
+                        errors.push(PipelineError::step(
+                            &steps[si].name,
+                            format!("artifacts_from: step '{wanted}' does not run before this one"),
+                            "name an earlier step",
+                        ));
                         continue;
                     }
                     Some(i) if !steps[i].produces.contains(&name) => {
@@ -510,7 +522,10 @@ fn wire_artifacts(spec: &PipelineSpec, registry: &Registry, steps: &mut [StepPla
                         let disabled = spec.steps.iter().any(|s| &s.name == wanted && !s.enabled);
                         errors.push(PipelineError::step(
                             &steps[si].name,
-                            format!("artifacts_from: {}", if disabled { format!("step '{wanted}' is disabled") } else { format!("no step is named '{wanted}'") }),
+                            format!(
+                                "artifacts_from: {}",
+                                if disabled { format!("step '{wanted}' is disabled") } else { format!("no step is named '{wanted}'") }
+                            ),
                             "name an earlier enabled step",
                         ));
                         continue;
@@ -559,14 +574,19 @@ fn compile_step(
     }
     let mut variable = Vec::new();
     for c in &step.variable_components {
-        let c: Component = c.parse().map_err(|e: String| PipelineError::step(name, format!("variable_components: {e}"), "e.g. variable_components = [\"z_index\"]"))?;
+        let c: Component = c.parse().map_err(|e: String| {
+            PipelineError::step(name, format!("variable_components: {e}"), "e.g. variable_components = [\"z_index\"]")
+        })?;
         if !variable.contains(&c) {
             variable.push(c);
         }
     }
     let group_by = match step.group_by.as_str() {
         "none" | "" => None,
-        g => Some(g.parse::<Component>().map_err(|e| PipelineError::step(name, format!("group_by: {e}"), "group_by = \"channel\" (default) or \"none\""))?),
+        g => Some(
+            g.parse::<Component>()
+                .map_err(|e| PipelineError::step(name, format!("group_by: {e}"), "group_by = \"channel\" (default) or \"none\""))?,
+        ),
     };
     if let Some(g) = group_by.filter(|g| variable.contains(g)) {
         return Err(PipelineError::step(
@@ -575,14 +595,10 @@ fn compile_step(
             format!("remove \"{g}\" from variable_components, or set group_by to another component or \"none\""),
         ));
     }
-    let output: OutputDType = step
-        .dtype
-        .parse()
-        .map_err(|e: hcsflow_core::dtype::UnknownDType| PipelineError::step(name, format!("dtype: {e}"), "dtype = \"input\", \"u8\", \"u16\" or \"f32\""))?;
-    let dtype = DTypePolicy {
-        output,
-        conversion: if step.stretch { DTypeConversion::Stretch } else { DTypeConversion::Clip },
-    };
+    let output: OutputDType = step.dtype.parse().map_err(|e: hcsflow_core::dtype::UnknownDType| {
+        PipelineError::step(name, format!("dtype: {e}"), "dtype = \"input\", \"u8\", \"u16\" or \"f32\"")
+    })?;
+    let dtype = DTypePolicy { output, conversion: if step.stretch { DTypeConversion::Stretch } else { DTypeConversion::Clip } };
     let materialize: BTreeSet<Materialize> = step.materialize.iter().copied().collect();
     // `device = "cpu"` pins a step to the host (functions without a GPU
     // implementation in a GPU run): explicit in the file and in the plan,
@@ -611,7 +627,11 @@ fn compile_step(
         },
         FuncSpec::Map(map) => {
             let Some(g) = group_by else {
-                return Err(PipelineError::step(name, "func is a map but group_by = \"none\"", "set group_by to the component the map is keyed by (default \"channel\")"));
+                return Err(PipelineError::step(
+                    name,
+                    "func is a map but group_by = \"none\"",
+                    "set group_by to the component the map is keyed by (default \"channel\")",
+                ));
             };
             let mut chains = Vec::new();
             let mut by_value: BTreeMap<u32, usize> = BTreeMap::new();
@@ -627,7 +647,11 @@ fn compile_step(
                     Ok(mut c) => {
                         if let Some(&other) = by_value.get(&value) {
                             let other_label = chains.get(other).and_then(|c: &ChainPlan| c.label.clone()).unwrap_or_default();
-                            errors.push(PipelineError::step(name, format!("func map keys '{other_label}' and '{label}' both mean {g} {value}"), "keep one of them"));
+                            errors.push(PipelineError::step(
+                                name,
+                                format!("func map keys '{other_label}' and '{label}' both mean {g} {value}"),
+                                "keep one of them",
+                            ));
                             continue;
                         }
                         c.label = Some(label.clone());
@@ -692,24 +716,24 @@ fn compile_chain(
             let fix = match &e {
                 PlanError::UnknownFunction { .. } => "check the name; `hcsflow functions` lists every function".to_string(),
                 PlanError::Args(_) => format!("`hcsflow functions {}` lists its arguments, types and ranges", call.name),
-                PlanError::NoImplementation { .. } => "run with --device cpu, or use functions that have a GPU implementation (`hcsflow functions`)".to_string(),
+                PlanError::NoImplementation { .. } => {
+                    "run with --device cpu, or use functions that have a GPU implementation (`hcsflow functions`)".to_string()
+                }
                 PlanError::Conversion { .. } => "set --allow-host-round-trip, or chain functions with matching memory types".to_string(),
             };
             PipelineError::step(step, e.to_string(), fix)
         };
         let function = registry.get(&call.name).map_err(plan_err)?;
         let args = function.validate_args(call.args.clone()).map_err(|e| plan_err(PlanError::Args(e)))?;
-        let plan = registry
-            .plan_call(&call.name, args, memory, config.device, conversions, config.policy)
-            .map_err(plan_err)?;
+        let plan = registry.plan_call(&call.name, args, memory, config.device, conversions, config.policy).map_err(plan_err)?;
         reduced_before.push(reduces);
         reduces |= plan.contract == Contract::VolumetricToSlice;
         memory = plan.implementation.memory_out;
         planned.push(plan);
     }
-    let route_out = conversions
-        .plan(memory, MemoryType::Host, config.policy)
-        .map_err(|e| PipelineError::step(step, format!("copying the result to the host: {e}"), "use functions whose output this build can download"))?;
+    let route_out = conversions.plan(memory, MemoryType::Host, config.policy).map_err(|e| {
+        PipelineError::step(step, format!("copying the result to the host: {e}"), "use functions whose output this build can download")
+    })?;
     let mut produced = BTreeSet::new();
     for call in &planned {
         for d in &call.artifacts.produces {
@@ -769,9 +793,7 @@ fn key_of(site: u32, channel: u32, z: u32, t: u32) -> Key {
 /// The planes of `well`: its images and the images the plate declares missing.
 fn well_inputs(plate: &Plate, well: &str) -> Vec<InputPlane> {
     let rel = |p: &Path| -> PathBuf {
-        p.strip_prefix(&plate.root)
-            .map(Path::to_path_buf)
-            .unwrap_or_else(|_| p.file_name().map(PathBuf::from).unwrap_or_default())
+        p.strip_prefix(&plate.root).map(Path::to_path_buf).unwrap_or_else(|_| p.file_name().map(PathBuf::from).unwrap_or_default())
     };
     let mut v: Vec<InputPlane> = plate
         .images
@@ -785,9 +807,11 @@ fn well_inputs(plate: &Plate, well: &str) -> Vec<InputPlane> {
         if key.contains(&0) || present.contains(&key) {
             continue;
         }
-        let name = m.path.as_deref().map(rel).unwrap_or_else(|| {
-            PathBuf::from(format!("{well}_s{}_w{}_z{}_t{}.tif", m.site, m.channel, m.z_index, m.timepoint))
-        });
+        let name = m
+            .path
+            .as_deref()
+            .map(rel)
+            .unwrap_or_else(|| PathBuf::from(format!("{well}_s{}_w{}_z{}_t{}.tif", m.site, m.channel, m.z_index, m.timepoint)));
         v.push(InputPlane { key, path: None, rel: name });
     }
     v.sort_by_key(|i| i.key);
@@ -822,9 +846,7 @@ fn collapse_rel(rel: &Path, variable: &[Component]) -> PathBuf {
     if !variable.contains(&Component::ZIndex) {
         return rel.to_path_buf();
     }
-    rel.components()
-        .filter(|c| !matches!(c, PathComponent::Normal(s) if s.to_string_lossy().starts_with("ZStep_")))
-        .collect()
+    rel.components().filter(|c| !matches!(c, PathComponent::Normal(s) if s.to_string_lossy().starts_with("ZStep_"))).collect()
 }
 
 /// Plane height, width and dtype from the metadata, else from the first image's header.
@@ -873,7 +895,11 @@ fn check_out_dir(plate: &Plate, spec: &PipelineSpec, out: &Path) -> Result<(), P
     let inside = |p: &Path| p.starts_with(&root);
     if inside(&out_abs) {
         return Err(PipelineError::Config {
-            message: format!("output folder {} is inside the input plate {}; the input plate is never written", out.display(), plate.root.display()),
+            message: format!(
+                "output folder {} is inside the input plate {}; the input plate is never written",
+                out.display(),
+                plate.root.display()
+            ),
             fix: "choose an output folder outside the plate".into(),
         });
     }

@@ -33,9 +33,6 @@ impl PipelineError {
     /// True for problems the user fixes in the pipeline file or the command
     /// line (exit code 2 in the CLI), false for I/O and plate-reading failures.
     pub fn is_usage(&self) -> bool {
-        matches!(
-            self,
-            PipelineError::Parse { .. } | PipelineError::Step { .. } | PipelineError::Invalid(_) | PipelineError::Config { .. }
-        )
+        matches!(self, PipelineError::Parse { .. } | PipelineError::Step { .. } | PipelineError::Invalid(_) | PipelineError::Config { .. })
     }
 }

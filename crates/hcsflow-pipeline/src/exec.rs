@@ -70,11 +70,26 @@ impl Default for RunOptions {
 /// Progress events, for the CLI to print.
 #[derive(Debug, Clone)]
 pub enum Progress<'a> {
-    Skipped { well: &'a str },
-    Started { well: &'a str },
+    Skipped {
+        well: &'a str,
+    },
+    Started {
+        well: &'a str,
+    },
     /// The well (on the worker running it) starts step `index` (0-based) of `steps`.
-    StepStarted { well: &'a str, step: &'a str, index: usize, steps: usize },
-    Finished { well: &'a str, done: usize, total: usize, seconds: f64, error: Option<&'a str> },
+    StepStarted {
+        well: &'a str,
+        step: &'a str,
+        index: usize,
+        steps: usize,
+    },
+    Finished {
+        well: &'a str,
+        done: usize,
+        total: usize,
+        seconds: f64,
+        error: Option<&'a str>,
+    },
 }
 
 /// One written output plane, as recorded in the manifest and the CSV summary.
@@ -275,7 +290,8 @@ impl Manifest {
     }
 
     fn write(&self, out: &Path) -> Result<(), PipelineError> {
-        let json = serde_json::to_vec_pretty(self).map_err(|e| PipelineError::Io { path: out.join(MANIFEST_NAME), message: e.to_string() })?;
+        let json =
+            serde_json::to_vec_pretty(self).map_err(|e| PipelineError::Io { path: out.join(MANIFEST_NAME), message: e.to_string() })?;
         write_atomic(&out.join(MANIFEST_NAME), &json)
     }
 }
@@ -372,25 +388,50 @@ pub fn execute(
                 let t0 = Instant::now();
                 // Trace spans (`hcsflow run --trace`): well > step > read | stack > call | conversion, and write.
                 let span = tracing::info_span!("well", well = %well.well);
-                let result = std::panic::catch_unwind(AssertUnwindSafe(|| span.in_scope(|| run_well(plan, well, registry, conversions, &zarr, progress))))
-                    .unwrap_or_else(|p| {
-                        let msg = p
-                            .downcast_ref::<String>()
-                            .cloned()
-                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                            .unwrap_or_else(|| "unknown panic".into());
-                        Err((format!("internal error (panic): {msg}"), Vec::new()))
-                    });
+                let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    span.in_scope(|| run_well(plan, well, registry, conversions, &zarr, progress))
+                }))
+                .unwrap_or_else(|p| {
+                    let msg = p
+                        .downcast_ref::<String>()
+                        .cloned()
+                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                        .unwrap_or_else(|| "unknown panic".into());
+                    Err((format!("internal error (panic): {msg}"), Vec::new()))
+                });
                 release();
                 let seconds = t0.elapsed().as_secs_f64();
                 let (record, report) = match result {
                     Ok(WellOutcome { outputs, artifacts, notes, timings }) => (
                         WellRecord { status: "complete".into(), seconds, error: None, outputs, artifacts, notes: notes.clone() },
-                        WellReport { well: well.well.clone(), status: "complete".into(), seconds, error: None, steps: timings, bytes_read: well.input_bytes, notes },
+                        WellReport {
+                            well: well.well.clone(),
+                            status: "complete".into(),
+                            seconds,
+                            error: None,
+                            steps: timings,
+                            bytes_read: well.input_bytes,
+                            notes,
+                        },
                     ),
                     Err((error, steps)) => (
-                        WellRecord { status: "failed".into(), seconds, error: Some(error.clone()), outputs: Vec::new(), artifacts: Vec::new(), notes: Vec::new() },
-                        WellReport { well: well.well.clone(), status: "failed".into(), seconds, error: Some(error), steps, bytes_read: 0, notes: Vec::new() },
+                        WellRecord {
+                            status: "failed".into(),
+                            seconds,
+                            error: Some(error.clone()),
+                            outputs: Vec::new(),
+                            artifacts: Vec::new(),
+                            notes: Vec::new(),
+                        },
+                        WellReport {
+                            well: well.well.clone(),
+                            status: "failed".into(),
+                            seconds,
+                            error: Some(error),
+                            steps,
+                            bytes_read: 0,
+                            notes: Vec::new(),
+                        },
                     ),
                 };
                 let error = report.error.clone();
@@ -409,13 +450,7 @@ pub fn execute(
                     *d += 1;
                     *d
                 });
-                progress(Progress::Finished {
-                    well: &well.well,
-                    done: n.unwrap_or(0),
-                    total,
-                    seconds,
-                    error: error.as_deref(),
-                });
+                progress(Progress::Finished { well: &well.well, done: n.unwrap_or(0), total, seconds, error: error.as_deref() });
             });
         }
     });
@@ -425,22 +460,34 @@ pub fn execute(
     }
     let manifest = manifest.into_inner().unwrap_or_else(|p| p.into_inner());
     let mut wells = reports.into_inner().unwrap_or_else(|p| p.into_inner());
-    let not_started: Vec<String> = queue
-        .into_inner()
-        .unwrap_or_else(|p| p.into_inner())
-        .into_iter()
-        .map(|i| plan.wells[i].well.clone())
-        .collect();
+    let not_started: Vec<String> =
+        queue.into_inner().unwrap_or_else(|p| p.into_inner()).into_iter().map(|i| plan.wells[i].well.clone()).collect();
     let zarr_plates = zarr.finish()?;
     write_summary_csv(&plan.out, &manifest)?;
     let artifact_tables = write_artifact_tables(plan, &manifest)?;
 
     for w in &skipped {
         let notes = manifest.wells.get(w).map(|r| r.notes.clone()).unwrap_or_default();
-        wells.push(WellReport { well: w.clone(), status: "skipped (resumed)".into(), seconds: 0.0, error: None, steps: Vec::new(), bytes_read: 0, notes });
+        wells.push(WellReport {
+            well: w.clone(),
+            status: "skipped (resumed)".into(),
+            seconds: 0.0,
+            error: None,
+            steps: Vec::new(),
+            bytes_read: 0,
+            notes,
+        });
     }
     for w in &not_started {
-        wells.push(WellReport { well: w.clone(), status: "not started".into(), seconds: 0.0, error: None, steps: Vec::new(), bytes_read: 0, notes: Vec::new() });
+        wells.push(WellReport {
+            well: w.clone(),
+            status: "not started".into(),
+            seconds: 0.0,
+            error: None,
+            steps: Vec::new(),
+            bytes_read: 0,
+            notes: Vec::new(),
+        });
     }
     let order: BTreeMap<&str, usize> = plan.wells.iter().enumerate().map(|(i, w)| (w.well.as_str(), i)).collect();
     wells.sort_by_key(|w| order.get(w.well.as_str()).copied().unwrap_or(usize::MAX));
@@ -473,7 +520,9 @@ pub fn execute(
                         functions: ch
                             .calls
                             .iter()
-                            .map(|c| format!("{} ({} → {} on {})", c.function, c.implementation.memory_in, c.implementation.memory_out, c.device))
+                            .map(|c| {
+                                format!("{} ({} → {} on {})", c.function, c.implementation.memory_in, c.implementation.memory_out, c.device)
+                            })
                             .collect(),
                         routes: ch.calls.iter().map(|c| c.route_in).chain([ch.route_out]).collect(),
                     })
@@ -565,11 +614,7 @@ fn hand_out(mut input: Planes, groups: &[GroupPlan]) -> Result<Vec<(&GroupPlan, 
     groups
         .iter()
         .map(|g| {
-            let planes = g
-                .inputs
-                .iter()
-                .map(|k| input.remove(k).ok_or_else(|| unavailable(k)))
-                .collect::<Result<Vec<Stack>, String>>()?;
+            let planes = g.inputs.iter().map(|k| input.remove(k).ok_or_else(|| unavailable(k))).collect::<Result<Vec<Stack>, String>>()?;
             Ok((g, planes))
         })
         .collect()
@@ -644,7 +689,8 @@ fn run_well(
             .into_par_iter()
             .map(|(g, planes)| {
                 // Rayon threads: the step is the explicit parent.
-                let _in_stack = tracing::info_span!(parent: &step_span, "stack", planes = planes.iter().map(Stack::depth).sum::<usize>()).entered();
+                let _in_stack =
+                    tracing::info_span!(parent: &step_span, "stack", planes = planes.iter().map(Stack::depth).sum::<usize>()).entered();
                 run_group(plan, &well.well, ws.step, g, planes, registry, conversions, &produced)
             })
             .collect();
@@ -680,12 +726,8 @@ fn run_well(
             produced.insert((ws.step, gi), p);
         }
         if step.materialize.contains(&Materialize::Tiff) {
-            let files: Vec<(&Key, PathBuf)> = ws
-                .groups
-                .iter()
-                .flat_map(|g| g.outputs.iter())
-                .map(|o| (&o.key, step.out_dir.join(&o.rel)))
-                .collect();
+            let files: Vec<(&Key, PathBuf)> =
+                ws.groups.iter().flat_map(|g| g.outputs.iter()).map(|o| (&o.key, step.out_dir.join(&o.rel))).collect();
             let options = WriteOptions { pixel_size_um: plan.pixel_size_um.filter(|p| p.is_finite() && *p > 0.0), ..Default::default() };
             let written: Result<Vec<OutputRecord>, String> = files
                 .par_iter()
@@ -913,15 +955,9 @@ fn write_artifact_tables(plan: &Plan, manifest: &Manifest) -> Result<Vec<PathBuf
     Ok(written)
 }
 
-
 fn key_text(k: &Key) -> String {
     let names = ["site", "channel", "z", "t"];
-    k.iter()
-        .zip(names)
-        .filter(|(v, _)| **v != COLLAPSED)
-        .map(|(v, n)| format!("{n} {v}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    k.iter().zip(names).filter(|(v, _)| **v != COLLAPSED).map(|(v, n)| format!("{n} {v}")).collect::<Vec<_>>().join(", ")
 }
 
 /// `OUT/summary.csv`: one row per output plane of every complete well.

@@ -209,11 +209,9 @@ impl FuncSpec {
                 let mut map = BTreeMap::new();
                 for (key, v) in t {
                     let chain = parse_chain(step, v).map_err(|e| match e {
-                        PipelineError::Step { step, message, fix } => PipelineError::Step {
-                            step,
-                            message: format!("func map entry '{key}': {message}"),
-                            fix,
-                        },
+                        PipelineError::Step { step, message, fix } => {
+                            PipelineError::Step { step, message: format!("func map entry '{key}': {message}"), fix }
+                        }
                         other => other,
                     })?;
                     map.insert(key.clone(), chain);
@@ -283,9 +281,9 @@ fn arg_value(step: &str, function: &str, name: &str, v: &toml::Value) -> Result<
         toml::Value::Boolean(b) => Ok(ArgValue::Bool(*b)),
         toml::Value::String(s) => Ok(ArgValue::Str(s.clone())),
         // Lists of numbers (e.g. composite weights); the function's spec validates them.
-        toml::Value::Array(items) if items.iter().all(|v| v.is_integer() || v.is_float()) => Ok(ArgValue::FloatList(
-            items.iter().filter_map(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64))).collect(),
-        )),
+        toml::Value::Array(items) if items.iter().all(|v| v.is_integer() || v.is_float()) => {
+            Ok(ArgValue::FloatList(items.iter().filter_map(|v| v.as_float().or_else(|| v.as_integer().map(|i| i as f64))).collect()))
+        }
         other => Err(PipelineError::step(
             step,
             format!("{function}: argument '{name}' cannot be {}", other.type_str()),
@@ -302,8 +300,7 @@ impl PipelineSpec {
 
     /// Reads and parses a pipeline file.
     pub fn read(path: &std::path::Path) -> Result<PipelineSpec, PipelineError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| PipelineError::Io { path: path.to_path_buf(), message: e.to_string() })?;
+        let text = std::fs::read_to_string(path).map_err(|e| PipelineError::Io { path: path.to_path_buf(), message: e.to_string() })?;
         Self::parse(&text, &path.display().to_string())
     }
 

@@ -50,8 +50,7 @@ impl ZarrLayout {
 /// `version` is the NGFF version of every plate of the run (0.5 on Zarr v3
 /// by default; 0.4 on Zarr v2 for readers that predate Zarr v3).
 pub(crate) fn layouts(plan: &Plan, channel_names: &BTreeMap<u32, String>, version: NgffVersion) -> Vec<ZarrLayout> {
-    let zarr_steps: Vec<usize> =
-        (0..plan.steps.len()).filter(|&i| plan.steps[i].materialize.contains(&Materialize::Zarr)).collect();
+    let zarr_steps: Vec<usize> = (0..plan.steps.len()).filter(|&i| plan.steps[i].materialize.contains(&Materialize::Zarr)).collect();
     let plate = if plan.plate_name.is_empty() { "plate".to_string() } else { plan.plate_name.replace(['/', '\\'], "_") };
     let mut rows = BTreeSet::new();
     let mut cols = BTreeSet::new();
@@ -75,8 +74,7 @@ pub(crate) fn layouts(plan: &Plan, channel_names: &BTreeMap<u32, String>, versio
                     }
                 }
             }
-            let index: [BTreeMap<u32, usize>; 4] =
-                values.clone().map(|set| set.into_iter().enumerate().map(|(i, v)| (v, i)).collect());
+            let index: [BTreeMap<u32, usize>; 4] = values.clone().map(|set| set.into_iter().enumerate().map(|(i, v)| (v, i)).collect());
             let count = |i: usize| values[i].len().max(1);
             let channel_names = values[1]
                 .iter()

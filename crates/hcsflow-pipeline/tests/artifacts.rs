@@ -6,9 +6,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use hcsflow_core::{
-    ArtifactDecl, Artifacts, Contract, ConversionPolicy, Device, FunctionSpec, Implementation, Stack,
-};
+use hcsflow_core::{ArtifactDecl, Artifacts, Contract, ConversionPolicy, Device, FunctionSpec, Implementation, Stack};
 use hcsflow_pipeline::{builtin, compile, execute, CompileConfig, PipelineError, PipelineSpec, Plan, RunOptions, RunSummary};
 use hcsflow_plate::{open_plate, Plate};
 use hcsflow_synth::{generate, SynthConfig};
@@ -109,7 +107,10 @@ fn positions_from_the_composite_assemble_every_channel() {
     // The per-well file and the summary of artifacts.
     assert_eq!(read_csv(&out.join("positions/positions/B03.csv")), ours);
     let listed = read_csv(&out.join("artifacts.csv"));
-    assert_eq!(listed.iter().map(|r| (r["artifact"].as_str(), r["rows"].as_str())).collect::<Vec<_>>(), [("positions", "9"), ("edges", "12")]);
+    assert_eq!(
+        listed.iter().map(|r| (r["artifact"].as_str(), r["rows"].as_str())).collect::<Vec<_>>(),
+        [("positions", "9"), ("edges", "12")]
+    );
     assert_eq!(read_csv(&out.join("positions/edges.csv")).len(), 12, "3×3 grid: 12 overlaps");
 
     // Each channel's mosaic is the library's assembly of that channel's tiles
@@ -120,9 +121,8 @@ fn positions_from_the_composite_assemble_every_channel() {
         v.into_iter().map(|(_, p)| p).collect()
     };
     for channel in [1, 2] {
-        let tiles: Vec<Stack> = (1..=9)
-            .map(|s| hcsflow_tiff::read_stack(&plate.image("B03", s, channel, 1, 1).unwrap().path).unwrap())
-            .collect();
+        let tiles: Vec<Stack> =
+            (1..=9).map(|s| hcsflow_tiff::read_stack(&plate.image("B03", s, channel, 1, 1).unwrap().path).unwrap()).collect();
         let expected = hcsflow_stitch::assemble(&Stack::concat(&tiles).unwrap(), &positions, hcsflow_stitch::Blend::Linear).unwrap();
         let written = hcsflow_tiff::read_stack(&out.join(format!("mosaic/TimePoint_1/Synth_Plate_1_B03_s1_w{channel}.tif"))).unwrap();
         assert_eq!(written, expected, "channel {channel}");
@@ -227,18 +227,15 @@ fn artifact_wiring_errors_name_the_step_and_the_fix() {
     let e = compile_error(&plate, "[[steps]]\nname = \"a\"\nfunc = \"needs_labels\"\n", &out);
     assert!(e.contains("step 'a'") && e.contains("needs the 'labels' artifact") && e.contains("fix:"), "{e}");
     // artifacts_from: unknown step, later step, a step that does not produce it, an artifact not consumed.
-    let e = compile_error(
-        &plate,
-        "[[steps]]\nname = \"m\"\nfunc = \"assemble\"\nartifacts_from = { positions = \"nope\" }\n",
-        &out,
-    );
+    let e = compile_error(&plate, "[[steps]]\nname = \"m\"\nfunc = \"assemble\"\nartifacts_from = { positions = \"nope\" }\n", &out);
     assert!(e.contains("no step is named 'nope'"), "{e}");
     let later = "[[steps]]\nname = \"m\"\nfunc = \"assemble\"\nartifacts_from = { positions = \"p\" }\n[[steps]]\nname = \"p\"\nfunc = \"tile_positions\"\n";
     assert!(compile_error(&plate, later, &out).contains("step 'p' does not run before this one"));
     let wrong = "[[steps]]\nname = \"p\"\nfunc = \"max_projection\"\nvariable_components = [\"z_index\"]\n[[steps]]\nname = \"m\"\nfunc = \"assemble\"\nartifacts_from = { positions = \"p\" }\n";
     let e = compile_error(&plate, wrong, &out);
     assert!(e.contains("step 'p' does not produce 'positions'") && e.contains("tile_positions"), "{e}");
-    let unused = "[[steps]]\nname = \"p\"\nfunc = \"max_projection\"\nvariable_components = [\"z_index\"]\nartifacts_from = { positions = \"p\" }\n";
+    let unused =
+        "[[steps]]\nname = \"p\"\nfunc = \"max_projection\"\nvariable_components = [\"z_index\"]\nartifacts_from = { positions = \"p\" }\n";
     assert!(compile_error(&plate, unused, &out).contains("no function of this step consumes"));
     // Positions per channel cannot serve stacks that mix channels.
     let mismatch = r#"

@@ -5,12 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use hcsflow_core::{
-    ArgSpec, Contract, ConversionPolicy, Conversions, Device, FunctionSpec, Implementation, Registry, Stack,
-};
+use hcsflow_core::{ArgSpec, Contract, ConversionPolicy, Conversions, Device, FunctionSpec, Implementation, Registry, Stack};
 use hcsflow_pipeline::{
-    builtin, compile, execute, Action, CompileConfig, Manifest, PipelineError, PipelineSpec, Plan, RunOptions,
-    RunSummary, COLLAPSED,
+    builtin, compile, execute, Action, CompileConfig, Manifest, PipelineError, PipelineSpec, Plan, RunOptions, RunSummary, COLLAPSED,
 };
 use hcsflow_plate::{open_plate, Plate};
 use hcsflow_synth::{generate, SynthConfig};
@@ -20,12 +17,7 @@ use ndarray::{Array3, Axis};
 /// A 2-well (A01, B02), 3×3-site, 2-channel, 3-z, 64² ImageXpress plate.
 fn synth(dir: &Path, wells: &[&str]) -> PathBuf {
     let root = dir.join("plate");
-    let cfg = SynthConfig {
-        size: 64,
-        z_planes: 3,
-        wells: wells.iter().map(|w| w.to_string()).collect(),
-        ..SynthConfig::default()
-    };
+    let cfg = SynthConfig { size: 64, z_planes: 3, wells: wells.iter().map(|w| w.to_string()).collect(), ..SynthConfig::default() };
     generate(&cfg, &root).expect("generate");
     root
 }
@@ -161,7 +153,8 @@ fn each_func_form_compiles_to_the_expected_chains() {
         assert_eq!(got, chains, "{func}");
     }
     // The map's channel name resolves to the channel number.
-    let toml = "[[steps]]\nname = \"s\"\nvariable_components = [\"z_index\"]\n[steps.func]\n1 = \"max_projection\"\nGFP = \"mean_projection\"\n";
+    let toml =
+        "[[steps]]\nname = \"s\"\nvariable_components = [\"z_index\"]\n[steps.func]\n1 = \"max_projection\"\nGFP = \"mean_projection\"\n";
     let plan = plan_for(&plate, toml, &out).unwrap();
     let values: Vec<Option<u32>> = plan.steps[0].chains.iter().map(|c| c.group_value).collect();
     assert_eq!(values, [Some(1), Some(2)]);
@@ -318,7 +311,10 @@ fn gpu_plan_has_no_silent_cpu_fallback() {
     let spec = PipelineSpec::parse("[[steps]]\nname = \"g\"\nfunc = [\"test_add\", \"max_projection\"]\n", "t").unwrap();
     let e = compile(&plate, &spec, &r, &c, &config(&out, Device::Gpu(0))).unwrap_err();
     let text = e.to_string();
-    assert!(text.contains("step 'g'") && text.contains("test_add has no implementation for gpu:0") && text.contains("--device cpu"), "{text}");
+    assert!(
+        text.contains("step 'g'") && text.contains("test_add has no implementation for gpu:0") && text.contains("--device cpu"),
+        "{text}"
+    );
     // Pinned with device = "cpu", the host-only step runs on the host; the others stay on the GPU.
     let pinned = "[[steps]]\nname = \"g\"\nfunc = \"test_add\"\ndevice = \"cpu\"\n[[steps]]\nname = \"m\"\nfunc = \"max_projection\"\nvariable_components = [\"z_index\"]\n";
     let spec = PipelineSpec::parse(pinned, "t").unwrap();
@@ -382,7 +378,11 @@ fn a_failing_well_does_not_lose_the_others_and_resume_completes_it() {
     assert_eq!(s.completed, ["A02"]);
     assert!(s.failed.is_empty());
     let files = |root: &Path| -> BTreeMap<PathBuf, Vec<u8>> {
-        snapshot(&root.join("max_z")).into_keys().filter(|p| p.is_file()).map(|p| (p.strip_prefix(root).unwrap().to_path_buf(), std::fs::read(&p).unwrap())).collect()
+        snapshot(&root.join("max_z"))
+            .into_keys()
+            .filter(|p| p.is_file())
+            .map(|p| (p.strip_prefix(root).unwrap().to_path_buf(), std::fs::read(&p).unwrap()))
+            .collect()
     };
     let (a, b) = (files(&out), files(&reference));
     assert_eq!(a.len(), 54);
@@ -431,7 +431,8 @@ fn example_pipelines_parse_and_compile() {
         if path.extension().is_some_and(|x| x == "toml") {
             let spec = PipelineSpec::read(&path).unwrap_or_else(|e| panic!("{e}"));
             let (r, c) = builtin();
-            compile(&plate, &spec, &r, &c, &config(&dir.path().join("out"), Device::Cpu)).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            compile(&plate, &spec, &r, &c, &config(&dir.path().join("out"), Device::Cpu))
+                .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             n += 1;
         }
     }
@@ -485,6 +486,9 @@ fn zarr_materialisation_writes_an_ome_zarr_plate() {
     let field: serde_json::Value = serde_json::from_slice(&std::fs::read(zarr.join("B/2/8/0/zarr.json")).unwrap()).unwrap();
     assert_eq!(field["shape"], serde_json::json!([1, 2, 1, 64, 64]), "{field}");
     let image: serde_json::Value = serde_json::from_slice(&std::fs::read(zarr.join("B/2/8/zarr.json")).unwrap()).unwrap();
-    let labels: Vec<&str> = image["attributes"]["ome"]["omero"]["channels"].as_array().map(|c| c.iter().filter_map(|c| c["label"].as_str()).collect()).unwrap_or_default();
+    let labels: Vec<&str> = image["attributes"]["ome"]["omero"]["channels"]
+        .as_array()
+        .map(|c| c.iter().filter_map(|c| c["label"].as_str()).collect())
+        .unwrap_or_default();
     assert_eq!(labels, ["DAPI", "GFP"], "{image}");
 }

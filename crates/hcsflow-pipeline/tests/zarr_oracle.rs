@@ -121,7 +121,8 @@ fn run_demo_and_check(version: NgffVersion) {
             // and not all of one size (so the zarr fields need padding).
             let mut sizes = std::collections::BTreeSet::new();
             for well in WELLS {
-                let tiffs: Vec<_> = walk(&out.join(&step.name)).into_iter().filter(|p| p.to_string_lossy().contains(&format!("_{well}_"))).collect();
+                let tiffs: Vec<_> =
+                    walk(&out.join(&step.name)).into_iter().filter(|p| p.to_string_lossy().contains(&format!("_{well}_"))).collect();
                 assert!(!tiffs.is_empty(), "{} TIFFs of {well}", step.name);
                 for t in tiffs {
                     let info = hcsflow_tiff::read_info(&t).unwrap();

@@ -32,8 +32,7 @@ use rayon::prelude::*;
 
 use crate::well::{parse_well, well_name};
 use crate::{
-    io_err, list_dir, metaseries_props, Format, ImageRecord, MissingImage, Plate,
-    PlateError, PlateMetadata, SiteCell, StagePosition,
+    io_err, list_dir, metaseries_props, Format, ImageRecord, MissingImage, Plate, PlateError, PlateMetadata, SiteCell, StagePosition,
 };
 
 /// Decodes descriptor bytes: UTF-8 when valid (BOM stripped), otherwise
@@ -49,9 +48,8 @@ pub fn decode_text(bytes: &[u8]) -> String {
 
 fn cp1252(b: u8) -> char {
     const HIGH: [char; 32] = [
-        '€', '\u{81}', '‚', 'ƒ', '„', '…', '†', '‡', 'ˆ', '‰', 'Š', '‹', 'Œ', '\u{8d}', 'Ž',
-        '\u{8f}', '\u{90}', '‘', '’', '“', '”', '•', '–', '—', '˜', '™', 'š', '›', 'œ', '\u{9d}',
-        'ž', 'Ÿ',
+        '€', '\u{81}', '‚', 'ƒ', '„', '…', '†', '‡', 'ˆ', '‰', 'Š', '‹', 'Œ', '\u{8d}', 'Ž', '\u{8f}', '\u{90}', '‘', '’', '“', '”', '•',
+        '–', '—', '˜', '™', 'š', '›', 'œ', '\u{9d}', 'ž', 'Ÿ',
     ];
     match b {
         0x80..=0x9F => HIGH[usize::from(b - 0x80)],
@@ -97,11 +95,7 @@ impl HtdInfo {
         for r in 0..self.y_sites.max(1) {
             for c in 0..self.x_sites.max(1) {
                 let selected = match &self.site_selection {
-                    Some(rows) => rows
-                        .get(r as usize)
-                        .and_then(|row| row.get(c as usize))
-                        .copied()
-                        .unwrap_or(false),
+                    Some(rows) => rows.get(r as usize).and_then(|row| row.get(c as usize)).copied().unwrap_or(false),
                     None => true,
                 };
                 if selected {
@@ -175,7 +169,8 @@ pub fn parse_htd(bytes: &[u8], path: &Path) -> Result<HtdInfo, PlateError> {
         // file is not an HTD at all) and skipped with a warning afterwards (a
         // multi-line Description must not make a plate unreadable).
         let record = (|| {
-            let after = line.strip_prefix('"').ok_or_else(|| format!("expected a line starting with a quoted key, found {:?}", clip(line)))?;
+            let after =
+                line.strip_prefix('"').ok_or_else(|| format!("expected a line starting with a quoted key, found {:?}", clip(line)))?;
             let end = after.find('"').ok_or_else(|| "unterminated quoted key".to_string())?;
             let key = &after[..end];
             let rest = after[end + 1..].trim_start();
@@ -492,7 +487,12 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
     // Collect candidate files from every folder variant.
     let mut found = Vec::new();
     let mut unknown = Vec::new();
-    let mut scan = |dir: &Path, t: u32, folder_z: FolderZ, found: &mut Vec<Found>, warnings: &mut Vec<String>| -> Result<Vec<(String, bool)>, PlateError> {
+    let mut scan = |dir: &Path,
+                    t: u32,
+                    folder_z: FolderZ,
+                    found: &mut Vec<Found>,
+                    warnings: &mut Vec<String>|
+     -> Result<Vec<(String, bool)>, PlateError> {
         let entries = list_dir(dir)?;
         for (n, is_dir) in &entries {
             if *is_dir {
@@ -529,11 +529,8 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
         let Some(t) = numbered(n, "TimePoint_").filter(|_| *is_dir) else { continue };
         let tdir = root.join(n);
         let tentries = list_dir(&tdir)?;
-        let zdirs: Vec<(u32, PathBuf)> = tentries
-            .iter()
-            .filter(|(_, d)| *d)
-            .filter_map(|(zn, _)| numbered(zn, "ZStep_").map(|z| (z, tdir.join(zn))))
-            .collect();
+        let zdirs: Vec<(u32, PathBuf)> =
+            tentries.iter().filter(|(_, d)| *d).filter_map(|(zn, _)| numbered(zn, "ZStep_").map(|z| (z, tdir.join(zn)))).collect();
         let here_z = if zdirs.is_empty() { FolderZ::Flat } else { FolderZ::BesideSteps };
         scan(&tdir, t, here_z, &mut found, &mut warnings)?;
         for (z, zdir) in zdirs {
@@ -601,14 +598,7 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
         if f.t > htd.timepoints {
             warnings.push(format!("{fname}: time point {} beyond the HTD's TimePoints {}", f.t, htd.timepoints));
         }
-        let rec = |z: u32| ImageRecord {
-            well: f.name.well.clone(),
-            site,
-            channel,
-            z_index: z,
-            timepoint: f.t,
-            path: f.path.clone(),
-        };
+        let rec = |z: u32| ImageRecord { well: f.name.well.clone(), site, channel, z_index: z, timepoint: f.t, path: f.path.clone() };
         match f.z {
             None => {
                 if !htd.z_projection {
@@ -621,7 +611,10 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
                     warnings.push(format!("{fname}: z step {z} beyond the HTD's ZSteps {}", htd.z_steps));
                 }
                 if !seen.insert((f.name.well.clone(), site, channel, z, f.t)) {
-                    warnings.push(format!("{fname}: duplicate image for well {} site {site} channel {channel} z {z} t {}; ignored", f.name.well, f.t));
+                    warnings.push(format!(
+                        "{fname}: duplicate image for well {} site {site} channel {channel} z {z} t {}; ignored",
+                        f.name.well, f.t
+                    ));
                     continue;
                 }
                 images.push(rec(z));
@@ -629,10 +622,7 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
         }
     }
     if images.is_empty() {
-        return Err(PlateError::NoImages {
-            path: root.clone(),
-            detail: format!("{} candidate TIFF(s) parsed; none usable", found.len()),
-        });
+        return Err(PlateError::NoImages { path: root.clone(), detail: format!("{} candidate TIFF(s) parsed; none usable", found.len()) });
     }
     images.sort_by_key(|i| i.sort_key());
 
@@ -678,10 +668,8 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
         reps.entry((img.well.clone(), img.site)).or_insert(img);
     }
     let reps: Vec<(&(String, u32), &&ImageRecord)> = reps.iter().collect();
-    let infos: Vec<Result<(String, u32, hcsflow_tiff::TiffInfo), hcsflow_tiff::TiffError>> = reps
-        .par_iter()
-        .map(|((w, s), img)| hcsflow_tiff::read_info(&img.path).map(|i| (w.clone(), *s, i)))
-        .collect();
+    let infos: Vec<Result<(String, u32, hcsflow_tiff::TiffInfo), hcsflow_tiff::TiffError>> =
+        reps.par_iter().map(|((w, s), img)| hcsflow_tiff::read_info(&img.path).map(|i| (w.clone(), *s, i))).collect();
     let mut metadata = PlateMetadata {
         name: htd_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default(),
         description: htd.description.clone(),
@@ -736,16 +724,7 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
         warnings.push("no pixel size (spatial-calibration-x) in the images' MetaSeries metadata".into());
     }
 
-    Ok(Plate {
-        format: Format::ImageXpress,
-        root,
-        descriptor: htd_path,
-        metadata,
-        images,
-        projections,
-        missing,
-        warnings,
-    })
+    Ok(Plate { format: Format::ImageXpress, root, descriptor: htd_path, metadata, images, projections, missing, warnings })
 }
 
 #[cfg(test)]
@@ -807,7 +786,11 @@ mod tests {
         // OpenHCS's "all components" names, and the tokens in the other order
         for s in ["B02_s002_w2_z003_t001.tif", "B02_s002_w2_t001_z003.tif"] {
             let n = name(s);
-            assert_eq!((n.prefix.is_none(), n.well.as_str(), n.site, n.wave, n.z, n.timepoint), (true, "B02", Some(2), Some(2), Some(3), Some(1)), "{s}");
+            assert_eq!(
+                (n.prefix.is_none(), n.well.as_str(), n.site, n.wave, n.z, n.timepoint),
+                (true, "B02", Some(2), Some(2), Some(3), Some(1)),
+                "{s}"
+            );
         }
         let n = name("C03_w2.TIF");
         assert_eq!((n.prefix, n.site, n.wave), (None, None, Some(2)));

@@ -75,9 +75,7 @@ impl FromStr for Format {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s.to_ascii_lowercase().replace('_', "-").as_str() {
             "imagexpress" | "ixm" | "metaxpress" => Ok(Format::ImageXpress),
-            "opera-phenix" | "operaphenix" | "phenix" | "operetta" | "harmony" => {
-                Ok(Format::OperaPhenix)
-            }
+            "opera-phenix" | "operaphenix" | "phenix" | "operetta" | "harmony" => Ok(Format::OperaPhenix),
             _ => Err(UnknownFormat(s.to_string())),
         }
     }
@@ -181,10 +179,7 @@ pub struct PlateMetadata {
 impl PlateMetadata {
     /// The stage position of `site` in `well`, in µm (image-oriented).
     pub fn stage_position(&self, well: &str, site: u32) -> Option<(f64, f64)> {
-        self.stage_positions
-            .iter()
-            .find(|p| p.well == well && p.site == site)
-            .map(|p| (p.x_um, p.y_um))
+        self.stage_positions.iter().find(|p| p.well == well && p.site == site).map(|p| (p.x_um, p.y_um))
     }
 
     /// The grid cell (0-based row, col) of `site`.
@@ -224,9 +219,7 @@ impl Plate {
 
     /// The image with these components, if present.
     pub fn image(&self, well: &str, site: u32, channel: u32, z: u32, t: u32) -> Option<&ImageRecord> {
-        self.images.iter().find(|i| {
-            i.well == well && i.site == site && i.channel == channel && i.z_index == z && i.timepoint == t
-        })
+        self.images.iter().find(|i| i.well == well && i.site == site && i.channel == channel && i.z_index == z && i.timepoint == t)
     }
 }
 
@@ -296,10 +289,7 @@ pub fn detect(path: &Path) -> Result<Format, PlateError> {
     match (htd, idx) {
         (true, false) => Ok(Format::ImageXpress),
         (false, true) => Ok(Format::OperaPhenix),
-        (true, true) => Err(PlateError::AmbiguousFormat {
-            path: path.to_path_buf(),
-            found: "an .HTD file and a Harmony index".into(),
-        }),
+        (true, true) => Err(PlateError::AmbiguousFormat { path: path.to_path_buf(), found: "an .HTD file and a Harmony index".into() }),
         (false, false) => Err(PlateError::NoPlateFound { path: path.to_path_buf() }),
     }
 }

@@ -21,10 +21,7 @@ use std::path::{Path, PathBuf};
 use roxmltree::Node;
 
 use crate::well::well_name;
-use crate::{
-    io_err, list_dir, Format, ImageRecord, MissingImage, Plate, PlateError, PlateMetadata,
-    SiteCell, StagePosition,
-};
+use crate::{io_err, list_dir, Format, ImageRecord, MissingImage, Plate, PlateError, PlateMetadata, SiteCell, StagePosition};
 use hcsflow_core::DType;
 
 /// Index file names, in the order they are looked for.
@@ -205,10 +202,8 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
 
     let bytes = std::fs::read(&index).map_err(io_err(&index))?;
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
-    let xml = std::str::from_utf8(bytes)
-        .map_err(|e| PlateError::Xml { path: index.clone(), message: format!("not UTF-8: {e}") })?;
-    let doc = roxmltree::Document::parse(xml)
-        .map_err(|e| PlateError::Xml { path: index.clone(), message: e.to_string() })?;
+    let xml = std::str::from_utf8(bytes).map_err(|e| PlateError::Xml { path: index.clone(), message: format!("not UTF-8: {e}") })?;
+    let doc = roxmltree::Document::parse(xml).map_err(|e| PlateError::Xml { path: index.clone(), message: e.to_string() })?;
     let root_el = doc.root_element();
     let mut warnings = Vec::new();
     if !root_el.tag_name().namespace().unwrap_or("").contains("Harmony") {
@@ -322,7 +317,10 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
             reason: reason.to_string(),
         };
         if !seen.insert((well.clone(), site, e.channel, e.plane, t)) {
-            warnings.push(format!("Image {:?}: duplicate entry for well {well} field {} channel {} plane {} t {t}; ignored", e.id, e.field, e.channel, e.plane));
+            warnings.push(format!(
+                "Image {:?}: duplicate entry for well {well} field {} channel {} plane {} t {t}; ignored",
+                e.id, e.field, e.channel, e.plane
+            ));
             continue;
         }
         if e.url.is_empty() {
@@ -389,10 +387,7 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
         site_cells,
         field_to_site,
         pixel_size_um: resolution,
-        stage_positions: stage
-            .into_iter()
-            .map(|((well, site), (x_um, y_um))| StagePosition { well, site, x_um, y_um })
-            .collect(),
+        stage_positions: stage.into_iter().map(|((well, site), (x_um, y_um))| StagePosition { well, site, x_um, y_um }).collect(),
         channel_names,
         bit_depth,
         image_width: size_x,
@@ -403,16 +398,7 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
         z_planes: entries.iter().map(|e| e.plane).max().unwrap_or(0),
         timepoints: entries.iter().map(|e| e.timepoint0 + 1).max().unwrap_or(0),
     };
-    Ok(Plate {
-        format: Format::OperaPhenix,
-        root,
-        descriptor: index,
-        metadata,
-        images,
-        projections: Vec::new(),
-        missing,
-        warnings,
-    })
+    Ok(Plate { format: Format::OperaPhenix, root, descriptor: index, metadata, images, projections: Vec::new(), missing, warnings })
 }
 
 #[cfg(test)]

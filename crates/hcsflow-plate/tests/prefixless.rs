@@ -51,10 +51,7 @@ type Rename = Box<dyn Fn(&ImageRecord) -> PathBuf>;
 
 /// Components and file bytes of every image, plate order.
 fn contents(p: &Plate) -> Vec<(Components, Vec<u8>)> {
-    p.images
-        .iter()
-        .map(|i| ((i.well.clone(), i.site, i.channel, i.z_index, i.timepoint), std::fs::read(&i.path).unwrap()))
-        .collect()
+    p.images.iter().map(|i| ((i.well.clone(), i.site, i.channel, i.z_index, i.timepoint), std::fs::read(&i.path).unwrap())).collect()
 }
 
 fn assert_same_plate(reference: &Plate, copy: &Plate, what: &str) {
@@ -78,7 +75,8 @@ fn prefix_less_names_read_as_the_prefixed_plate() {
         (
             "_z_t names in ZStep folders",
             Box::new(|i| {
-                format!("TimePoint_1/ZStep_{z}/{}_s{:03}_w{}_z{z:03}_t{:03}.tif", i.well, i.site, i.channel, i.timepoint, z = i.z_index).into()
+                format!("TimePoint_1/ZStep_{z}/{}_s{:03}_w{}_z{z:03}_t{:03}.tif", i.well, i.site, i.channel, i.timepoint, z = i.z_index)
+                    .into()
             }),
         ),
     ];

@@ -78,7 +78,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (wall, cpu, res) = time(|| tile_positions(&tiles, &layout, &params));
     let res = res?;
     let acc = res.edges.iter().filter(|e| e.accepted()).count();
-    println!("tile_positions {rows}x{cols}x{w}: median {wall:.3} s wall, {cpu:.3} s CPU; {acc}/{} edges accepted, threads {}", res.edges.len(), rayon::current_num_threads());
+    println!(
+        "tile_positions {rows}x{cols}x{w}: median {wall:.3} s wall, {cpu:.3} s CPU; {acc}/{} edges accepted, threads {}",
+        res.edges.len(),
+        rayon::current_num_threads()
+    );
     if let Some(m) = &res.message {
         println!("  note: {m}");
     }
@@ -97,7 +101,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         if truth.len() == n {
             let p = &res.positions;
             let rel = (0..n)
-                .flat_map(|k| [((p[k].0 - p[0].0) - (truth[k].0 - truth[0].0)).abs(), ((p[k].1 - p[0].1) - (truth[k].1 - truth[0].1)).abs()])
+                .flat_map(|k| {
+                    [((p[k].0 - p[0].0) - (truth[k].0 - truth[0].0)).abs(), ((p[k].1 - p[0].1) - (truth[k].1 - truth[0].1)).abs()]
+                })
                 .fold(0.0, f64::max);
             let mx = (0..n).map(|k| p[k].0 - truth[k].0).sum::<f64>() / n as f64;
             let my = (0..n).map(|k| p[k].1 - truth[k].1).sum::<f64>() / n as f64;

@@ -128,7 +128,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let res = tile_positions(&tiles, &layout, &params)?;
     let secs = t.elapsed().as_secs_f64();
     let acc = res.edges.iter().filter(|e| e.accepted()).count();
-    println!("{n} tiles of {h}x{w}, {} neighbour pairs, {acc} accepted (score threshold {:.3}), {secs:.3} s", res.edges.len(), res.score_threshold);
+    println!(
+        "{n} tiles of {h}x{w}, {} neighbour pairs, {acc} accepted (score threshold {:.3}), {secs:.3} s",
+        res.edges.len(),
+        res.score_threshold
+    );
     if let Some(m) = &res.message {
         println!("note: {m}");
     }
@@ -161,15 +165,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             after / f64::from(count.max(1))
         );
     }
-    let dev = res
-        .positions
-        .iter()
-        .zip(&nominal)
-        .map(|(p, q)| ((p.0 - q.0).powi(2) + (p.1 - q.1).powi(2)).sqrt())
-        .fold(0.0, f64::max);
+    let dev = res.positions.iter().zip(&nominal).map(|(p, q)| ((p.0 - q.0).powi(2) + (p.1 - q.1).powi(2)).sqrt()).fold(0.0, f64::max);
     println!("largest correction of a tile relative to the nominal grid: {dev:.2} px");
     let (mx, my) = res.positions.iter().fold((f64::INFINITY, f64::INFINITY), |a, p| (a.0.min(p.0), a.1.min(p.1)));
-    let mut s = String::from("# Registered by hcsflow-stitch (tile_positions, default parameters)\ndim = 2\n\n# Define the image coordinates\n");
+    let mut s =
+        String::from("# Registered by hcsflow-stitch (tile_positions, default parameters)\ndim = 2\n\n# Define the image coordinates\n");
     for (name, p) in names.iter().zip(&res.positions) {
         let _ = writeln!(s, "{name}; ; ({:.3}, {:.3})", p.0 - mx, p.1 - my);
     }

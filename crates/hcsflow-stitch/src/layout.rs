@@ -43,12 +43,7 @@ impl TileLayout {
         TileLayout {
             tiles: cells
                 .iter()
-                .map(|&(row, col)| TileInfo {
-                    row,
-                    col,
-                    stage_x_px: f64::from(col) * sx,
-                    stage_y_px: f64::from(row) * sy,
-                })
+                .map(|&(row, col)| TileInfo { row, col, stage_x_px: f64::from(col) * sx, stage_y_px: f64::from(row) * sy })
                 .collect(),
         }
     }

@@ -105,11 +105,7 @@ fn call_layout(name: &str, tiles: &Stack, args: &Args, stack: &StackInfo) -> Res
 
 fn params_from(args: &Args) -> PositionParams {
     let ms = args.float("max_shift_px");
-    PositionParams {
-        max_shift_px: (ms > 0.0).then_some(ms),
-        min_score: args.float("min_score"),
-        ..PositionParams::default()
-    }
+    PositionParams { max_shift_px: (ms > 0.0).then_some(ms), min_score: args.float("min_score"), ..PositionParams::default() }
 }
 
 fn grid_args() -> Vec<ArgSpec> {
@@ -154,7 +150,17 @@ fn position_tables(layout: &TileLayout, pos: &TilePositions, stack: &StackInfo) 
     let site = |i: usize| Cell::from(stack.planes.get(i).map(|p| p.site));
     let finite = |v: f64| if v.is_finite() { Cell::from(v) } else { Cell::Empty };
     let mut edges = Table::new([
-        "tile_a", "tile_b", "site_a", "site_b", "predicted_dx", "predicted_dy", "measured_dx", "measured_dy", "score", "status", "residual",
+        "tile_a",
+        "tile_b",
+        "site_a",
+        "site_b",
+        "predicted_dx",
+        "predicted_dy",
+        "measured_dx",
+        "measured_dy",
+        "score",
+        "status",
+        "residual",
     ]);
     for e in &pos.edges {
         edges
@@ -219,7 +225,10 @@ pub fn register(registry: &mut Registry) {
         }),
     );
     let mut args = grid_args();
-    args.insert(0, ArgSpec::choice("blend", "linear", &["linear", "none", "max"], "how overlaps combine: linear ramps, last tile wins, or maximum"));
+    args.insert(
+        0,
+        ArgSpec::choice("blend", "linear", &["linear", "none", "max"], "how overlaps combine: linear ramps, last tile wins, or maximum"),
+    );
     registry.register_with_artifacts(
         FunctionSpec {
             name: "assemble",

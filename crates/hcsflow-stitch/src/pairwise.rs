@@ -79,11 +79,7 @@ impl EdgeGeometry {
     pub fn new(h: usize, w: usize, dx: f64, dy: f64, max_shift: f64) -> Option<EdgeGeometry> {
         let (xa, xb, lw, s0x) = axis(w, dx, max_shift)?;
         let (ya, yb, lh, s0y) = axis(h, dy, max_shift)?;
-        Some(EdgeGeometry {
-            a: Window { y0: ya, x0: xa, h: lh, w: lw },
-            b: Window { y0: yb, x0: xb, h: lh, w: lw },
-            s0: (s0x, s0y),
-        })
+        Some(EdgeGeometry { a: Window { y0: ya, x0: xa, h: lh, w: lw }, b: Window { y0: yb, x0: xb, h: lh, w: lw }, s0: (s0x, s0y) })
     }
 }
 
@@ -394,7 +390,11 @@ pub(crate) fn register(s0: (f64, f64), plan: &Fft2d, work: &mut Work, set: &Pair
             }
         }
     }
-    peaks.sort_by(|p, q| q.0.total_cmp(&p.0).then(((p.1 as f64 - s0.0).abs() + (p.2 as f64 - s0.1).abs()).total_cmp(&((q.1 as f64 - s0.0).abs() + (q.2 as f64 - s0.1).abs()))));
+    peaks.sort_by(|p, q| {
+        q.0.total_cmp(&p.0).then(
+            ((p.1 as f64 - s0.0).abs() + (p.2 as f64 - s0.1).abs()).total_cmp(&((q.1 as f64 - s0.0).abs() + (q.2 as f64 - s0.1).abs())),
+        )
+    });
     let top = peaks.first().map_or(0.0, |p| p.0);
     peaks.retain(|p| p.0 >= 0.5 * top);
     peaks.truncate(MAX_CANDIDATES);
@@ -495,9 +495,9 @@ fn refine(a: &[f32], b: &[f32], h: usize, w: usize, mut s: (f64, f64), set: &Pai
     let mut g = 1.0f64;
     let (sx, sy) = (2.0 / w.max(2) as f32, 2.0 / h.max(2) as f32);
     let mut lin = [0f64; 3]; // o, cx, cy
-    // Far from the optimum a quarter of the samples gives the step just as
-    // well; the full sample count is used once steps are below `FINE_STEP`,
-    // so the converged shift is the full-sample one.
+                             // Far from the optimum a quarter of the samples gives the step just as
+                             // well; the full sample count is used once steps are below `FINE_STEP`,
+                             // so the converged shift is the full-sample one.
     const FINE_STEP: f64 = 0.05;
     let mut coarse = true;
     let mut last_step = (f64::NAN, f64::NAN);
@@ -529,14 +529,7 @@ fn refine(a: &[f32], b: &[f32], h: usize, w: usize, mut s: (f64, f64), set: &Pai
                 let av = c[0] * a0[ax] + c[1] * a0[ax + 1] + c[2] * a1[ax] + c[3] * a1[ax + 1];
                 let bv = bc[vx];
                 let xn = vx as f32 * sx - 1.0;
-                let j = [
-                    gf * 0.5 * (bc[vx + 1] - bc[vx - 1]),
-                    gf * 0.5 * (bd[vx] - bu[vx]),
-                    -bv,
-                    -1.0,
-                    -xn,
-                    -yn,
-                ];
+                let j = [gf * 0.5 * (bc[vx + 1] - bc[vx - 1]), gf * 0.5 * (bd[vx] - bu[vx]), -bv, -1.0, -xn, -yn];
                 let r = av - gf * bv - o - cx * xn - cy * yn;
                 for p in 0..P {
                     for q in p..P {
@@ -701,7 +694,9 @@ mod tests {
         plan.forward(&v, &mut sv, &mut sc);
         for q in 0..plan.wh {
             for r in 0..h {
-                let lambda = 2.0 * (std::f32::consts::TAU * q as f32 / w as f32).cos() + 2.0 * (std::f32::consts::TAU * r as f32 / h as f32).cos() - 4.0;
+                let lambda = 2.0 * (std::f32::consts::TAU * q as f32 / w as f32).cos()
+                    + 2.0 * (std::f32::consts::TAU * r as f32 / h as f32).cos()
+                    - 4.0;
                 let want = if q == 0 && r == 0 { su[0] } else { su[q * h + r] - sv[q * h + r] / lambda };
                 assert!((want - fast[q * h + r]).norm() < 1e-2 * (1.0 + want.norm()), "{q},{r}");
             }

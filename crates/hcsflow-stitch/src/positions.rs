@@ -207,7 +207,16 @@ impl TilePositions {
             let _ = writeln!(
                 s,
                 "{},{},{:.4},{:.4},{:.4},{:.4},{:.4},{},{},{:.4}",
-                e.a, e.b, e.predicted.0, e.predicted.1, e.measured.0, e.measured.1, e.score, e.accepted(), e.status, e.residual
+                e.a,
+                e.b,
+                e.predicted.0,
+                e.predicted.1,
+                e.measured.0,
+                e.measured.1,
+                e.score,
+                e.accepted(),
+                e.status,
+                e.residual
             );
         }
         s
@@ -238,7 +247,6 @@ fn prepare_window(tiles: &Stack, k: usize, win: Window, out: &mut [f32]) {
         }
     })
 }
-
 
 struct Candidate {
     a: usize,
@@ -295,7 +303,12 @@ pub fn tile_positions(tiles: &Stack, layout: &TileLayout, params: &PositionParam
     for c in &cands {
         cache.get_or_plan(c.geom.a.h, c.geom.a.w);
     }
-    let set = PairSettings { max_shift, refine_iterations: params.refine_iterations, refine_samples: params.refine_samples, highpass_radius: params.highpass_radius };
+    let set = PairSettings {
+        max_shift,
+        refine_iterations: params.refine_iterations,
+        refine_samples: params.refine_samples,
+        highpass_radius: params.highpass_radius,
+    };
     let run = |work: &mut Work, a: usize, b: usize, geom: &EdgeGeometry| -> Option<PairResult> {
         let plan = cache.get(geom.a.h, geom.a.w)?;
         work.fit(&plan);
@@ -333,21 +346,12 @@ pub fn tile_positions(tiles: &Stack, layout: &TileLayout, params: &PositionParam
     // Real edges and null pairs in one parallel pass, in contiguous runs of
     // jobs per thread: each run allocates its strip buffers once (tens of MB
     // for 2048² tiles, whose page faults cost more than the FFTs).
-    let jobs: Vec<(usize, usize, EdgeGeometry)> =
-        cands.iter().map(|c| (c.a, c.b, c.geom)).chain(null_jobs.iter().copied()).collect();
+    let jobs: Vec<(usize, usize, EdgeGeometry)> = cands.iter().map(|c| (c.a, c.b, c.geom)).chain(null_jobs.iter().copied()).collect();
     let per_thread = jobs.len().div_ceil(rayon::current_num_threads().max(1)).max(1);
-    let mut results: Vec<Option<PairResult>> = jobs
-        .par_iter()
-        .with_min_len(per_thread)
-        .map_init(Work::default, |work, (a, b, g)| run(work, *a, *b, g))
-        .collect();
-    let null_scores: Vec<f64> = results
-        .split_off(cands.len())
-        .into_iter()
-        .flatten()
-        .filter(|p| p.overlap_px >= params.min_overlap_px)
-        .map(|p| p.score)
-        .collect();
+    let mut results: Vec<Option<PairResult>> =
+        jobs.par_iter().with_min_len(per_thread).map_init(Work::default, |work, (a, b, g)| run(work, *a, *b, g)).collect();
+    let null_scores: Vec<f64> =
+        results.split_off(cands.len()).into_iter().flatten().filter(|p| p.overlap_px >= params.min_overlap_px).map(|p| p.score).collect();
     let null_max = null_scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let score_threshold = if null_max.is_finite() { params.min_score.max(null_max + 0.1) } else { params.min_score };
 
@@ -356,7 +360,15 @@ pub fn tile_positions(tiles: &Stack, layout: &TileLayout, params: &PositionParam
         .zip(&results)
         .map(|(c, r)| {
             let Some(r) = r else {
-                return Edge { a: c.a, b: c.b, predicted: c.predicted, measured: c.predicted, score: 0.0, status: EdgeStatus::SmallOverlap, residual: f64::NAN };
+                return Edge {
+                    a: c.a,
+                    b: c.b,
+                    predicted: c.predicted,
+                    measured: c.predicted,
+                    score: 0.0,
+                    status: EdgeStatus::SmallOverlap,
+                    residual: f64::NAN,
+                };
             };
             let dev = (r.s.0 - c.geom.s0.0, r.s.1 - c.geom.s0.1);
             let measured = (c.predicted.0 + dev.0, c.predicted.1 + dev.1);

@@ -11,7 +11,13 @@ fn check(case: &Case) -> (f64, f64) {
     let res = tile_positions(&d.tiles, &d.layout, &PositionParams::default()).unwrap();
     let (max, mean) = errors(&res.positions, &d.truth);
     let (smax, _) = errors(&d.layout.tiles.iter().map(|t| (t.stage_x_px, t.stage_y_px)).collect::<Vec<_>>(), &d.truth);
-    eprintln!("{}: max {max:.3} mean {mean:.3} px (stage {smax:.2}); threshold {:.3}, nulls {:?}, {}", case.name, res.score_threshold, res.null_scores, res.message.clone().unwrap_or_default());
+    eprintln!(
+        "{}: max {max:.3} mean {mean:.3} px (stage {smax:.2}); threshold {:.3}, nulls {:?}, {}",
+        case.name,
+        res.score_threshold,
+        res.null_scores,
+        res.message.clone().unwrap_or_default()
+    );
     for e in &res.edges {
         if !e.accepted() {
             eprintln!("  edge {}-{} {} score {:.3}", e.a, e.b, e.status, e.score);

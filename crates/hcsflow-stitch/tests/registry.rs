@@ -53,9 +53,8 @@ fn a_blank_tile_is_named_by_its_site_in_the_note_and_by_number_outside_a_pipelin
     let conv = Conversions::default();
     let args = r.get("tile_positions").unwrap().parse_args(&["overlap=0.12".to_string()]).unwrap();
     let plan = r.plan_call("tile_positions", args, MemoryType::Host, Device::Cpu, &conv, ConversionPolicy::default()).unwrap();
-    let planes = (0..9u32)
-        .map(|k| hcsflow_core::PlaneInfo { site: 11 + k, channel: 1, z_index: 1, timepoint: 1, ..Default::default() })
-        .collect();
+    let planes =
+        (0..9u32).map(|k| hcsflow_core::PlaneInfo { site: 11 + k, channel: 1, z_index: 1, timepoint: 1, ..Default::default() }).collect();
     let stack = hcsflow_core::StackInfo { well: "B03".into(), planes, pixel_size_um: None };
     let mut ctx = hcsflow_core::CallContext::new(stack, Default::default());
     r.execute_in(&plan, Array::from(d.tiles.clone()), &conv, &mut ctx).unwrap();

@@ -403,7 +403,8 @@ pub fn generate(config: &SynthConfig, out: &Path) -> Result<SynthSummary, SynthE
         })
         .collect();
     let missing_set: BTreeSet<usize> = missing_idx.iter().copied().collect();
-    let empty_url: BTreeSet<usize> = missing_idx.iter().enumerate().filter(|(k, _)| missing_kind(*k) == "empty-url").map(|(_, &j)| j).collect();
+    let empty_url: BTreeSet<usize> =
+        missing_idx.iter().enumerate().filter(|(k, _)| missing_kind(*k) == "empty-url").map(|(_, &j)| j).collect();
 
     let z_focus = cfg.focus_plane();
     let spec_for = |job: &Job, seed_tag: u64| TileSpec {
@@ -645,12 +646,26 @@ pub fn generate(config: &SynthConfig, out: &Path) -> Result<SynthSummary, SynthE
 
     // Ground truth.
     let gt = out.join("ground_truth");
-    let mut csv = String::from("well,site,field_id,grid_row,grid_col,x_px,y_px,nominal_x_px,nominal_y_px,stage_x_um,stage_y_um,true_stage_x_um,true_stage_y_um\n");
+    let mut csv = String::from(
+        "well,site,field_id,grid_row,grid_col,x_px,y_px,nominal_x_px,nominal_y_px,stage_x_um,stage_y_um,true_stage_x_um,true_stage_y_um\n",
+    );
     for t in &tiles {
         let _ = writeln!(
             csv,
             "{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            t.well, t.site, t.field_id, t.grid_row, t.grid_col, t.x_px, t.y_px, t.nominal_x_px, t.nominal_y_px, t.stage_x_um, t.stage_y_um, t.true_stage_x_um, t.true_stage_y_um
+            t.well,
+            t.site,
+            t.field_id,
+            t.grid_row,
+            t.grid_col,
+            t.x_px,
+            t.y_px,
+            t.nominal_x_px,
+            t.nominal_y_px,
+            t.stage_x_um,
+            t.stage_y_um,
+            t.true_stage_x_um,
+            t.true_stage_y_um
         );
     }
     write_file(&gt.join("tile_positions.csv"), csv.as_bytes())?;

@@ -133,7 +133,10 @@ pub fn render_signal_into(index: &NucleusIndex, spec: &TileSpec, sig: &mut Vec<f
     let (w, h) = (spec.width, spec.height);
     sig.clear();
     sig.resize(w * h, spec.background as f32);
-    let reach_pad = 4.0 * (index.nuclei.iter().map(|n| n.sigma.get(spec.channel).copied().unwrap_or(0.0)).fold(0.0, f64::max).powi(2) + spec.defocus.powi(2)).sqrt();
+    let reach_pad = 4.0
+        * (index.nuclei.iter().map(|n| n.sigma.get(spec.channel).copied().unwrap_or(0.0)).fold(0.0, f64::max).powi(2)
+            + spec.defocus.powi(2))
+        .sqrt();
     let (x0, y0) = (spec.x0, spec.y0);
     let (x1, y1) = (x0 + w as f64, y0 + h as f64);
     let mut gx = Vec::new();
@@ -228,7 +231,19 @@ mod tests {
     }
 
     fn spec(ff: &[f32], x0: f64, y0: f64, defocus: f64) -> TileSpec<'_> {
-        TileSpec { x0, y0, width: 64, height: 64, channel: 0, defocus, background: 0.0, dark_offset: 0.0, read_noise: 0.0, flatfield: ff, seed: 1 }
+        TileSpec {
+            x0,
+            y0,
+            width: 64,
+            height: 64,
+            channel: 0,
+            defocus,
+            background: 0.0,
+            dark_offset: 0.0,
+            read_noise: 0.0,
+            flatfield: ff,
+            seed: 1,
+        }
     }
 
     #[test]

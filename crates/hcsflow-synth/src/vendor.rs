@@ -69,9 +69,7 @@ pub fn htd_bytes(h: &HtdSpec) -> Vec<u8> {
         let _ = writeln!(rest, "\"XSites\", {}", h.grid_cols);
         let _ = writeln!(rest, "\"YSites\", {}", h.grid_rows);
         for r in 0..h.grid_rows {
-            let vals: Vec<&str> = (0..h.grid_cols)
-                .map(|c| tf(h.site_selected[(r * h.grid_cols + c) as usize]))
-                .collect();
+            let vals: Vec<&str> = (0..h.grid_cols).map(|c| tf(h.site_selected[(r * h.grid_cols + c) as usize])).collect();
             let _ = writeln!(rest, "\"SiteSelection{}\", {}", r + 1, vals.join(", "));
         }
     }
@@ -152,15 +150,7 @@ pub struct IndexImage<'a> {
 
 impl IndexImage<'_> {
     pub fn id(&self) -> String {
-        format!(
-            "{:02}{:02}K{}F{}P{}R{}",
-            self.row,
-            self.col,
-            self.timepoint + 1,
-            self.field,
-            self.plane,
-            self.channel
-        )
+        format!("{:02}{:02}K{}F{}P{}R{}", self.row, self.col, self.timepoint + 1, self.field, self.plane, self.channel)
     }
 }
 
@@ -174,7 +164,12 @@ pub fn harmony_index(plate_name: &str, v6: bool, plate_rows: u32, plate_cols: u3
     let _ = writeln!(s, "  <Plates>\n    <Plate>");
     let _ = writeln!(s, "      <PlateID>{}</PlateID>\n      <MeasurementID>synthetic</MeasurementID>", xml_escape(plate_name));
     let _ = writeln!(s, "      <MeasurementStartTime>2026-01-01T12:00:00.000+00:00</MeasurementStartTime>");
-    let _ = writeln!(s, "      <Name>{}</Name>\n      <PlateTypeName>{} well plate</PlateTypeName>", xml_escape(plate_name), plate_rows * plate_cols);
+    let _ = writeln!(
+        s,
+        "      <Name>{}</Name>\n      <PlateTypeName>{} well plate</PlateTypeName>",
+        xml_escape(plate_name),
+        plate_rows * plate_cols
+    );
     let _ = writeln!(s, "      <PlateRows>{plate_rows}</PlateRows>\n      <PlateColumns>{plate_cols}</PlateColumns>");
     for (r, c) in wells {
         let _ = writeln!(s, "      <Well id=\"{r:02}{c:02}\" />");
@@ -196,16 +191,38 @@ pub fn harmony_index(plate_name: &str, v6: bool, plate_rows: u32, plate_cols: u3
     for i in images {
         let _ = writeln!(s, "    <Image Version=\"1\">");
         let _ = writeln!(s, "      <id>{}</id>\n      <State>Ok</State>\n      <URL>{}</URL>", i.id(), xml_escape(&i.url));
-        let _ = writeln!(s, "      <Row>{}</Row>\n      <Col>{}</Col>\n      <FieldID>{}</FieldID>\n      <PlaneID>{}</PlaneID>", i.row, i.col, i.field, i.plane);
-        let _ = writeln!(s, "      <TimepointID>{}</TimepointID>\n      <ChannelID>{}</ChannelID>\n      <FlimID>1</FlimID>", i.timepoint, i.channel);
+        let _ = writeln!(
+            s,
+            "      <Row>{}</Row>\n      <Col>{}</Col>\n      <FieldID>{}</FieldID>\n      <PlaneID>{}</PlaneID>",
+            i.row, i.col, i.field, i.plane
+        );
+        let _ = writeln!(
+            s,
+            "      <TimepointID>{}</TimepointID>\n      <ChannelID>{}</ChannelID>\n      <FlimID>1</FlimID>",
+            i.timepoint, i.channel
+        );
         let _ = writeln!(s, "      <ChannelName>{}</ChannelName>\n      <ImageType>Signal</ImageType>\n      <AcquisitionType>NipkowConfocal</AcquisitionType>", xml_escape(i.channel_name));
         let _ = writeln!(s, "      <IlluminationType>Epifluorescence</IlluminationType>\n      <ChannelType>Fluorescence</ChannelType>");
-        let _ = writeln!(s, "      <ImageResolutionX Unit=\"m\">{:E}</ImageResolutionX>\n      <ImageResolutionY Unit=\"m\">{:E}</ImageResolutionY>", i.resolution_m, i.resolution_m);
+        let _ = writeln!(
+            s,
+            "      <ImageResolutionX Unit=\"m\">{:E}</ImageResolutionX>\n      <ImageResolutionY Unit=\"m\">{:E}</ImageResolutionY>",
+            i.resolution_m, i.resolution_m
+        );
         let _ = writeln!(s, "      <ImageSizeX>{}</ImageSizeX>\n      <ImageSizeY>{}</ImageSizeY>\n      <BinningX>1</BinningX>\n      <BinningY>1</BinningY>", i.size, i.size);
         let _ = writeln!(s, "      <MaxIntensity>65535</MaxIntensity>\n      <CameraType>AndorZylaCam</CameraType>");
-        let _ = writeln!(s, "      <PositionX Unit=\"m\">{:E}</PositionX>\n      <PositionY Unit=\"m\">{:E}</PositionY>", i.pos_x_m, i.pos_y_m);
-        let _ = writeln!(s, "      <PositionZ Unit=\"m\">{:E}</PositionZ>\n      <AbsPositionZ Unit=\"m\">{:E}</AbsPositionZ>", i.pos_z_m, i.pos_z_m + 0.0135);
-        let _ = writeln!(s, "      <MeasurementTimeOffset Unit=\"s\">{}</MeasurementTimeOffset>\n      <AbsTime>2026-01-01T12:00:00.000+00:00</AbsTime>", i.time_offset_s);
+        let _ =
+            writeln!(s, "      <PositionX Unit=\"m\">{:E}</PositionX>\n      <PositionY Unit=\"m\">{:E}</PositionY>", i.pos_x_m, i.pos_y_m);
+        let _ = writeln!(
+            s,
+            "      <PositionZ Unit=\"m\">{:E}</PositionZ>\n      <AbsPositionZ Unit=\"m\">{:E}</AbsPositionZ>",
+            i.pos_z_m,
+            i.pos_z_m + 0.0135
+        );
+        let _ = writeln!(
+            s,
+            "      <MeasurementTimeOffset Unit=\"s\">{}</MeasurementTimeOffset>\n      <AbsTime>2026-01-01T12:00:00.000+00:00</AbsTime>",
+            i.time_offset_s
+        );
         let _ = writeln!(s, "      <MainExcitationWavelength Unit=\"nm\">{}</MainExcitationWavelength>\n      <MainEmissionWavelength Unit=\"nm\">{}</MainEmissionWavelength>", i.emission_nm.saturating_sub(80), i.emission_nm);
         let _ = writeln!(s, "      <ObjectiveMagnification Unit=\"\">20</ObjectiveMagnification>\n      <ObjectiveNA Unit=\"\">0.8</ObjectiveNA>\n      <ExposureTime Unit=\"s\">0.1</ExposureTime>");
         let _ = writeln!(s, "      <OrientationMatrix>[[1,0,0,0],[0,-1,0,0],[0,0,1,0]]</OrientationMatrix>\n    </Image>");

@@ -60,21 +60,24 @@ fn roundtrip(cfg: &SynthConfig) -> (tempfile::TempDir, SynthSummary, Plate) {
             }
         }
     }
-    let missing: BTreeSet<Key> =
-        s.missing.iter().map(|m| (m.well.clone(), m.site, m.channel, m.z_index, m.timepoint)).collect();
-    let got: BTreeSet<Key> =
-        plate.images.iter().map(|i| (i.well.clone(), i.site, i.channel, i.z_index, i.timepoint)).collect();
+    let missing: BTreeSet<Key> = s.missing.iter().map(|m| (m.well.clone(), m.site, m.channel, m.z_index, m.timepoint)).collect();
+    let got: BTreeSet<Key> = plate.images.iter().map(|i| (i.well.clone(), i.site, i.channel, i.z_index, i.timepoint)).collect();
     assert_eq!(got.len(), plate.images.len(), "duplicate images");
     assert_eq!(got, expected.difference(&missing).cloned().collect::<BTreeSet<_>>());
     assert_eq!(plate.images.len(), s.images_written);
     assert!(plate.images.windows(2).all(|w| w[0].sort_key() < w[1].sort_key()), "numeric order");
     assert!(plate.images.iter().all(|i| i.path.is_file()));
     // missing planes reported, with the right reason
-    let reported: BTreeSet<Key> =
-        plate.missing.iter().map(|m| (m.well.clone(), m.site, m.channel, m.z_index, m.timepoint)).collect();
+    let reported: BTreeSet<Key> = plate.missing.iter().map(|m| (m.well.clone(), m.site, m.channel, m.z_index, m.timepoint)).collect();
     assert_eq!(reported, missing, "missing planes");
     for mp in &s.missing {
-        let r = plate.missing.iter().find(|x| x.well == mp.well && x.site == mp.site && x.channel == mp.channel && x.z_index == mp.z_index && x.timepoint == mp.timepoint).unwrap();
+        let r = plate
+            .missing
+            .iter()
+            .find(|x| {
+                x.well == mp.well && x.site == mp.site && x.channel == mp.channel && x.z_index == mp.z_index && x.timepoint == mp.timepoint
+            })
+            .unwrap();
         match mp.kind.as_str() {
             "empty-url" => assert!(r.reason.contains("empty URL"), "{}", r.reason),
             _ if cfg.format == Format::OperaPhenix => assert!(r.reason.contains("not found") && r.path.is_some(), "{}", r.reason),
@@ -92,7 +95,14 @@ fn roundtrip(cfg: &SynthConfig) -> (tempfile::TempDir, SynthSummary, Plate) {
         let has_image = plate.images.iter().any(|i| i.well == t.well && i.site == t.site);
         if has_image {
             let (x, y) = m.stage_position(&t.well, t.site).unwrap_or_else(|| panic!("no stage position for {} {}", t.well, t.site));
-            assert!((x - t.stage_x_um).abs() < 1e-6 && (y - t.stage_y_um).abs() < 1e-6, "{} s{}: ({x}, {y}) vs ({}, {})", t.well, t.site, t.stage_x_um, t.stage_y_um);
+            assert!(
+                (x - t.stage_x_um).abs() < 1e-6 && (y - t.stage_y_um).abs() < 1e-6,
+                "{} s{}: ({x}, {y}) vs ({}, {})",
+                t.well,
+                t.site,
+                t.stage_x_um,
+                t.stage_y_um
+            );
         }
     }
 
@@ -236,13 +246,8 @@ fn phenix_1536_v6_index_xml_z_t_missing() {
 
 #[test]
 fn phenix_single_field_single_channel_ref_index() {
-    let cfg = SynthConfig {
-        grid_rows: 1,
-        grid_cols: 1,
-        channels: 1,
-        phenix_index_name: "Index.ref.xml".into(),
-        ..small(Format::OperaPhenix)
-    };
+    let cfg =
+        SynthConfig { grid_rows: 1, grid_cols: 1, channels: 1, phenix_index_name: "Index.ref.xml".into(), ..small(Format::OperaPhenix) };
     let (_d, _s, p) = roundtrip(&cfg);
     assert_eq!(p.metadata.field_to_site.len(), 1);
 }
@@ -289,7 +294,15 @@ fn same_seed_same_bytes_different_seed_different_pixels() {
 
 #[test]
 fn ground_truth_files_match_the_summary() {
-    let cfg = SynthConfig { z_planes: 5, z_focus: Some(2.0), channels: 1, grid_rows: 1, grid_cols: 2, defocus_px_per_plane: 2.5, ..small(Format::ImageXpress) };
+    let cfg = SynthConfig {
+        z_planes: 5,
+        z_focus: Some(2.0),
+        channels: 1,
+        grid_rows: 1,
+        grid_cols: 2,
+        defocus_px_per_plane: 2.5,
+        ..small(Format::ImageXpress)
+    };
     let (d, s, p) = roundtrip(&cfg);
     let gt = d.path().join("plate/ground_truth");
     let tiles = std::fs::read_to_string(gt.join("tile_positions.csv")).unwrap();
@@ -375,7 +388,15 @@ fn corr(a: &[f64], b: &[f64]) -> f64 {
 #[test]
 fn tiles_are_flatfield_times_truth_window_at_the_true_position() {
     // integer positions (no jitter, 25 % overlap of 64 px = 48 px steps)
-    let cfg = SynthConfig { jitter_px: 0.0, overlap: 0.25, truth_images: true, channels: 1, nuclei_density: 4000.0, wells: vec!["C04".into()], ..small(Format::OperaPhenix) };
+    let cfg = SynthConfig {
+        jitter_px: 0.0,
+        overlap: 0.25,
+        truth_images: true,
+        channels: 1,
+        nuclei_density: 4000.0,
+        wells: vec!["C04".into()],
+        ..small(Format::OperaPhenix)
+    };
     let (d, s, p) = roundtrip(&cfg);
     let gt = d.path().join("plate/ground_truth");
     let truth = match hcsflow_tiff::read_stack(&gt.join("truth_C04_ch1.tif")).unwrap() {

@@ -26,23 +26,14 @@ fn median_ms(reps: usize, mut f: impl FnMut()) -> f64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let reps: usize = std::env::args()
-        .nth(1)
-        .map(|s| s.parse())
-        .transpose()?
-        .unwrap_or(20)
-        .max(1);
+    let reps: usize = std::env::args().nth(1).map(|s| s.parse()).transpose()?.unwrap_or(20).max(1);
     // A micrograph-like plane: smooth background, spots, a little noise.
     let mut state = 0x1234_5678_u32;
     let plane = Array3::from_shape_fn((1, 2048, 2048), |(_, y, x)| {
         state ^= state << 13;
         state ^= state >> 17;
         state ^= state << 5;
-        let spot = if (x % 97 < 4) && (y % 89 < 4) {
-            20_000.0
-        } else {
-            0.0
-        };
+        let spot = if (x % 97 < 4) && (y % 89 < 4) { 20_000.0 } else { 0.0 };
         let bg = 1_000.0 + 300.0 * ((x as f32 / 150.0).sin() + (y as f32 / 170.0).cos());
         (bg + spot + (state % 64) as f32) as u16
     });
@@ -50,18 +41,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = std::env::temp_dir().join(format!("hcsflow-tiff-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
 
-    for (name, compression) in [
-        ("uncompressed", Compression::None),
-        ("deflate", Compression::Deflate),
-    ] {
+    for (name, compression) in [("uncompressed", Compression::None), ("deflate", Compression::Deflate)] {
         let path = dir.join(format!("{name}.tif"));
-        let options = WriteOptions {
-            compression,
-            ..Default::default()
-        };
-        let write = median_ms(reps, || {
-            write_stack(&path, &stack, &options).expect("write")
-        });
+        let options = WriteOptions { compression, ..Default::default() };
+        let write = median_ms(reps, || write_stack(&path, &stack, &options).expect("write"));
         let size = std::fs::metadata(&path)?.len();
         let mut check = None;
         let read = median_ms(reps, || check = Some(read_stack(&path).expect("read")));

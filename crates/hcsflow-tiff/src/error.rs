@@ -34,39 +34,21 @@ pub enum TiffError {
     /// depth, samples-per-pixel count, compression or photometric
     /// interpretation outside u8/u16/f32 single-channel grayscale.
     #[error("{path}: page {page}: unsupported: {what}")]
-    Unsupported {
-        path: PathBuf,
-        page: usize,
-        what: String,
-    },
+    Unsupported { path: PathBuf, page: usize, what: String },
     /// A page whose size or dtype differs from page 0, so the pages cannot
     /// form one `[Z, Y, X]` stack.
     #[error("{path}: page {page} is {found} but page 0 is {expected}; all pages of a stack must share size and dtype")]
-    PageMismatch {
-        path: PathBuf,
-        page: usize,
-        expected: String,
-        found: String,
-    },
+    PageMismatch { path: PathBuf, page: usize, expected: String, found: String },
     /// [`read_stacks`](crate::read_stacks): a file whose pages differ in size
     /// or dtype from the first file's, so they cannot share one stack.
     #[error("{path} is {found} but {first} is {expected}; all files of a stack must share size and dtype")]
-    FileMismatch {
-        path: PathBuf,
-        first: PathBuf,
-        expected: String,
-        found: String,
-    },
+    FileMismatch { path: PathBuf, first: PathBuf, expected: String, found: String },
     /// [`read_stacks`](crate::read_stacks) was given no files.
     #[error("no TIFF files to read")]
     NoFiles,
     /// The decoded pixels would not fit in memory (or in `usize`).
     #[error("{path}: {what} needs {bytes} bytes, which cannot be allocated")]
-    TooLarge {
-        path: PathBuf,
-        what: String,
-        bytes: u128,
-    },
+    TooLarge { path: PathBuf, what: String, bytes: u128 },
     /// `write_stack` was asked for something a TIFF cannot hold (an empty
     /// stack, a dimension above 2^32-1, a non-positive pixel size, a tag that
     /// collides with the image structure, a string with a NUL byte…). Nothing
@@ -93,28 +75,15 @@ impl TiffError {
     }
 
     pub(crate) fn io(path: &Path, source: io::Error) -> Self {
-        TiffError::Io {
-            path: path.to_path_buf(),
-            source,
-        }
+        TiffError::Io { path: path.to_path_buf(), source }
     }
 
-    pub(crate) fn corrupt(
-        path: &Path,
-        page: Option<usize>,
-        message: impl std::fmt::Display,
-    ) -> Self {
-        TiffError::Corrupt {
-            path: path.to_path_buf(),
-            message: with_page(page, message),
-        }
+    pub(crate) fn corrupt(path: &Path, page: Option<usize>, message: impl std::fmt::Display) -> Self {
+        TiffError::Corrupt { path: path.to_path_buf(), message: with_page(page, message) }
     }
 
     pub(crate) fn invalid_write(path: &Path, reason: impl Into<String>) -> Self {
-        TiffError::InvalidWrite {
-            path: path.to_path_buf(),
-            reason: reason.into(),
-        }
+        TiffError::InvalidWrite { path: path.to_path_buf(), reason: reason.into() }
     }
 
     /// Classifies an error of the `tiff` decoder met while reading `path`.
@@ -126,29 +95,14 @@ impl TiffError {
         use tiff::{TiffError as E, TiffFormatError as F};
         match e {
             E::IoError(io) => match io.kind() {
-                io::ErrorKind::UnexpectedEof => Self::corrupt(
-                    path,
-                    page,
-                    format_args!("truncated (unexpected end of file: {io})"),
-                ),
-                io::ErrorKind::InvalidData | io::ErrorKind::InvalidInput | io::ErrorKind::Other => {
-                    Self::corrupt(path, page, io)
-                }
+                io::ErrorKind::UnexpectedEof => Self::corrupt(path, page, format_args!("truncated (unexpected end of file: {io})")),
+                io::ErrorKind::InvalidData | io::ErrorKind::InvalidInput | io::ErrorKind::Other => Self::corrupt(path, page, io),
                 _ => Self::io(path, io),
             },
-            E::FormatError(f @ (F::TiffSignatureNotFound | F::TiffSignatureInvalid))
-                if page.is_none() =>
-            {
-                TiffError::NotTiff {
-                    path: path.to_path_buf(),
-                    message: f.to_string(),
-                }
+            E::FormatError(f @ (F::TiffSignatureNotFound | F::TiffSignatureInvalid)) if page.is_none() => {
+                TiffError::NotTiff { path: path.to_path_buf(), message: f.to_string() }
             }
-            E::UnsupportedError(u) => TiffError::Unsupported {
-                path: path.to_path_buf(),
-                page: page.unwrap_or(0),
-                what: u.to_string(),
-            },
+            E::UnsupportedError(u) => TiffError::Unsupported { path: path.to_path_buf(), page: page.unwrap_or(0), what: u.to_string() },
             other => Self::corrupt(path, page, other),
         }
     }

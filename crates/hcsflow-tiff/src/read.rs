@@ -84,11 +84,8 @@ fn read_files<P: AsRef<Path> + Sync>(paths: &[P], parallel: bool) -> Result<Stac
         }
         Ok((dec, pages))
     };
-    let scanned: Vec<Scanned> = if parallel {
-        paths.par_iter().map(scan).collect::<Result<_, _>>()?
-    } else {
-        paths.iter().map(scan).collect::<Result<_, _>>()?
-    };
+    let scanned: Vec<Scanned> =
+        if parallel { paths.par_iter().map(scan).collect::<Result<_, _>>()? } else { paths.iter().map(scan).collect::<Result<_, _>>()? };
     let (Some(first_path), Some((_, first_pages))) = (paths.first(), scanned.first()) else {
         return Err(TiffError::NoFiles);
     };
@@ -159,10 +156,7 @@ pub fn read_info(path: &Path) -> Result<TiffInfo, TiffError> {
     let (mut dec, file_len) = open(path)?;
     let first = page_meta(&mut dec, path, 0)?;
     let description = read_text_tag(&mut dec, path, Tag::ImageDescription, file_len)?;
-    let compression = guarded(path, Some(0), || {
-        dec.find_tag_unsigned::<u16>(Tag::Compression)
-    })?
-    .unwrap_or(1);
+    let compression = guarded(path, Some(0), || dec.find_tag_unsigned::<u16>(Tag::Compression))?.unwrap_or(1);
     let mut pages = 1;
     while dec.more_images() {
         guarded(path, Some(pages), || dec.next_image())?;
@@ -203,13 +197,9 @@ fn open(path: &Path) -> Result<(Dec, u64), TiffError> {
     let file = File::open(path).map_err(|e| TiffError::io(path, e))?;
     let file_len = file.metadata().map_err(|e| TiffError::io(path, e))?.len();
     if file_len == 0 {
-        return Err(TiffError::Empty {
-            path: path.to_path_buf(),
-        });
+        return Err(TiffError::Empty { path: path.to_path_buf() });
     }
-    let dec = guarded(path, None, || {
-        Decoder::new(BufReader::with_capacity(64 * 1024, file))
-    })?;
+    let dec = guarded(path, None, || Decoder::new(BufReader::with_capacity(64 * 1024, file)))?;
     Ok((dec.with_limits(limits()), file_len))
 }
 
@@ -229,19 +219,11 @@ fn limits() -> Limits {
 /// Runs a call into the `tiff` decoder, turning its errors — and, as a last
 /// line of defence against bugs on malformed input, its panics — into
 /// [`TiffError`]s naming `path`.
-fn guarded<T>(
-    path: &Path,
-    page: Option<usize>,
-    f: impl FnOnce() -> tiff::TiffResult<T>,
-) -> Result<T, TiffError> {
+fn guarded<T>(path: &Path, page: Option<usize>, f: impl FnOnce() -> tiff::TiffResult<T>) -> Result<T, TiffError> {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(TiffError::from_decoder(path, page, e)),
-        Err(_) => Err(TiffError::corrupt(
-            path,
-            page,
-            "the TIFF decoder failed on malformed data",
-        )),
+        Err(_) => Err(TiffError::corrupt(path, page, "the TIFF decoder failed on malformed data")),
     }
 }
 
@@ -270,25 +252,16 @@ fn scan_pages(dec: &mut Dec, path: &Path) -> Result<Vec<PageMeta>, TiffError> {
 /// The facts of the decoder's current page; errors if it is not a
 /// supported grayscale image.
 fn page_meta(dec: &mut Dec, path: &Path, page: usize) -> Result<PageMeta, TiffError> {
-    let unsupported = |what: String| TiffError::Unsupported {
-        path: path.to_path_buf(),
-        page,
-        what,
-    };
+    let unsupported = |what: String| TiffError::Unsupported { path: path.to_path_buf(), page, what };
     let (width, height) = guarded(path, Some(page), || dec.dimensions())?;
     let color = guarded(path, Some(page), || dec.colortype())?;
     let bits = match color {
         ColorType::Gray(bits) => bits,
         ColorType::Multiband { num_samples, .. } => {
-            return Err(unsupported(format!(
-                "{num_samples} samples per pixel; only single-sample grayscale is read"
-            )))
+            return Err(unsupported(format!("{num_samples} samples per pixel; only single-sample grayscale is read")))
         }
         other => {
-            return Err(unsupported(format!(
-                "{} samples per pixel ({other:?}); only single-sample grayscale is read",
-                other.num_samples()
-            )))
+            return Err(unsupported(format!("{} samples per pixel ({other:?}); only single-sample grayscale is read", other.num_samples())))
         }
     };
     let layout = guarded(path, Some(page), || dec.image_buffer_layout())?;
@@ -303,37 +276,16 @@ fn page_meta(dec: &mut Dec, path: &Path, page: usize) -> Result<PageMeta, TiffEr
             )))
         }
     };
-    let photometric = guarded(path, Some(page), || {
-        dec.find_tag_unsigned::<u16>(Tag::PhotometricInterpretation)
-    })?;
+    let photometric = guarded(path, Some(page), || dec.find_tag_unsigned::<u16>(Tag::PhotometricInterpretation))?;
     let white_is_zero = photometric == Some(PhotometricInterpretation::WhiteIsZero.to_u16());
     if white_is_zero && dtype == DType::F32 {
         // The decoder maps v to 1 - v, which cannot be undone exactly.
-        return Err(unsupported(
-            "32-bit float with WhiteIsZero photometric interpretation".into(),
-        ));
+        return Err(unsupported("32-bit float with WhiteIsZero photometric interpretation".into()));
     }
-    let compression = guarded(path, Some(page), || {
-        dec.find_tag_unsigned::<u16>(Tag::Compression)
-    })?
-    .unwrap_or(1);
-    let meta = PageMeta {
-        width: width as usize,
-        height: height as usize,
-        dtype,
-        white_is_zero,
-        compressed: compression != 1,
-    };
-    if width == 0
-        || height == 0
-        || layout.planes != 1
-        || layout.complete_len as u128 != meta.decoded_bytes()
-    {
-        return Err(TiffError::corrupt(
-            path,
-            Some(page),
-            format_args!("inconsistent image layout for a {} page", meta.describe()),
-        ));
+    let compression = guarded(path, Some(page), || dec.find_tag_unsigned::<u16>(Tag::Compression))?.unwrap_or(1);
+    let meta = PageMeta { width: width as usize, height: height as usize, dtype, white_is_zero, compressed: compression != 1 };
+    if width == 0 || height == 0 || layout.planes != 1 || layout.complete_len as u128 != meta.decoded_bytes() {
+        return Err(TiffError::corrupt(path, Some(page), format_args!("inconsistent image layout for a {} page", meta.describe())));
     }
     Ok(meta)
 }
@@ -370,11 +322,7 @@ fn check_budget(path: &Path, pages: &[PageMeta], file_len: u64) -> Result<(), Ti
     }
     let total = raw + compressed;
     if usize::try_from(total).is_err() {
-        return Err(TiffError::TooLarge {
-            path: path.to_path_buf(),
-            what: "the stack".into(),
-            bytes: total,
-        });
+        return Err(TiffError::TooLarge { path: path.to_path_buf(), what: "the stack".into(), bytes: total });
     }
     Ok(())
 }
@@ -428,8 +376,7 @@ fn read_raw_page(dec: &mut Dec, path: &Path, page: usize, meta: &PageMeta, out: 
     let (Some(offsets), Some(counts)) = (offsets, counts) else {
         return Ok(false);
     };
-    let contiguous = offsets.len() == counts.len()
-        && offsets.windows(2).zip(&counts).all(|(o, &c)| o[0].checked_add(c) == Some(o[1]));
+    let contiguous = offsets.len() == counts.len() && offsets.windows(2).zip(&counts).all(|(o, &c)| o[0].checked_add(c) == Some(o[1]));
     let total = counts.iter().try_fold(0u64, |a, &c| a.checked_add(c));
     if !contiguous || total != Some(out.len() as u64) {
         return Ok(false);
@@ -468,14 +415,7 @@ fn positioned_read(_file: &File, _offset: u64, _out: &mut [u8]) -> std::io::Resu
 /// ("no lzw end code found") when the stream's last codes are already
 /// buffered. Decoding each tile with its full padded row stride reads the
 /// tile in one piece, like a strip; the visible part is then copied out.
-fn read_tiled(
-    dec: &mut Dec,
-    path: &Path,
-    page: usize,
-    out: &mut [u8],
-    width: usize,
-    height: usize,
-) -> Result<(), TiffError> {
+fn read_tiled(dec: &mut Dec, path: &Path, page: usize, out: &mut [u8], width: usize, height: usize) -> Result<(), TiffError> {
     let corrupt = |what: &str| TiffError::corrupt(path, Some(page), what);
     let pixel = out.len() / (width * height);
     let (tile_w, tile_h) = dec.chunk_dimensions();
@@ -483,16 +423,12 @@ fn read_tiled(
     let tiles_across = width.div_ceil(tile_w);
     let tiles = guarded(path, Some(page), || dec.tile_count())? as usize;
     if tiles != tiles_across * height.div_ceil(tile_h) {
-        return Err(corrupt(
-            "tile count does not match the image and tile sizes",
-        ));
+        return Err(corrupt("tile count does not match the image and tile sizes"));
     }
     let tile_row = tile_w * pixel;
     let mut buf = DecodingResult::U8(Vec::new());
     for t in 0..tiles {
-        guarded(path, Some(page), || {
-            dec.read_chunk_to_buffer(&mut buf, t as u32, tile_row)
-        })?;
+        guarded(path, Some(page), || dec.read_chunk_to_buffer(&mut buf, t as u32, tile_row))?;
         let (x0, y0) = ((t % tiles_across) * tile_w, (t / tiles_across) * tile_h);
         let (w, h) = (tile_w.min(width - x0), tile_h.min(height - y0));
         let tile = buf.as_buffer(0);
@@ -529,29 +465,17 @@ fn undo_white_is_zero(stack: &mut Stack, pages: &[PageMeta]) {
 /// Reads an ASCII tag of the current page as text, leniently: non-UTF-8
 /// bytes are replaced, the text ends at the first NUL, a tag of a non-text
 /// type counts as absent.
-fn read_text_tag(
-    dec: &mut Dec,
-    path: &Path,
-    tag: Tag,
-    file_len: u64,
-) -> Result<Option<String>, TiffError> {
+fn read_text_tag(dec: &mut Dec, path: &Path, tag: Tag, file_len: u64) -> Result<Option<String>, TiffError> {
     let mut ifd = dec.image_ifd();
     let Some(entry) = ifd.find_entry(tag) else {
         return Ok(None);
     };
-    if !matches!(
-        entry.field_type(),
-        Type::ASCII | Type::BYTE | Type::UNDEFINED
-    ) {
+    if !matches!(entry.field_type(), Type::ASCII | Type::BYTE | Type::UNDEFINED) {
         return Ok(None);
     }
     let len = entry.count();
     if len > file_len {
-        return Err(TiffError::corrupt(
-            path,
-            Some(0),
-            format_args!("tag {tag:?} claims {len} bytes but the file has only {file_len}"),
-        ));
+        return Err(TiffError::corrupt(path, Some(0), format_args!("tag {tag:?} claims {len} bytes but the file has only {file_len}")));
     }
     let mut bytes = vec![0u8; len as usize];
     guarded(path, Some(0), || ifd.find_tag_bytes(tag, &mut bytes, 0))?;

@@ -10,10 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use hcsflow_core::{with_pixels, Pixel, Stack};
 use ndarray::Axis;
 use tiff::encoder::colortype::{self, ColorType};
-use tiff::encoder::{
-    DeflateLevel, Predictor, Rational, TiffEncoder, TiffKind, TiffKindBig, TiffKindStandard,
-    TiffValue,
-};
+use tiff::encoder::{DeflateLevel, Predictor, Rational, TiffEncoder, TiffKind, TiffKindBig, TiffKindStandard, TiffValue};
 use tiff::tags::{ResolutionUnit, Tag, Type};
 use tiff::Directory;
 
@@ -59,9 +56,8 @@ pub struct WriteOptions {
 /// structure (baseline and extension tags that change how pixels are laid
 /// out or interpreted) and everything this writer sets.
 const RESERVED_TAGS: &[u16] = &[
-    254, 255, 256, 257, 258, 259, 262, 263, 266, 270, 273, 274, 277, 278, 279, 280, 281, 282, 283,
-    284, 290, 291, 296, 317, 318, 319, 320, 322, 323, 324, 325, 330, 338, 339, 340, 341, 347, 529,
-    530, 531, 532,
+    254, 255, 256, 257, 258, 259, 262, 263, 266, 270, 273, 274, 277, 278, 279, 280, 281, 282, 283, 284, 290, 291, 296, 317, 318, 319, 320,
+    322, 323, 324, 325, 330, 338, 339, 340, 341, 347, 529, 530, 531, 532,
 ];
 
 /// Writes `stack` to `path` as a TIFF with one page per plane (Z = pages).
@@ -85,11 +81,7 @@ pub fn write_stack(path: &Path, stack: &Stack, options: &WriteOptions) -> Result
         let result = if plan.bigtiff {
             encode(TiffEncoder::<_, TiffKindBig>::new_generic(w), stack, &plan)
         } else {
-            encode(
-                TiffEncoder::<_, TiffKindStandard>::new_generic(w),
-                stack,
-                &plan,
-            )
+            encode(TiffEncoder::<_, TiffKindStandard>::new_generic(w), stack, &plan)
         };
         result.map_err(|e| encoder_error(path, e))
     })
@@ -111,45 +103,32 @@ impl Plan {
         let invalid = |reason: String| TiffError::invalid_write(path, reason);
         let [z, y, x] = stack.shape();
         if z == 0 || y == 0 || x == 0 {
-            return Err(invalid(format!(
-                "the stack is empty (shape [{z}, {y}, {x}])"
-            )));
+            return Err(invalid(format!("the stack is empty (shape [{z}, {y}, {x}])")));
         }
         let (Ok(width), Ok(height)) = (u32::try_from(x), u32::try_from(y)) else {
-            return Err(invalid(format!(
-                "a plane of {y}x{x} exceeds the TIFF limit of 2^32-1 pixels per side"
-            )));
+            return Err(invalid(format!("a plane of {y}x{x} exceeds the TIFF limit of 2^32-1 pixels per side")));
         };
         let resolution = options
             .pixel_size_um
-            .map(|um| {
-                pixels_per_cm(um).ok_or_else(|| {
-                    invalid(format!(
-                        "pixel size {um} µm is not a finite positive number in range"
-                    ))
-                })
-            })
+            .map(|um| pixels_per_cm(um).ok_or_else(|| invalid(format!("pixel size {um} µm is not a finite positive number in range"))))
             .transpose()?;
 
         let mut page0_text = Vec::new();
         let mut seen = BTreeSet::new();
         if let Some(d) = &options.description {
-            page0_text.push((
-                Tag::ImageDescription,
-                ascii_bytes(d)
-                    .ok_or_else(|| invalid("the description contains a NUL byte".into()))?,
-            ));
+            page0_text.push((Tag::ImageDescription, ascii_bytes(d).ok_or_else(|| invalid("the description contains a NUL byte".into()))?));
             seen.insert(Tag::ImageDescription.to_u16());
         }
         for (code, value) in &options.extra_ascii_tags {
             if RESERVED_TAGS.contains(code) {
-                return Err(invalid(format!("tag {code} is part of the image structure or set by the writer; it cannot be an extra ASCII tag")));
+                return Err(invalid(format!(
+                    "tag {code} is part of the image structure or set by the writer; it cannot be an extra ASCII tag"
+                )));
             }
             if !seen.insert(*code) {
                 return Err(invalid(format!("tag {code} is given twice")));
             }
-            let bytes = ascii_bytes(value)
-                .ok_or_else(|| invalid(format!("the value of tag {code} contains a NUL byte")))?;
+            let bytes = ascii_bytes(value).ok_or_else(|| invalid(format!("the value of tag {code} contains a NUL byte")))?;
             page0_text.push((Tag::from_u16_exhaustive(*code), bytes));
         }
 
@@ -161,14 +140,7 @@ impl Plan {
         let estimate = payload + payload / 64 + text + z as u128 * 4096 + (1 << 20);
         let bigtiff = estimate > u32::MAX as u128;
 
-        Ok(Plan {
-            width,
-            height,
-            compression: options.compression,
-            resolution,
-            page0_text,
-            bigtiff,
-        })
+        Ok(Plan { width, height, compression: options.compression, resolution, page0_text, bigtiff })
     }
 }
 
@@ -196,10 +168,7 @@ fn pixels_per_cm(um: f64) -> Option<Rational> {
         if n >= 1.0 && n <= u32::MAX as f64 {
             let (n, d) = (n as u64, d);
             let g = gcd(n, d);
-            return Some(Rational {
-                n: (n / g) as u32,
-                d: (d / g) as u32,
-            });
+            return Some(Rational { n: (n / g) as u32, d: (d / g) as u32 });
         }
     }
     None
@@ -232,11 +201,7 @@ impl Encodable for f32 {
     const PREDICT: bool = false;
 }
 
-fn encode<W: Write + Seek, K: TiffKind>(
-    encoder: tiff::TiffResult<TiffEncoder<W, K>>,
-    stack: &Stack,
-    plan: &Plan,
-) -> tiff::TiffResult<()> {
+fn encode<W: Write + Seek, K: TiffKind>(encoder: tiff::TiffResult<TiffEncoder<W, K>>, stack: &Stack, plan: &Plan) -> tiff::TiffResult<()> {
     let encoder = encoder?;
     with_pixels!(Stack, stack, a, T => {
         let mut encoder = configure::<W, K, T>(encoder, plan.compression);
@@ -249,15 +214,11 @@ fn encode<W: Write + Seek, K: TiffKind>(
     })
 }
 
-fn configure<W: Write + Seek, K: TiffKind, T: Encodable>(
-    encoder: TiffEncoder<W, K>,
-    compression: Compression,
-) -> TiffEncoder<W, K> {
+fn configure<W: Write + Seek, K: TiffKind, T: Encodable>(encoder: TiffEncoder<W, K>, compression: Compression) -> TiffEncoder<W, K> {
     match compression {
         Compression::None => encoder,
         Compression::Deflate => {
-            let encoder = encoder
-                .with_compression(tiff::encoder::Compression::Deflate(DeflateLevel::Balanced));
+            let encoder = encoder.with_compression(tiff::encoder::Compression::Deflate(DeflateLevel::Balanced));
             if T::PREDICT {
                 encoder.with_predictor(Predictor::Horizontal)
             } else {
@@ -326,10 +287,8 @@ impl Drop for TempFile {
 /// Creates a new hidden file next to `target`; retries on name collisions
 /// (a stale temporary of a dead process with the same pid).
 fn create_temp(target: &Path) -> Result<(TempFile, File), TiffError> {
-    let name = target
-        .file_name()
-        .filter(|n| !n.is_empty())
-        .ok_or_else(|| TiffError::invalid_write(target, "the path does not name a file"))?;
+    let name =
+        target.file_name().filter(|n| !n.is_empty()).ok_or_else(|| TiffError::invalid_write(target, "the path does not name a file"))?;
     let dir = match target.parent() {
         Some(p) if !p.as_os_str().is_empty() => p,
         _ => Path::new("."),
@@ -346,17 +305,11 @@ fn create_temp(target: &Path) -> Result<(TempFile, File), TiffError> {
             Err(e) => return Err(TiffError::io(target, e)),
         }
     }
-    Err(TiffError::io(
-        target,
-        last_err.unwrap_or_else(|| io::Error::other("could not create a temporary file")),
-    ))
+    Err(TiffError::io(target, last_err.unwrap_or_else(|| io::Error::other("could not create a temporary file"))))
 }
 
 /// Writes through `write` into a temporary file, then renames it to `target`.
-fn atomic_write(
-    target: &Path,
-    write: impl FnOnce(&mut BufWriter<&File>) -> Result<(), TiffError>,
-) -> Result<(), TiffError> {
+fn atomic_write(target: &Path, write: impl FnOnce(&mut BufWriter<&File>) -> Result<(), TiffError>) -> Result<(), TiffError> {
     let (temp, file) = create_temp(target)?;
     let mut out = BufWriter::with_capacity(1 << 20, &file);
     write(&mut out)?;
@@ -378,12 +331,7 @@ mod tests {
         for um in [0.1083, 0.325, 0.65, 1.0, 6.5, 1234.5, 20000.0, 1e-3] {
             let r = pixels_per_cm(um).expect("in range");
             let back = 10_000.0 * r.d as f64 / r.n as f64;
-            assert!(
-                ((back - um) / um).abs() < 1e-8,
-                "{um} -> {}/{} -> {back}",
-                r.n,
-                r.d
-            );
+            assert!(((back - um) / um).abs() < 1e-8, "{um} -> {}/{} -> {back}", r.n, r.d);
         }
         assert!(pixels_per_cm(0.0).is_none());
         assert!(pixels_per_cm(-1.0).is_none());
@@ -397,22 +345,14 @@ mod tests {
         // stack through the BigTIFF path directly and read it back.
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("big.tif");
-        let a =
-            ndarray::Array3::from_shape_fn((3, 5, 7), |(z, y, x)| (z * 100 + y * 10 + x) as u16);
+        let a = ndarray::Array3::from_shape_fn((3, 5, 7), |(z, y, x)| (z * 100 + y * 10 + x) as u16);
         let stack = Stack::U16(a);
         let mut plan = Plan::new(&path, &stack, &WriteOptions::default()).expect("plan");
         plan.bigtiff = true;
-        atomic_write(&path, |w| {
-            encode(TiffEncoder::<_, TiffKindBig>::new_generic(w), &stack, &plan)
-                .map_err(|e| encoder_error(&path, e))
-        })
-        .expect("write");
+        atomic_write(&path, |w| encode(TiffEncoder::<_, TiffKindBig>::new_generic(w), &stack, &plan).map_err(|e| encoder_error(&path, e)))
+            .expect("write");
         let bytes = std::fs::read(&path).expect("read bytes");
-        assert_eq!(
-            u16::from_ne_bytes([bytes[2], bytes[3]]),
-            43,
-            "BigTIFF magic"
-        );
+        assert_eq!(u16::from_ne_bytes([bytes[2], bytes[3]]), 43, "BigTIFF magic");
         assert_eq!(crate::read_stack(&path).expect("read"), stack);
     }
 }

@@ -11,10 +11,7 @@ use hcsflow_core::DType;
 use hcsflow_tiff::{read_stack, write_stack, TiffError, WriteOptions};
 
 fn listing(dir: &Path) -> Vec<OsString> {
-    let mut names: Vec<_> = std::fs::read_dir(dir)
-        .expect("ls")
-        .map(|e| e.expect("entry").file_name())
-        .collect();
+    let mut names: Vec<_> = std::fs::read_dir(dir).expect("ls").map(|e| e.expect("entry").file_name()).collect();
     names.sort();
     names
 }
@@ -23,22 +20,11 @@ fn listing(dir: &Path) -> Vec<OsString> {
 fn writing_into_a_missing_directory_names_the_path() {
     let dir = tempfile::tempdir().expect("tempdir");
     let target = dir.path().join("no-such-dir").join("plate.tif");
-    let err = write_stack(
-        &target,
-        &random_stack(DType::U16, [1, 4, 4], 0),
-        &WriteOptions::default(),
-    )
-    .expect_err("missing directory");
-    assert!(
-        matches!(&err, TiffError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound),
-        "{err:?}"
-    );
+    let err = write_stack(&target, &random_stack(DType::U16, [1, 4, 4], 0), &WriteOptions::default()).expect_err("missing directory");
+    assert!(matches!(&err, TiffError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound), "{err:?}");
     assert_eq!(err.path(), target);
     assert!(err.to_string().contains("no-such-dir/plate.tif"), "{err}");
-    assert!(
-        listing(dir.path()).is_empty(),
-        "the directory is not created"
-    );
+    assert!(listing(dir.path()).is_empty(), "the directory is not created");
 }
 
 #[test]
@@ -47,12 +33,7 @@ fn writing_below_a_regular_file_fails_and_leaves_nothing() {
     let blocker = dir.path().join("not-a-dir");
     std::fs::write(&blocker, b"plain file").expect("write");
     let target = blocker.join("x.tif");
-    let err = write_stack(
-        &target,
-        &random_stack(DType::U8, [2, 3, 3], 0),
-        &WriteOptions::default(),
-    )
-    .expect_err("parent is a file");
+    let err = write_stack(&target, &random_stack(DType::U8, [2, 3, 3], 0), &WriteOptions::default()).expect_err("parent is a file");
     assert!(matches!(err, TiffError::Io { .. }), "{err:?}");
     assert_eq!(err.path(), target);
     assert_eq!(listing(dir.path()), vec![OsString::from("not-a-dir")]);
@@ -67,18 +48,9 @@ fn a_failed_rename_keeps_the_target_and_removes_the_temporary() {
     let target = dir.path().join("busy.tif");
     std::fs::create_dir(&target).expect("mkdir");
     std::fs::write(target.join("keep"), b"keep").expect("write");
-    let err = write_stack(
-        &target,
-        &random_stack(DType::F32, [2, 8, 8], 0),
-        &WriteOptions::default(),
-    )
-    .expect_err("rename onto a directory");
+    let err = write_stack(&target, &random_stack(DType::F32, [2, 8, 8], 0), &WriteOptions::default()).expect_err("rename onto a directory");
     assert!(matches!(err, TiffError::Io { .. }), "{err:?}");
-    assert_eq!(
-        listing(dir.path()),
-        vec![OsString::from("busy.tif")],
-        "temporary removed"
-    );
+    assert_eq!(listing(dir.path()), vec![OsString::from("busy.tif")], "temporary removed");
     assert_eq!(std::fs::read(target.join("keep")).expect("read"), b"keep");
 }
 
@@ -87,21 +59,9 @@ fn a_successful_write_leaves_only_the_target() {
     let dir = tempfile::tempdir().expect("tempdir");
     for i in 0..3 {
         let target = dir.path().join(format!("w{i}.tif"));
-        write_stack(
-            &target,
-            &random_stack(DType::U16, [2, 5, 5], i),
-            &WriteOptions::default(),
-        )
-        .expect("write");
+        write_stack(&target, &random_stack(DType::U16, [2, 5, 5], i), &WriteOptions::default()).expect("write");
     }
-    assert_eq!(
-        listing(dir.path()),
-        vec![
-            OsString::from("w0.tif"),
-            OsString::from("w1.tif"),
-            OsString::from("w2.tif")
-        ]
-    );
+    assert_eq!(listing(dir.path()), vec![OsString::from("w0.tif"), OsString::from("w1.tif"), OsString::from("w2.tif")]);
 }
 
 #[test]
@@ -110,25 +70,13 @@ fn a_relative_path_without_directory_is_written_in_the_working_directory() {
     let dir = tempfile::tempdir().expect("tempdir");
     let stack = random_stack(DType::U8, [1, 2, 3], 9);
     let status = std::process::Command::new(std::env::current_exe().expect("exe"))
-        .args([
-            "--exact",
-            "child_writes_relative_path",
-            "--ignored",
-            "--test-threads=1",
-        ])
+        .args(["--exact", "child_writes_relative_path", "--ignored", "--test-threads=1"])
         .current_dir(dir.path())
         .env("HCSFLOW_TIFF_CHILD", "relative")
         .output()
         .expect("spawn");
-    assert!(
-        status.status.success(),
-        "{}",
-        String::from_utf8_lossy(&status.stdout)
-    );
-    assert_eq!(
-        read_stack(&dir.path().join("relative.tif")).expect("read"),
-        stack
-    );
+    assert!(status.status.success(), "{}", String::from_utf8_lossy(&status.stdout));
+    assert_eq!(read_stack(&dir.path().join("relative.tif")).expect("read"), stack);
     assert_eq!(listing(dir.path()), vec![OsString::from("relative.tif")]);
 }
 
@@ -162,35 +110,18 @@ fn an_interrupted_write_keeps_the_previous_file() {
         .arg("-c")
         .arg("trap '' XFSZ; ulimit -f 64 && exec \"$0\" \"$@\"")
         .arg(&exe)
-        .args([
-            "--exact",
-            "child_write_hits_file_size_limit",
-            "--ignored",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        .args(["--exact", "child_write_hits_file_size_limit", "--ignored", "--nocapture", "--test-threads=1"])
         .env("HCSFLOW_TIFF_CHILD", &target)
         .output()
         .expect("spawn");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "child failed:\n{stdout}\n{stderr}");
-    assert!(
-        stdout.contains("CHILD: write failed as expected"),
-        "child did not run:\n{stdout}\n{stderr}"
-    );
+    assert!(stdout.contains("CHILD: write failed as expected"), "child did not run:\n{stdout}\n{stderr}");
 
-    assert_eq!(
-        std::fs::read(&target).expect("read"),
-        before,
-        "previous file unchanged"
-    );
+    assert_eq!(std::fs::read(&target).expect("read"), before, "previous file unchanged");
     assert_eq!(read_stack(&target).expect("read"), previous);
-    assert_eq!(
-        listing(dir.path()),
-        vec![OsString::from("plate.tif")],
-        "no temporary left behind"
-    );
+    assert_eq!(listing(dir.path()), vec![OsString::from("plate.tif")], "no temporary left behind");
 }
 
 /// Child half of the test above.

@@ -39,26 +39,10 @@ fn panics() -> usize {
 fn seed_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
     let mut seeds = Vec::new();
     let ours: [(&str, Stack, Compression); 4] = [
-        (
-            "u16-none",
-            random_stack(DType::U16, [3, 9, 11], 1),
-            Compression::None,
-        ),
-        (
-            "u8-deflate",
-            random_stack(DType::U8, [2, 13, 7], 2),
-            Compression::Deflate,
-        ),
-        (
-            "f32-deflate",
-            random_stack(DType::F32, [2, 6, 5], 3),
-            Compression::Deflate,
-        ),
-        (
-            "u16-smooth-deflate",
-            smooth_u16([2, 40, 33]),
-            Compression::Deflate,
-        ),
+        ("u16-none", random_stack(DType::U16, [3, 9, 11], 1), Compression::None),
+        ("u8-deflate", random_stack(DType::U8, [2, 13, 7], 2), Compression::Deflate),
+        ("f32-deflate", random_stack(DType::F32, [2, 6, 5], 3), Compression::Deflate),
+        ("u16-smooth-deflate", smooth_u16([2, 40, 33]), Compression::Deflate),
     ];
     for (name, stack, compression) in ours {
         let path = dir.join(format!("{name}.tif"));
@@ -71,26 +55,18 @@ fn seed_files(dir: &Path) -> Vec<(String, Vec<u8>)> {
         write_stack(&path, &stack, &options).expect("write seed");
         seeds.push((name.to_string(), std::fs::read(&path).expect("read seed")));
     }
-    for (name, compression) in [
-        ("u16-lzw", tiff::encoder::Compression::Lzw),
-        ("u8-packbits", tiff::encoder::Compression::Packbits),
-    ] {
+    for (name, compression) in [("u16-lzw", tiff::encoder::Compression::Lzw), ("u8-packbits", tiff::encoder::Compression::Packbits)] {
         let path = dir.join(format!("{name}.tif"));
         let mut file = File::create(&path).expect("create");
         {
-            let mut enc = TiffEncoder::new(&mut file)
-                .expect("encoder")
-                .with_compression(compression);
+            let mut enc = TiffEncoder::new(&mut file).expect("encoder").with_compression(compression);
             if name.starts_with("u16") {
                 let data: Vec<u16> = (0..15 * 17).map(|i| (i * 37 % 4000) as u16).collect();
-                enc.write_image::<colortype::Gray16>(17, 15, &data)
-                    .expect("page 0");
-                enc.write_image::<colortype::Gray16>(17, 15, &data)
-                    .expect("page 1");
+                enc.write_image::<colortype::Gray16>(17, 15, &data).expect("page 0");
+                enc.write_image::<colortype::Gray16>(17, 15, &data).expect("page 1");
             } else {
                 let data: Vec<u8> = (0..15 * 17).map(|i| (i / 5) as u8).collect();
-                enc.write_image::<colortype::Gray8>(17, 15, &data)
-                    .expect("page 0");
+                enc.write_image::<colortype::Gray8>(17, 15, &data).expect("page 0");
             }
         }
         seeds.push((name.to_string(), std::fs::read(&path).expect("read seed")));
@@ -111,10 +87,7 @@ fn probe(path: &Path, bytes: &[u8]) -> bool {
     rewrite(path, bytes);
     let check = |err: &TiffError| {
         assert_eq!(err.path(), path, "error names the file: {err}");
-        assert!(
-            err.to_string().contains(&*path.to_string_lossy()),
-            "message names the file: {err}"
-        );
+        assert!(err.to_string().contains(&*path.to_string_lossy()), "message names the file: {err}");
     };
     if let Err(e) = read_info(path) {
         check(&e);
@@ -149,19 +122,12 @@ fn truncated_files_are_errors() {
                 Ok(s) => assert_eq!(s, original, "{name} cut at {cut} read wrong pixels"),
             }
             if cut == 0 {
-                assert!(matches!(
-                    read_stack(&probe_path),
-                    Err(TiffError::Empty { .. })
-                ));
+                assert!(matches!(read_stack(&probe_path), Err(TiffError::Empty { .. })));
             }
         }
     }
     assert!(cuts_tried > 1000, "{cuts_tried}");
-    assert_eq!(
-        panics(),
-        0,
-        "the decoder panicked (caught) on truncated input"
-    );
+    assert_eq!(panics(), 0, "the decoder panicked (caught) on truncated input");
 }
 
 #[test]
@@ -170,13 +136,7 @@ fn random_garbage_is_an_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("garbage.tif");
     let mut rng = Rng::new(0x5EED);
-    let headers: [&[u8]; 5] = [
-        b"",
-        b"II*\0",
-        b"MM\0*",
-        b"II+\0\x08\0\0\0",
-        b"MM\0+\0\x08\0\0",
-    ];
+    let headers: [&[u8]; 5] = [b"", b"II*\0", b"MM\0*", b"II+\0\x08\0\0\0", b"MM\0+\0\x08\0\0"];
     for i in 0..3000 {
         let header = headers[i % headers.len()];
         let len = rng.below(2048) as usize + 8;
@@ -228,15 +188,8 @@ fn flipped_bytes_in_header_and_ifds_do_not_panic() {
         }
     }
     eprintln!("flipped bytes: {errors} of {total} mutants rejected, the rest decoded");
-    assert!(
-        errors > total / 10,
-        "structure damage should mostly be detected: {errors}/{total}"
-    );
-    assert_eq!(
-        panics(),
-        0,
-        "the decoder panicked (caught) on corrupted input"
-    );
+    assert!(errors > total / 10, "structure damage should mostly be detected: {errors}/{total}");
+    assert_eq!(panics(), 0, "the decoder panicked (caught) on corrupted input");
 }
 
 #[test]
@@ -267,10 +220,7 @@ fn huge_dimensions_in_a_tiny_file_are_refused_without_allocating() {
     b.resize(300, 7);
     std::fs::write(&path, &b).expect("write");
     let info = read_info(&path).expect("the header itself is valid");
-    assert_eq!(
-        (info.width, info.height, info.dtype),
-        (65535, 65535, DType::U16)
-    );
+    assert_eq!((info.width, info.height, info.dtype), (65535, 65535, DType::U16));
     let err = read_stack(&path).expect_err("must not decode");
     assert!(matches!(err, TiffError::Corrupt { .. }), "{err:?}");
     assert!(err.to_string().contains("only 300 bytes"), "{err}");

@@ -24,9 +24,7 @@ fn script() -> PathBuf {
 /// `true` if the oracle can run; panics with install instructions if it
 /// cannot and skipping was not asked for.
 fn oracle_available() -> bool {
-    let probe = Command::new("python3")
-        .args(["-c", "import tifffile, numpy, imagecodecs"])
-        .output();
+    let probe = Command::new("python3").args(["-c", "import tifffile, numpy, imagecodecs"]).output();
     let ok = matches!(&probe, Ok(out) if out.status.success());
     if ok {
         return true;
@@ -56,17 +54,9 @@ fn run_batch(dir: &Path, commands: &[Vec<String>]) -> Vec<String> {
     let list = dir.join("oracle-commands.txt");
     let text: String = commands.iter().map(|c| c.join("\t") + "\n").collect();
     std::fs::write(&list, text).expect("command list");
-    let out = Command::new("python3")
-        .arg(script())
-        .args(["batch", path_str(&list)])
-        .output()
-        .expect("run python3");
+    let out = Command::new("python3").arg(script()).args(["batch", path_str(&list)]).output().expect("run python3");
     let stdout = String::from_utf8(out.stdout).expect("utf-8 output");
-    assert!(
-        out.status.success(),
-        "oracle batch failed:\n{}\nafter:\n{stdout}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "oracle batch failed:\n{}\nafter:\n{stdout}", String::from_utf8_lossy(&out.stderr));
     (0..commands.len())
         .map(|i| {
             let begin = format!("### begin {i}\n");
@@ -80,24 +70,14 @@ fn run_batch(dir: &Path, commands: &[Vec<String>]) -> Vec<String> {
 
 /// Reads each file with tifffile: its `key=value` report and pixel bytes.
 fn oracle_read_all(dir: &Path, tifs: &[PathBuf]) -> Vec<(HashMap<String, String>, Vec<u8>)> {
-    let raws: Vec<PathBuf> = tifs
-        .iter()
-        .map(|t| t.with_extension("oracle.raw"))
-        .collect();
-    let commands: Vec<Vec<String>> = tifs
-        .iter()
-        .zip(&raws)
-        .map(|(t, r)| vec!["read".into(), path_str(t).into(), path_str(r).into()])
-        .collect();
+    let raws: Vec<PathBuf> = tifs.iter().map(|t| t.with_extension("oracle.raw")).collect();
+    let commands: Vec<Vec<String>> =
+        tifs.iter().zip(&raws).map(|(t, r)| vec!["read".into(), path_str(t).into(), path_str(r).into()]).collect();
     run_batch(dir, &commands)
         .into_iter()
         .zip(&raws)
         .map(|(report, raw)| {
-            let map = report
-                .lines()
-                .filter_map(|l| l.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
+            let map = report.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect();
             (map, std::fs::read(raw).expect("raw pixels"))
         })
         .collect()
@@ -124,9 +104,7 @@ fn tifffile_reads_what_we_write() {
         for compression in [Compression::None, Compression::Deflate] {
             for shape in [[1, 19, 23], [3, 37, 53]] {
                 let stack = random_stack(dtype, shape, 100 + i as u64);
-                let path = dir
-                    .path()
-                    .join(format!("ours-{dtype}-{compression:?}-{}.tif", shape[0]));
+                let path = dir.path().join(format!("ours-{dtype}-{compression:?}-{}.tif", shape[0]));
                 let options = WriteOptions {
                     compression,
                     description: Some(description.into()),
@@ -143,10 +121,7 @@ fn tifffile_reads_what_we_write() {
     for ((_, stack, compression, shape), (report, pixels)) in cases.iter().zip(reports) {
         let dtype = stack.dtype();
         let case = format!("{dtype} {compression:?} {shape:?}");
-        assert!(
-            pixels == stack.as_bytes(),
-            "{case}: tifffile sees different pixels"
-        );
+        assert!(pixels == stack.as_bytes(), "{case}: tifffile sees different pixels");
         let numpy_dtype = match dtype {
             DType::U8 => "uint8",
             DType::U16 => "uint16",
@@ -154,22 +129,10 @@ fn tifffile_reads_what_we_write() {
         };
         assert_eq!(report["dtype"], numpy_dtype, "{case}");
         assert_eq!(report["pages"], shape[0].to_string(), "{case}");
-        assert_eq!(
-            report["shape"],
-            format!("{},{},{}", shape[0], shape[1], shape[2]),
-            "{case}"
-        );
-        let code = if *compression == Compression::None {
-            "1"
-        } else {
-            "8"
-        };
+        assert_eq!(report["shape"], format!("{},{},{}", shape[0], shape[1], shape[2]), "{case}");
+        let code = if *compression == Compression::None { "1" } else { "8" };
         assert_eq!(report["compression"], code, "{case}");
-        assert_eq!(
-            report["description_hex"],
-            hex(description.as_bytes()),
-            "{case}"
-        );
+        assert_eq!(report["description_hex"], hex(description.as_bytes()), "{case}");
         assert_eq!(report["tag65500_hex"], hex(harmony.as_bytes()), "{case}");
         assert_eq!(report["ResolutionUnit"], "3", "{case}: centimetre");
         let um: f64 = report["pixel_size_um"].parse().expect("pixel size");
@@ -185,15 +148,7 @@ fn tifffile_reads_a_large_smooth_deflate_stack() {
     let dir = tempfile::tempdir().expect("tempdir");
     let stack = smooth_u16([2, 1500, 700]);
     let path = dir.path().join("smooth.tif");
-    write_stack(
-        &path,
-        &stack,
-        &WriteOptions {
-            compression: Compression::Deflate,
-            ..Default::default()
-        },
-    )
-    .expect("write");
+    write_stack(&path, &stack, &WriteOptions { compression: Compression::Deflate, ..Default::default() }).expect("write");
     let (report, pixels) = oracle_read_all(dir.path(), &[path]).remove(0);
     assert!(pixels == stack.as_bytes());
     assert_eq!(report["predictor"], "2", "horizontal predictor");
@@ -226,31 +181,19 @@ fn check_tifffile_file(dir: &Path, name: &str, args: &[String]) {
     let raw = dir.join(format!("{name}.raw"));
 
     let opts: HashMap<&str, &str> = args.iter().filter_map(|a| a.split_once('=')).collect();
-    let dims: Vec<usize> = opts["shape"]
-        .split(',')
-        .map(|v| v.parse().expect("dim"))
-        .collect();
+    let dims: Vec<usize> = opts["shape"].split(',').map(|v| v.parse().expect("dim")).collect();
     let [z, y, x] = [dims[0], dims[1], dims[2]];
     let expected_bytes = std::fs::read(&raw).expect("raw");
     let expected = match opts["dtype"] {
         "uint8" => Stack::U8(Array3::from_shape_vec((z, y, x), expected_bytes).expect("shape")),
         "uint16" => Stack::U16(
-            Array3::from_shape_vec(
-                (z, y, x),
-                expected_bytes
-                    .chunks_exact(2)
-                    .map(|c| u16::from_ne_bytes([c[0], c[1]]))
-                    .collect(),
-            )
-            .expect("shape"),
+            Array3::from_shape_vec((z, y, x), expected_bytes.chunks_exact(2).map(|c| u16::from_ne_bytes([c[0], c[1]])).collect())
+                .expect("shape"),
         ),
         "float32" => Stack::F32(
             Array3::from_shape_vec(
                 (z, y, x),
-                expected_bytes
-                    .chunks_exact(4)
-                    .map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]]))
-                    .collect(),
+                expected_bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect(),
             )
             .expect("shape"),
         ),
@@ -272,11 +215,7 @@ fn check_tifffile_file(dir: &Path, name: &str, args: &[String]) {
         other => panic!("compression {other}"),
     };
     assert_eq!(info.compression, compression, "{name}");
-    assert_eq!(
-        info.description.as_deref(),
-        opts.get("description").copied(),
-        "{name}"
-    );
+    assert_eq!(info.description.as_deref(), opts.get("description").copied(), "{name}");
 }
 
 #[test]
@@ -288,43 +227,21 @@ fn we_read_what_tifffile_writes() {
     let mut cases: Vec<(String, Vec<String>)> = Vec::new();
     let args = |list: &[&str]| -> Vec<String> { list.iter().map(|a| a.to_string()).collect() };
     for dtype in ["uint8", "uint16", "float32"] {
-        for (cname, code) in [
-            ("none", "1"),
-            ("lzw", "5"),
-            ("zlib", "8"),
-            ("deflate-old", "32946"),
-            ("packbits", "32773"),
-        ] {
+        for (cname, code) in [("none", "1"), ("lzw", "5"), ("zlib", "8"), ("deflate-old", "32946"), ("packbits", "32773")] {
             let dt = format!("dtype={dtype}");
             let c = format!("compression={code}");
             let (dt, c) = (dt.as_str(), c.as_str());
             // Single page, default strips.
-            cases.push((
-                format!("{dtype}-{cname}-1"),
-                args(&[dt, c, "shape=1,41,47", "seed=3"]),
-            ));
+            cases.push((format!("{dtype}-{cname}-1"), args(&[dt, c, "shape=1,41,47", "seed=3"])));
             // Multi-page, several strips per page, with a description.
             cases.push((
                 format!("{dtype}-{cname}-3"),
-                args(&[
-                    dt,
-                    c,
-                    "shape=3,37,53",
-                    "rowsperstrip=5",
-                    "seed=4",
-                    "description=from tifffile",
-                ]),
+                args(&[dt, c, "shape=3,37,53", "rowsperstrip=5", "seed=4", "description=from tifffile"]),
             ));
             // Tiled with partial edge tiles.
-            cases.push((
-                format!("{dtype}-{cname}-tiled"),
-                args(&[dt, c, "shape=2,37,53", "tile=16,16", "seed=5"]),
-            ));
+            cases.push((format!("{dtype}-{cname}-tiled"), args(&[dt, c, "shape=2,37,53", "tile=16,16", "seed=5"])));
             // Big-endian.
-            cases.push((
-                format!("{dtype}-{cname}-be"),
-                args(&[dt, c, "shape=2,21,17", "byteorder=>", "seed=6"]),
-            ));
+            cases.push((format!("{dtype}-{cname}-be"), args(&[dt, c, "shape=2,21,17", "byteorder=>", "seed=6"])));
         }
     }
     check_tifffile_files(dir.path(), &cases);
@@ -338,85 +255,18 @@ fn we_read_tifffile_special_layouts() {
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let cases: &[(&str, &[&str])] = &[
-        (
-            "bigtiff-u16",
-            &["dtype=uint16", "shape=3,33,35", "bigtiff=1"],
-        ),
-        (
-            "bigtiff-f32-zlib-tiled",
-            &[
-                "dtype=float32",
-                "shape=2,40,40",
-                "bigtiff=1",
-                "compression=8",
-                "tile=16,32",
-            ],
-        ),
-        (
-            "bigtiff-be-u8",
-            &["dtype=uint8", "shape=2,9,11", "bigtiff=1", "byteorder=>"],
-        ),
-        (
-            "lzw-predictor-u16",
-            &[
-                "dtype=uint16",
-                "shape=2,37,53",
-                "compression=5",
-                "predictor=1",
-            ],
-        ),
-        (
-            "zlib-predictor-u8-be",
-            &[
-                "dtype=uint8",
-                "shape=2,37,53",
-                "compression=8",
-                "predictor=1",
-                "byteorder=>",
-            ],
-        ),
-        (
-            "zlib-float-predictor",
-            &[
-                "dtype=float32",
-                "shape=2,37,53",
-                "compression=8",
-                "predictor=1",
-            ],
-        ),
-        (
-            "lzw-float-predictor-be-tiled",
-            &[
-                "dtype=float32",
-                "shape=2,37,53",
-                "compression=5",
-                "predictor=1",
-                "byteorder=>",
-                "tile=16,16",
-            ],
-        ),
-        (
-            "miniswhite-u16",
-            &["dtype=uint16", "shape=2,13,17", "photometric=miniswhite"],
-        ),
-        (
-            "miniswhite-u8-lzw",
-            &[
-                "dtype=uint8",
-                "shape=1,13,17",
-                "photometric=miniswhite",
-                "compression=5",
-            ],
-        ),
-        (
-            "one-row-strips",
-            &["dtype=uint16", "shape=2,31,7", "rowsperstrip=1"],
-        ),
+        ("bigtiff-u16", &["dtype=uint16", "shape=3,33,35", "bigtiff=1"]),
+        ("bigtiff-f32-zlib-tiled", &["dtype=float32", "shape=2,40,40", "bigtiff=1", "compression=8", "tile=16,32"]),
+        ("bigtiff-be-u8", &["dtype=uint8", "shape=2,9,11", "bigtiff=1", "byteorder=>"]),
+        ("lzw-predictor-u16", &["dtype=uint16", "shape=2,37,53", "compression=5", "predictor=1"]),
+        ("zlib-predictor-u8-be", &["dtype=uint8", "shape=2,37,53", "compression=8", "predictor=1", "byteorder=>"]),
+        ("zlib-float-predictor", &["dtype=float32", "shape=2,37,53", "compression=8", "predictor=1"]),
+        ("lzw-float-predictor-be-tiled", &["dtype=float32", "shape=2,37,53", "compression=5", "predictor=1", "byteorder=>", "tile=16,16"]),
+        ("miniswhite-u16", &["dtype=uint16", "shape=2,13,17", "photometric=miniswhite"]),
+        ("miniswhite-u8-lzw", &["dtype=uint8", "shape=1,13,17", "photometric=miniswhite", "compression=5"]),
+        ("one-row-strips", &["dtype=uint16", "shape=2,31,7", "rowsperstrip=1"]),
         ("one-pixel", &["dtype=float32", "shape=1,1,1"]),
     ];
-    let cases: Vec<(String, Vec<String>)> = cases
-        .iter()
-        .map(|(n, a)| (n.to_string(), a.iter().map(|v| v.to_string()).collect()))
-        .collect();
+    let cases: Vec<(String, Vec<String>)> = cases.iter().map(|(n, a)| (n.to_string(), a.iter().map(|v| v.to_string()).collect())).collect();
     check_tifffile_files(d, &cases);
 }

@@ -15,10 +15,7 @@ use tiff::encoder::{colortype, TiffEncoder};
 use tiff::tags::Tag;
 
 fn opts(compression: Compression) -> WriteOptions {
-    WriteOptions {
-        compression,
-        ..Default::default()
-    }
+    WriteOptions { compression, ..Default::default() }
 }
 
 #[test]
@@ -28,9 +25,7 @@ fn every_dtype_and_compression_round_trips_multi_page() {
         for compression in [Compression::None, Compression::Deflate] {
             for shape in [[1, 1, 1], [1, 37, 53], [4, 29, 31]] {
                 let stack = random_stack(dtype, shape, 7 + i as u64);
-                let path = dir
-                    .path()
-                    .join(format!("{dtype}-{compression:?}-{}.tif", shape[0]));
+                let path = dir.path().join(format!("{dtype}-{compression:?}-{}.tif", shape[0]));
                 write_stack(&path, &stack, &opts(compression)).expect("write");
                 let back = read_stack(&path).expect("read");
                 assert_same(&back, &stack);
@@ -40,11 +35,7 @@ fn every_dtype_and_compression_round_trips_multi_page() {
                 assert_eq!((info.height, info.width), (shape[1], shape[2]));
                 assert_eq!(info.dtype, dtype);
                 assert_eq!(info.description, None);
-                let expected = if compression == Compression::None {
-                    "none"
-                } else {
-                    "deflate"
-                };
+                let expected = if compression == Compression::None { "none" } else { "deflate" };
                 assert_eq!(info.compression, expected);
             }
         }
@@ -59,18 +50,12 @@ fn large_deflate_plane_spans_many_strips_and_compresses() {
     write_stack(&path, &stack, &opts(Compression::Deflate)).expect("write");
     assert_same(&read_stack(&path).expect("read"), &stack);
     let size = std::fs::metadata(&path).expect("meta").len() as usize;
-    assert!(
-        size < stack.nbytes() / 3,
-        "deflate+predictor should compress a smooth image: {size} bytes"
-    );
+    assert!(size < stack.nbytes() / 3, "deflate+predictor should compress a smooth image: {size} bytes");
 
     let mut dec = Decoder::new(BufReader::new(File::open(&path).expect("open"))).expect("decoder");
     let strips = dec.strip_count().expect("strips");
     assert!(strips > 1, "expected several strips, got {strips}");
-    assert_eq!(
-        dec.find_tag_unsigned::<u16>(Tag::Predictor).expect("tag"),
-        Some(2)
-    );
+    assert_eq!(dec.find_tag_unsigned::<u16>(Tag::Predictor).expect("tag"), Some(2));
 }
 
 #[test]
@@ -122,59 +107,34 @@ fn description_pixel_size_and_extra_tags_are_written() {
         if page > 0 {
             dec.next_image().expect("next page");
         }
-        assert_eq!(
-            dec.find_tag_unsigned::<u16>(Tag::ResolutionUnit)
-                .expect("unit"),
-            Some(3),
-            "centimetre"
-        );
+        assert_eq!(dec.find_tag_unsigned::<u16>(Tag::ResolutionUnit).expect("unit"), Some(3), "centimetre");
         for tag in [Tag::XResolution, Tag::YResolution] {
             let value = dec.get_tag(tag).expect("resolution");
             let tiff::decoder::ifd::Value::Rational(n, d) = value else {
                 panic!("{tag:?} is not a rational: {value:?}");
             };
             let um = 10_000.0 * d as f64 / n as f64;
-            assert!(
-                (um - 0.65).abs() < 1e-9,
-                "page {page}: {n}/{d} px/cm is {um} µm"
-            );
+            assert!((um - 0.65).abs() < 1e-9, "page {page}: {n}/{d} px/cm is {um} µm");
         }
         let has_text = dec.find_tag(Tag::Unknown(65500)).expect("tag").is_some();
         assert_eq!(has_text, page == 0, "extra tags go on page 0 only");
     }
     let mut dec = Decoder::new(BufReader::new(File::open(&path).expect("open"))).expect("decoder");
-    let harmony = dec
-        .get_tag_ascii_string(Tag::Unknown(65500))
-        .expect("65500");
+    let harmony = dec.get_tag_ascii_string(Tag::Unknown(65500)).expect("65500");
     assert_eq!(harmony, xml);
-    assert_eq!(
-        dec.get_tag_ascii_string(Tag::Software).expect("software"),
-        "hcsflow"
-    );
+    assert_eq!(dec.get_tag_ascii_string(Tag::Software).expect("software"), "hcsflow");
 }
 
 #[test]
 fn overwriting_replaces_the_previous_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("again.tif");
-    write_stack(
-        &path,
-        &random_stack(DType::F32, [3, 10, 10], 1),
-        &WriteOptions::default(),
-    )
-    .expect("first");
+    write_stack(&path, &random_stack(DType::F32, [3, 10, 10], 1), &WriteOptions::default()).expect("first");
     let second = random_stack(DType::U8, [1, 4, 6], 2);
     write_stack(&path, &second, &WriteOptions::default()).expect("second");
     assert_same(&read_stack(&path).expect("read"), &second);
-    let names: Vec<_> = std::fs::read_dir(dir.path())
-        .expect("ls")
-        .map(|e| e.expect("entry").file_name())
-        .collect();
-    assert_eq!(
-        names,
-        vec![std::ffi::OsString::from("again.tif")],
-        "no temporary left behind"
-    );
+    let names: Vec<_> = std::fs::read_dir(dir.path()).expect("ls").map(|e| e.expect("entry").file_name()).collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("again.tif")], "no temporary left behind");
 }
 
 fn assert_invalid_write(options: &WriteOptions, stack: &Stack, needle: &str) {
@@ -184,11 +144,7 @@ fn assert_invalid_write(options: &WriteOptions, stack: &Stack, needle: &str) {
     assert!(matches!(err, TiffError::InvalidWrite { .. }), "{err:?}");
     let msg = err.to_string();
     assert!(msg.contains("refused.tif") && msg.contains(needle), "{msg}");
-    assert_eq!(
-        std::fs::read_dir(dir.path()).expect("ls").count(),
-        0,
-        "nothing written"
-    );
+    assert_eq!(std::fs::read_dir(dir.path()).expect("ls").count(), 0, "nothing written");
 }
 
 #[test]
@@ -200,37 +156,13 @@ fn invalid_write_options_are_refused_before_writing() {
         o
     };
     assert_invalid_write(&with(|o| o.pixel_size_um = Some(0.0)), &s, "pixel size");
-    assert_invalid_write(
-        &with(|o| o.pixel_size_um = Some(f64::NAN)),
-        &s,
-        "pixel size",
-    );
+    assert_invalid_write(&with(|o| o.pixel_size_um = Some(f64::NAN)), &s, "pixel size");
     assert_invalid_write(&with(|o| o.description = Some("a\0b".into())), &s, "NUL");
-    assert_invalid_write(
-        &with(|o| o.extra_ascii_tags = vec![(256, "x".into())]),
-        &s,
-        "tag 256",
-    );
-    assert_invalid_write(
-        &with(|o| o.extra_ascii_tags = vec![(270, "x".into())]),
-        &s,
-        "tag 270",
-    );
-    assert_invalid_write(
-        &with(|o| o.extra_ascii_tags = vec![(65500, "a".into()), (65500, "b".into())]),
-        &s,
-        "twice",
-    );
-    assert_invalid_write(
-        &WriteOptions::default(),
-        &Stack::zeros(DType::U16, [0, 4, 4]),
-        "empty",
-    );
-    assert_invalid_write(
-        &WriteOptions::default(),
-        &Stack::zeros(DType::U16, [2, 0, 4]),
-        "empty",
-    );
+    assert_invalid_write(&with(|o| o.extra_ascii_tags = vec![(256, "x".into())]), &s, "tag 256");
+    assert_invalid_write(&with(|o| o.extra_ascii_tags = vec![(270, "x".into())]), &s, "tag 270");
+    assert_invalid_write(&with(|o| o.extra_ascii_tags = vec![(65500, "a".into()), (65500, "b".into())]), &s, "twice");
+    assert_invalid_write(&WriteOptions::default(), &Stack::zeros(DType::U16, [0, 4, 4]), "empty");
+    assert_invalid_write(&WriteOptions::default(), &Stack::zeros(DType::U16, [2, 0, 4]), "empty");
 }
 
 /// Writes a file with the tiff crate's own encoder, one call per page.
@@ -245,21 +177,13 @@ fn pages_of_different_size_or_dtype_are_named() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("mixed-size.tif");
     write_raw(&path, |e| {
-        e.write_image::<colortype::Gray16>(4, 3, &[1u16; 12])
-            .expect("p0");
-        e.write_image::<colortype::Gray16>(4, 3, &[2u16; 12])
-            .expect("p1");
-        e.write_image::<colortype::Gray16>(2, 3, &[3u16; 6])
-            .expect("p2");
+        e.write_image::<colortype::Gray16>(4, 3, &[1u16; 12]).expect("p0");
+        e.write_image::<colortype::Gray16>(4, 3, &[2u16; 12]).expect("p1");
+        e.write_image::<colortype::Gray16>(2, 3, &[3u16; 6]).expect("p2");
     });
     let err = read_stack(&path).expect_err("mismatch");
     match &err {
-        TiffError::PageMismatch {
-            page,
-            expected,
-            found,
-            ..
-        } => {
+        TiffError::PageMismatch { page, expected, found, .. } => {
             assert_eq!(*page, 2);
             assert_eq!(expected, "4x3 u16");
             assert_eq!(found, "2x3 u16");
@@ -271,16 +195,11 @@ fn pages_of_different_size_or_dtype_are_named() {
 
     let path = dir.path().join("mixed-dtype.tif");
     write_raw(&path, |e| {
-        e.write_image::<colortype::Gray8>(4, 3, &[1u8; 12])
-            .expect("p0");
-        e.write_image::<colortype::Gray32Float>(4, 3, &[2f32; 12])
-            .expect("p1");
+        e.write_image::<colortype::Gray8>(4, 3, &[1u8; 12]).expect("p0");
+        e.write_image::<colortype::Gray32Float>(4, 3, &[2f32; 12]).expect("p1");
     });
     let err = read_stack(&path).expect_err("mismatch");
-    assert!(
-        matches!(&err, TiffError::PageMismatch { page: 1, found, .. } if found == "4x3 f32"),
-        "{err:?}"
-    );
+    assert!(matches!(&err, TiffError::PageMismatch { page: 1, found, .. } if found == "4x3 f32"), "{err:?}");
 }
 
 #[test]
@@ -288,50 +207,16 @@ fn unsupported_formats_say_what_they_are() {
     let dir = tempfile::tempdir().expect("tempdir");
     type Writer = Box<dyn FnOnce(&mut TiffEncoder<&mut File>)>;
     let cases: Vec<(&str, Writer, &str)> = vec![
-        (
-            "rgb.tif",
-            Box::new(|e| {
-                e.write_image::<colortype::RGB8>(2, 2, &[0u8; 12])
-                    .expect("w")
-            }),
-            "3 samples per pixel",
-        ),
-        (
-            "i16.tif",
-            Box::new(|e| {
-                e.write_image::<colortype::GrayI16>(2, 2, &[0i16; 4])
-                    .expect("w")
-            }),
-            "16-bit signed integer",
-        ),
-        (
-            "u32.tif",
-            Box::new(|e| {
-                e.write_image::<colortype::Gray32>(2, 2, &[0u32; 4])
-                    .expect("w")
-            }),
-            "32-bit unsigned integer",
-        ),
-        (
-            "f64.tif",
-            Box::new(|e| {
-                e.write_image::<colortype::Gray64Float>(2, 2, &[0f64; 4])
-                    .expect("w")
-            }),
-            "64-bit floating point",
-        ),
+        ("rgb.tif", Box::new(|e| e.write_image::<colortype::RGB8>(2, 2, &[0u8; 12]).expect("w")), "3 samples per pixel"),
+        ("i16.tif", Box::new(|e| e.write_image::<colortype::GrayI16>(2, 2, &[0i16; 4]).expect("w")), "16-bit signed integer"),
+        ("u32.tif", Box::new(|e| e.write_image::<colortype::Gray32>(2, 2, &[0u32; 4]).expect("w")), "32-bit unsigned integer"),
+        ("f64.tif", Box::new(|e| e.write_image::<colortype::Gray64Float>(2, 2, &[0f64; 4]).expect("w")), "64-bit floating point"),
     ];
     for (name, write, needle) in cases {
         let path = dir.path().join(name);
         write_raw(&path, write);
-        for err in [
-            read_stack(&path).expect_err(name),
-            read_info(&path).expect_err(name),
-        ] {
-            assert!(
-                matches!(err, TiffError::Unsupported { page: 0, .. }),
-                "{name}: {err:?}"
-            );
+        for err in [read_stack(&path).expect_err(name), read_info(&path).expect_err(name)] {
+            assert!(matches!(err, TiffError::Unsupported { page: 0, .. }), "{name}: {err:?}");
             let msg = err.to_string();
             assert!(msg.contains(name) && msg.contains(needle), "{msg}");
         }
@@ -343,9 +228,7 @@ fn missing_empty_and_non_tiff_files() {
     let dir = tempfile::tempdir().expect("tempdir");
     let missing = dir.path().join("missing.tif");
     let err = read_stack(&missing).expect_err("missing");
-    assert!(
-        matches!(&err, TiffError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
-    );
+    assert!(matches!(&err, TiffError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound));
     assert_eq!(err.path(), missing);
 
     let empty = dir.path().join("empty.tif");
@@ -380,8 +263,7 @@ fn white_is_zero_pages_keep_their_stored_values() {
 fn patch_short_tag(bytes: &mut [u8], tag: u16, value: u16) -> usize {
     assert_eq!(&bytes[..4], b"II*\0", "little-endian classic TIFF");
     let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
-    let u32_at =
-        |b: &[u8], o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]) as usize;
+    let u32_at = |b: &[u8], o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]) as usize;
     let mut ifd = u32_at(bytes, 4);
     let mut patched = 0;
     while ifd != 0 {

@@ -29,14 +29,7 @@ fn field_image(field: usize) -> Stack {
         state ^= state << 17;
         (state % 64) as f32
     };
-    let centers: Vec<(f32, f32)> = (0..60)
-        .map(|i| {
-            (
-                ((i * 331 + field * 97) % N) as f32,
-                ((i * 577 + field * 13) % N) as f32,
-            )
-        })
-        .collect();
+    let centers: Vec<(f32, f32)> = (0..60).map(|i| (((i * 331 + field * 97) % N) as f32, ((i * 577 + field * 13) % N) as f32)).collect();
     let a = Array3::from_shape_fn((1, N, N), |(_, y, x)| {
         let (yf, xf) = (y as f32, x as f32);
         let mut v = 400.0 + 0.1 * yf + 0.05 * xf;
@@ -68,12 +61,7 @@ fn dir_size(p: &Path) -> u64 {
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let fields: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(9);
-    let reps: usize = args
-        .next()
-        .map(|a| a.parse())
-        .transpose()?
-        .unwrap_or(3)
-        .max(1);
+    let reps: usize = args.next().map(|a| a.parse()).transpose()?.unwrap_or(3).max(1);
     let images: Vec<Stack> = (0..fields).map(field_image).collect();
     let mb = (fields * N * N * 2) as f64 / 1e6;
     println!(
@@ -81,18 +69,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         rayon::current_num_threads()
     );
     let tmp = tempfile::tempdir()?;
-    for compression in [
-        ZarrCompression::Zstd(1),
-        ZarrCompression::Zstd(3),
-        ZarrCompression::None,
-    ] {
+    for compression in [ZarrCompression::Zstd(1), ZarrCompression::Zstd(3), ZarrCompression::None] {
         for parallel in [false, true] {
             let mut times = Vec::new();
             let mut size = 0;
             for rep in 0..reps {
-                let root = tmp
-                    .path()
-                    .join(format!("{compression:?}-{parallel}-{rep}.zarr"));
+                let root = tmp.path().join(format!("{compression:?}-{parallel}-{rep}.zarr"));
                 let spec = PlateSpec {
                     name: "bench".into(),
                     rows: vec!["A".into()],
@@ -103,13 +85,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     pixel_size_um: Some((0.65, 0.65)),
                     z_step_um: None,
                     dtype: DType::U16,
-                    shape: FieldShape {
-                        t: 1,
-                        c: 1,
-                        z: 1,
-                        y: N,
-                        x: N,
-                    },
+                    shape: FieldShape { t: 1, c: 1, z: 1, y: N, x: N },
                     pyramid_levels: 3,
                     version: NgffVersion::V05,
                     compression,
@@ -118,10 +94,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 let start = Instant::now();
                 let writer = PlateWriter::create(&root, spec)?;
                 if parallel {
-                    images
-                        .par_iter()
-                        .enumerate()
-                        .try_for_each(|(f, img)| writer.write_plane("A01", f, 0, 0, 0, img))?;
+                    images.par_iter().enumerate().try_for_each(|(f, img)| writer.write_plane("A01", f, 0, 0, 0, img))?;
                 } else {
                     for (f, img) in images.iter().enumerate() {
                         writer.write_plane("A01", f, 0, 0, 0, img)?;

@@ -27,82 +27,35 @@ pub enum ZarrError {
 
     /// The well name is not one of the plate's wells.
     #[error("unknown well '{well}' for plate {root} (wells: {known})")]
-    UnknownWell {
-        root: PathBuf,
-        well: String,
-        known: String,
-    },
+    UnknownWell { root: PathBuf, well: String, known: String },
 
     /// Field index beyond `fields_per_well`.
     #[error("well {well}: field {field} out of range (fields_per_well = {fields_per_well}, fields are 0-based)")]
-    FieldOutOfRange {
-        well: String,
-        field: usize,
-        fields_per_well: usize,
-    },
+    FieldOutOfRange { well: String, field: usize, fields_per_well: usize },
 
     /// A t, c or z index beyond the field shape.
     #[error("well {well} field {field}: {axis} = {index} out of range (size {size})")]
-    IndexOutOfRange {
-        well: String,
-        field: usize,
-        axis: char,
-        index: usize,
-        size: usize,
-    },
+    IndexOutOfRange { well: String, field: usize, axis: char, index: usize, size: usize },
 
     /// The plane given to `write_plane` does not have shape `[1, Y, X]`.
-    #[error(
-        "well {well} field {field} (t={t}, c={c}, z={z}): plane shape {got:?}, expected {expected:?} ([1, Y, X])"
-    )]
-    PlaneShape {
-        well: String,
-        field: usize,
-        t: usize,
-        c: usize,
-        z: usize,
-        expected: [usize; 3],
-        got: [usize; 3],
-    },
+    #[error("well {well} field {field} (t={t}, c={c}, z={z}): plane shape {got:?}, expected {expected:?} ([1, Y, X])")]
+    PlaneShape { well: String, field: usize, t: usize, c: usize, z: usize, expected: [usize; 3], got: [usize; 3] },
 
     /// The plane's dtype is not the plate's dtype.
     #[error("well {well} field {field} (t={t}, c={c}, z={z}): plane dtype {got}, plate dtype {expected}")]
-    PlaneDType {
-        well: String,
-        field: usize,
-        t: usize,
-        c: usize,
-        z: usize,
-        expected: DType,
-        got: DType,
-    },
+    PlaneDType { well: String, field: usize, t: usize, c: usize, z: usize, expected: DType, got: DType },
 
     /// `write_field` received the wrong number of stacks.
     #[error("well {well} field {field}: write_field got {got} stacks, expected t*c = {expected} (indexed [t][c])")]
-    FieldStackCount {
-        well: String,
-        field: usize,
-        expected: usize,
-        got: usize,
-    },
+    FieldStackCount { well: String, field: usize, expected: usize, got: usize },
 
     /// A stack given to `write_field` does not have shape `[Z, Y, X]`.
     #[error("well {well} field {field} (t={t}, c={c}): stack shape {got:?}, expected {expected:?} ([Z, Y, X])")]
-    StackShape {
-        well: String,
-        field: usize,
-        t: usize,
-        c: usize,
-        expected: [usize; 3],
-        got: [usize; 3],
-    },
+    StackShape { well: String, field: usize, t: usize, c: usize, expected: [usize; 3], got: [usize; 3] },
 
     /// File system error on a path.
     #[error("{path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    Io { path: PathBuf, source: std::io::Error },
 
     /// Metadata JSON could not be read, parsed or produced.
     #[error("{path}: invalid JSON metadata: {message}")]
@@ -115,16 +68,10 @@ pub enum ZarrError {
 
 impl ZarrError {
     pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> ZarrError {
-        ZarrError::Io {
-            path: path.into(),
-            source,
-        }
+        ZarrError::Io { path: path.into(), source }
     }
 
     pub(crate) fn zarr(path: impl Into<PathBuf>, e: impl std::fmt::Display) -> ZarrError {
-        ZarrError::Zarr {
-            path: path.into(),
-            message: e.to_string(),
-        }
+        ZarrError::Zarr { path: path.into(), message: e.to_string() }
     }
 }

@@ -21,12 +21,7 @@ pub(crate) const HCSFLOW_FORMAT: u64 = 1;
 /// v3: `zarr.json` with `attributes.ome = {version: "0.5", ..ngff}`.
 /// v2: `.zgroup` plus `.zattrs` with `ngff` at the top level; the `plate`,
 /// `well` and `multiscales[]` objects get `version: "0.4"` as NGFF 0.4 requires.
-pub(crate) fn write_group(
-    dir: &Path,
-    version: NgffVersion,
-    ngff: Map<String, Value>,
-    extra: Map<String, Value>,
-) -> Result<(), ZarrError> {
+pub(crate) fn write_group(dir: &Path, version: NgffVersion, ngff: Map<String, Value>, extra: Map<String, Value>) -> Result<(), ZarrError> {
     match version {
         NgffVersion::V05 => {
             let mut attributes = extra;
@@ -63,10 +58,7 @@ pub(crate) fn write_group(
 
 /// Pretty JSON, written atomically.
 pub(crate) fn write_json(path: &Path, doc: &Value) -> Result<(), ZarrError> {
-    let bytes = serde_json::to_vec_pretty(doc).map_err(|e| ZarrError::Json {
-        path: path.to_path_buf(),
-        message: e.to_string(),
-    })?;
+    let bytes = serde_json::to_vec_pretty(doc).map_err(|e| ZarrError::Json { path: path.to_path_buf(), message: e.to_string() })?;
     write_atomic(path, &bytes).map_err(|e| ZarrError::io(path, e))
 }
 
@@ -76,39 +68,26 @@ pub(crate) type GroupAttributes = (NgffVersion, Map<String, Value>);
 /// Reads the group attributes of `dir` (v3 `zarr.json` attributes, else v2
 /// `.zattrs`). `Ok(None)` if neither file exists.
 pub(crate) fn read_group_attributes(dir: &Path) -> Result<Option<GroupAttributes>, ZarrError> {
-    for (file, version) in [
-        ("zarr.json", NgffVersion::V05),
-        (".zattrs", NgffVersion::V04),
-    ] {
+    for (file, version) in [("zarr.json", NgffVersion::V05), (".zattrs", NgffVersion::V04)] {
         let path = dir.join(file);
         let text = match std::fs::read(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
             Err(e) => return Err(ZarrError::io(path, e)),
         };
-        let doc: Value = serde_json::from_slice(&text).map_err(|e| ZarrError::Json {
-            path: path.clone(),
-            message: e.to_string(),
-        })?;
+        let doc: Value = serde_json::from_slice(&text).map_err(|e| ZarrError::Json { path: path.clone(), message: e.to_string() })?;
         let attrs = match version {
             NgffVersion::V05 => doc.get("attributes").cloned().unwrap_or(Value::Null),
             NgffVersion::V04 => doc,
         };
-        return Ok(Some((
-            version,
-            attrs.as_object().cloned().unwrap_or_default(),
-        )));
+        return Ok(Some((version, attrs.as_object().cloned().unwrap_or_default())));
     }
     Ok(None)
 }
 
 /// NGFF `plate` object. `wells` are (row index, column index) of the wells
 /// that have at least one field; `field_count` is the most fields in a well.
-pub(crate) fn plate(
-    spec: &PlateSpec,
-    wells: &[(usize, usize)],
-    field_count: usize,
-) -> Map<String, Value> {
+pub(crate) fn plate(spec: &PlateSpec, wells: &[(usize, usize)], field_count: usize) -> Map<String, Value> {
     let names = |v: &[String]| v.iter().map(|n| json!({"name": n})).collect::<Vec<_>>();
     let wells: Vec<Value> = wells
         .iter()
@@ -136,19 +115,14 @@ pub(crate) fn plate(
 
 /// NGFF `well` object listing the field image paths present.
 pub(crate) fn well(fields: &[usize]) -> Map<String, Value> {
-    let images: Vec<Value> = fields
-        .iter()
-        .map(|f| json!({"path": f.to_string()}))
-        .collect();
+    let images: Vec<Value> = fields.iter().map(|f| json!({"path": f.to_string()})).collect();
     let mut m = Map::new();
     m.insert("well".into(), json!({"images": images}));
     m
 }
 
 /// Default display colours per channel (blue, green, red, magenta, cyan, yellow, grey).
-const COLORS: [&str; 7] = [
-    "0000FF", "00FF00", "FF0000", "FF00FF", "00FFFF", "FFFF00", "FFFFFF",
-];
+const COLORS: [&str; 7] = ["0000FF", "00FF00", "FF0000", "FF00FF", "00FFFF", "FFFF00", "FFFFFF"];
 
 /// `multiscales` and `omero` of one field image.
 ///
@@ -192,11 +166,7 @@ pub(crate) fn image(spec: &PlateSpec, name: &str) -> Map<String, Value> {
         .iter()
         .enumerate()
         .map(|(i, label)| {
-            let color = if spec.channel_names.len() == 1 {
-                "FFFFFF"
-            } else {
-                COLORS[i % COLORS.len()]
-            };
+            let color = if spec.channel_names.len() == 1 { "FFFFFF" } else { COLORS[i % COLORS.len()] };
             json!({
                 "label": label,
                 "color": color,

@@ -9,12 +9,7 @@ use hcsflow_core::Pixel;
 
 /// Sums of 2×2 blocks of `src` (`h × w`, row-major). Returns `(sums, h2, w2)`
 /// with `h2 = ceil(h/2)`, `w2 = ceil(w/2)`.
-fn sum_blocks<S: Copy>(
-    src: &[S],
-    h: usize,
-    w: usize,
-    to: impl Fn(S) -> f64,
-) -> (Vec<f64>, usize, usize) {
+fn sum_blocks<S: Copy>(src: &[S], h: usize, w: usize, to: impl Fn(S) -> f64) -> (Vec<f64>, usize, usize) {
     let (h2, w2) = (h.div_ceil(2), w.div_ceil(2));
     let mut out = vec![0.0f64; h2 * w2];
     for (i, orow) in out.chunks_exact_mut(w2).enumerate() {
@@ -34,12 +29,7 @@ fn sum_blocks<S: Copy>(
 
 /// Levels 1..`levels` of a `h × w` plane, each as a row-major vec with its
 /// `(height, width)`. Level 0 (the plane itself) is not included.
-pub(crate) fn downsample<T: Pixel>(
-    plane: &[T],
-    h: usize,
-    w: usize,
-    levels: usize,
-) -> Vec<(Vec<T>, usize, usize)> {
+pub(crate) fn downsample<T: Pixel>(plane: &[T], h: usize, w: usize, levels: usize) -> Vec<(Vec<T>, usize, usize)> {
     let mut out = Vec::with_capacity(levels.saturating_sub(1));
     if levels < 2 {
         return out;

@@ -192,10 +192,7 @@ pub(crate) struct WellPos {
 pub(crate) fn split_well_name(well: &str) -> Option<(String, u64)> {
     let split = well.find(|ch: char| ch.is_ascii_digit())?;
     let (letters, digits) = well.split_at(split);
-    if letters.is_empty()
-        || !letters.chars().all(|ch| ch.is_ascii_alphabetic())
-        || !digits.chars().all(|ch| ch.is_ascii_digit())
-    {
+    if letters.is_empty() || !letters.chars().all(|ch| ch.is_ascii_alphabetic()) || !digits.chars().all(|ch| ch.is_ascii_digit()) {
         return None;
     }
     Some((letters.to_ascii_uppercase(), digits.parse().ok()?))
@@ -220,14 +217,8 @@ impl PlateSpec {
     /// Finds the grid position of a well name (see the type docs for the forms).
     pub(crate) fn locate(&self, well: &str) -> Option<WellPos> {
         let (letters, number) = split_well_name(well)?;
-        let row = self
-            .rows
-            .iter()
-            .position(|r| r.eq_ignore_ascii_case(&letters))?;
-        let col = self
-            .columns
-            .iter()
-            .position(|c| c.parse::<u64>().ok() == Some(number))?;
+        let row = self.rows.iter().position(|r| r.eq_ignore_ascii_case(&letters))?;
+        let col = self.columns.iter().position(|c| c.parse::<u64>().ok() == Some(number))?;
         Some(WellPos { row, col })
     }
 
@@ -240,9 +231,7 @@ impl PlateSpec {
         for (what, names) in [("row", &self.rows), ("column", &self.columns)] {
             for (i, n) in names.iter().enumerate() {
                 if !path_safe(n) {
-                    return bad(format!(
-                        "{what} name '{n}' must be ASCII letters/digits (it is a path)"
-                    ));
+                    return bad(format!("{what} name '{n}' must be ASCII letters/digits (it is a path)"));
                 }
                 if names[..i].iter().any(|m| m.eq_ignore_ascii_case(n)) {
                     return bad(format!("duplicate {what} name '{n}'"));
@@ -257,11 +246,7 @@ impl PlateSpec {
         for c in &self.columns {
             match c.parse::<u64>() {
                 Ok(n) if n.to_string() == *c => {}
-                _ => {
-                    return bad(format!(
-                        "column name '{c}' must be a number without zero padding (\"1\"..\"24\")"
-                    ))
-                }
+                _ => return bad(format!("column name '{c}' must be a number without zero padding (\"1\"..\"24\")")),
             }
         }
         if self.wells.is_empty() {
@@ -270,10 +255,7 @@ impl PlateSpec {
         let mut seen = Vec::with_capacity(self.wells.len());
         for w in &self.wells {
             let Some(pos) = self.locate(w) else {
-                return bad(format!(
-                    "well '{w}' is not in the plate grid (rows {:?}, columns {:?})",
-                    self.rows, self.columns
-                ));
+                return bad(format!("well '{w}' is not in the plate grid (rows {:?}, columns {:?})", self.rows, self.columns));
             };
             if seen.contains(&pos) {
                 return bad(format!("well '{w}' listed twice"));
@@ -288,23 +270,14 @@ impl PlateSpec {
             return bad(format!("every dimension of shape must be ≥ 1, got {s:?}"));
         }
         if self.channel_names.len() != s.c {
-            return bad(format!(
-                "{} channel names for {} channels",
-                self.channel_names.len(),
-                s.c
-            ));
+            return bad(format!("{} channel names for {} channels", self.channel_names.len(), s.c));
         }
         if self.pyramid_levels == 0 || self.pyramid_levels > 16 {
-            return bad(format!(
-                "pyramid_levels must be 1..=16, got {}",
-                self.pyramid_levels
-            ));
+            return bad(format!("pyramid_levels must be 1..=16, got {}", self.pyramid_levels));
         }
         if let Some((y, x)) = self.pixel_size_um {
             if !(y.is_finite() && y > 0.0 && x.is_finite() && x > 0.0) {
-                return bad(format!(
-                    "pixel_size_um must be finite and > 0, got ({y}, {x})"
-                ));
+                return bad(format!("pixel_size_um must be finite and > 0, got ({y}, {x})"));
             }
         }
         if let Some(z) = self.z_step_um {

@@ -11,9 +11,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use zarrs::storage::{
-    Bytes, OffsetBytesIterator, StorageError, StoreKey, StorePrefix, WritableStorageTraits,
-};
+use zarrs::storage::{Bytes, OffsetBytesIterator, StorageError, StoreKey, StorePrefix, WritableStorageTraits};
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
@@ -22,15 +20,8 @@ static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let parent = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(parent)?;
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let tmp = parent.join(format!(
-        ".{name}.tmp-{}-{}",
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let tmp = parent.join(format!(".{name}.tmp-{}-{}", std::process::id(), TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
     let result = (|| {
         let mut f = std::fs::File::create(&tmp)?;
         f.write_all(bytes)?;
@@ -88,16 +79,9 @@ impl WritableStorageTraits for AtomicFsStore {
         write_atomic(&self.path(key.as_str()), &value).map_err(StorageError::from)
     }
 
-    fn set_partial_many(
-        &self,
-        key: &StoreKey,
-        _offset_values: OffsetBytesIterator,
-    ) -> Result<(), StorageError> {
+    fn set_partial_many(&self, key: &StoreKey, _offset_values: OffsetBytesIterator) -> Result<(), StorageError> {
         // Never needed: chunks are written whole (no sharding).
-        Err(StorageError::Other(format!(
-            "partial writes are not supported by the hcsflow plate store ({})",
-            key.as_str()
-        )))
+        Err(StorageError::Other(format!("partial writes are not supported by the hcsflow plate store ({})", key.as_str())))
     }
 
     fn erase(&self, key: &StoreKey) -> Result<(), StorageError> {

@@ -85,10 +85,7 @@ impl PlateWriter {
                         }
                         _ => "choose a new or empty directory",
                     };
-                    return Err(ZarrError::RootNotEmpty {
-                        root: root.to_path_buf(),
-                        hint: hint.into(),
-                    });
+                    return Err(ZarrError::RootNotEmpty { root: root.to_path_buf(), hint: hint.into() });
                 }
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -112,15 +109,9 @@ impl PlateWriter {
     /// plate; check [`spec`](Self::spec) or use
     /// [`create_or_resume`](Self::create_or_resume) to compare with yours.
     pub fn open_existing(root: &Path) -> Result<PlateWriter, ZarrError> {
-        let not_plate = |reason: &str| ZarrError::NotAPlate {
-            root: root.to_path_buf(),
-            reason: reason.into(),
-        };
-        let (_, attrs) = metadata::read_group_attributes(root)?
-            .ok_or_else(|| not_plate("no zarr.json or .zattrs at the root"))?;
-        let stored = attrs.get(HCSFLOW_KEY).ok_or_else(|| {
-            not_plate("the root has no 'hcsflow' attribute (not written by hcsflow)")
-        })?;
+        let not_plate = |reason: &str| ZarrError::NotAPlate { root: root.to_path_buf(), reason: reason.into() };
+        let (_, attrs) = metadata::read_group_attributes(root)?.ok_or_else(|| not_plate("no zarr.json or .zattrs at the root"))?;
+        let stored = attrs.get(HCSFLOW_KEY).ok_or_else(|| not_plate("the root has no 'hcsflow' attribute (not written by hcsflow)"))?;
         if stored.get("format").and_then(Value::as_u64) != Some(HCSFLOW_FORMAT) {
             return Err(not_plate(&format!(
                 "unsupported hcsflow plate format {:?} (this version writes {HCSFLOW_FORMAT})",
@@ -131,11 +122,8 @@ impl PlateWriter {
             .get("spec")
             .cloned()
             .ok_or_else(|| not_plate("the 'hcsflow' attribute has no spec"))
-            .and_then(|v| {
-                serde_json::from_value(v).map_err(|e| not_plate(&format!("stored spec: {e}")))
-            })?;
-        spec.validate()
-            .map_err(|e| not_plate(&format!("stored spec: {e}")))?;
+            .and_then(|v| serde_json::from_value(v).map_err(|e| not_plate(&format!("stored spec: {e}"))))?;
+        spec.validate().map_err(|e| not_plate(&format!("stored spec: {e}")))?;
         PlateWriter::new(root, spec)
     }
 
@@ -155,10 +143,7 @@ impl PlateWriter {
         // Compared as JSON, the form the stored spec went through, so a float
         // that does not survive a text round trip bit-exactly cannot cause a
         // false mismatch.
-        let json_err = |e: serde_json::Error| ZarrError::Json {
-            path: root.to_path_buf(),
-            message: e.to_string(),
-        };
+        let json_err = |e: serde_json::Error| ZarrError::Json { path: root.to_path_buf(), message: e.to_string() };
         let stored = serde_json::to_value(&writer.spec).map_err(json_err)?;
         let requested = serde_json::to_string(&spec)
             .and_then(|t| serde_json::from_str::<PlateSpec>(&t))
@@ -174,18 +159,10 @@ impl PlateWriter {
             let detail = a
                 .iter()
                 .filter(|(k, v)| b.get(k.as_str()) != Some(v))
-                .map(|(k, v)| {
-                    format!(
-                        "{k}: stored {v}, requested {}",
-                        b.get(k.as_str()).unwrap_or(&Value::Null)
-                    )
-                })
+                .map(|(k, v)| format!("{k}: stored {v}, requested {}", b.get(k.as_str()).unwrap_or(&Value::Null)))
                 .collect::<Vec<_>>()
                 .join("; ");
-            return Err(ZarrError::SpecMismatch {
-                root: root.to_path_buf(),
-                detail,
-            });
+            return Err(ZarrError::SpecMismatch { root: root.to_path_buf(), detail });
         }
         Ok(writer)
     }
@@ -193,9 +170,7 @@ impl PlateWriter {
     fn new(root: &Path, spec: PlateSpec) -> Result<PlateWriter, ZarrError> {
         let mut well_index = HashMap::new();
         for (i, w) in spec.wells.iter().enumerate() {
-            let pos = spec.locate(w).ok_or_else(|| {
-                ZarrError::InvalidSpec(format!("well '{w}' is not in the plate grid"))
-            })?;
+            let pos = spec.locate(w).ok_or_else(|| ZarrError::InvalidSpec(format!("well '{w}' is not in the plate grid")))?;
             well_index.insert(pos, i);
         }
         Ok(PlateWriter {
@@ -222,21 +197,15 @@ impl PlateWriter {
     /// The path of a well inside the plate, e.g. `A/1` for `"A01"`.
     pub fn well_path(&self, well: &str) -> Result<String, ZarrError> {
         let pos = self.locate(well)?;
-        Ok(format!(
-            "{}/{}",
-            self.spec.rows[pos.row], self.spec.columns[pos.col]
-        ))
+        Ok(format!("{}/{}", self.spec.rows[pos.row], self.spec.columns[pos.col]))
     }
 
     fn locate(&self, well: &str) -> Result<WellPos, ZarrError> {
-        self.spec
-            .locate(well)
-            .filter(|p| self.well_index.contains_key(p))
-            .ok_or_else(|| ZarrError::UnknownWell {
-                root: self.root.clone(),
-                well: well.to_string(),
-                known: self.spec.wells.join(", "),
-            })
+        self.spec.locate(well).filter(|p| self.well_index.contains_key(p)).ok_or_else(|| ZarrError::UnknownWell {
+            root: self.root.clone(),
+            well: well.to_string(),
+            known: self.spec.wells.join(", "),
+        })
     }
 
     /// Writes plane `(t, c, z)` of `field` (0-based) of `well`: level 0 and
@@ -246,15 +215,7 @@ impl PlateWriter {
     /// `plane` must be `[1, Y, X]` with the plate's dtype, and with the plate's
     /// Y, X unless the extent is [`FieldExtent::Grow`] (then any Y, X ≥ 1).
     /// Rewriting a plane replaces it. Errors name the well, field and indices.
-    pub fn write_plane(
-        &self,
-        well: &str,
-        field: usize,
-        t: usize,
-        c: usize,
-        z: usize,
-        plane: &Stack,
-    ) -> Result<(), ZarrError> {
+    pub fn write_plane(&self, well: &str, field: usize, t: usize, c: usize, z: usize, plane: &Stack) -> Result<(), ZarrError> {
         let pos = self.check_indices(well, field, t, c, z)?;
         let s = self.spec.shape;
         let [_, py, px] = plane.shape();
@@ -263,31 +224,13 @@ impl PlateWriter {
             FieldExtent::Grow => [1, py.max(1), px.max(1)],
         };
         if plane.dtype() != self.spec.dtype {
-            return Err(ZarrError::PlaneDType {
-                well: well.into(),
-                field,
-                t,
-                c,
-                z,
-                expected: self.spec.dtype,
-                got: plane.dtype(),
-            });
+            return Err(ZarrError::PlaneDType { well: well.into(), field, t, c, z, expected: self.spec.dtype, got: plane.dtype() });
         }
         if plane.shape() != expected {
-            return Err(ZarrError::PlaneShape {
-                well: well.into(),
-                field,
-                t,
-                c,
-                z,
-                expected,
-                got: plane.shape(),
-            });
+            return Err(ZarrError::PlaneShape { well: well.into(), field, t, c, z, expected, got: plane.shape() });
         }
         let levels = self.field_arrays(pos, field, (py, px))?;
-        with_plane(plane, 0, |p| {
-            self.store_plane(&levels, well, field, [t, c, z], (py, px), p)
-        })
+        with_plane(plane, 0, |p| self.store_plane(&levels, well, field, [t, c, z], (py, px), p))
     }
 
     /// Writes a whole field: `data` holds `t * c` stacks indexed `[t][c]`
@@ -298,12 +241,7 @@ impl PlateWriter {
         let s = self.spec.shape;
         let pos = self.check_indices(well, field, 0, 0, 0)?;
         if data.len() != s.t * s.c {
-            return Err(ZarrError::FieldStackCount {
-                well: well.into(),
-                field,
-                expected: s.t * s.c,
-                got: data.len(),
-            });
+            return Err(ZarrError::FieldStackCount { well: well.into(), field, expected: s.t * s.c, got: data.len() });
         }
         let mut extent = (1, 1);
         for (i, stack) in data.iter().enumerate() {
@@ -315,25 +253,10 @@ impl PlateWriter {
             };
             extent = (extent.0.max(sy), extent.1.max(sx));
             if stack.dtype() != self.spec.dtype {
-                return Err(ZarrError::PlaneDType {
-                    well: well.into(),
-                    field,
-                    t,
-                    c,
-                    z: 0,
-                    expected: self.spec.dtype,
-                    got: stack.dtype(),
-                });
+                return Err(ZarrError::PlaneDType { well: well.into(), field, t, c, z: 0, expected: self.spec.dtype, got: stack.dtype() });
             }
             if stack.shape() != expected {
-                return Err(ZarrError::StackShape {
-                    well: well.into(),
-                    field,
-                    t,
-                    c,
-                    expected,
-                    got: stack.shape(),
-                });
+                return Err(ZarrError::StackShape { well: well.into(), field, t, c, expected, got: stack.shape() });
             }
         }
         let levels = self.field_arrays(pos, field, extent)?;
@@ -341,38 +264,19 @@ impl PlateWriter {
             let (i, z) = (k / s.z, k % s.z);
             let (t, c) = (i / s.c, i % s.c);
             let [_, h, w] = data[i].shape();
-            with_plane(&data[i], z, |p| {
-                self.store_plane(&levels, well, field, [t, c, z], (h, w), p)
-            })
+            with_plane(&data[i], z, |p| self.store_plane(&levels, well, field, [t, c, z], (h, w), p))
         })
     }
 
-    fn check_indices(
-        &self,
-        well: &str,
-        field: usize,
-        t: usize,
-        c: usize,
-        z: usize,
-    ) -> Result<WellPos, ZarrError> {
+    fn check_indices(&self, well: &str, field: usize, t: usize, c: usize, z: usize) -> Result<WellPos, ZarrError> {
         let pos = self.locate(well)?;
         if field >= self.spec.fields_per_well {
-            return Err(ZarrError::FieldOutOfRange {
-                well: well.into(),
-                field,
-                fields_per_well: self.spec.fields_per_well,
-            });
+            return Err(ZarrError::FieldOutOfRange { well: well.into(), field, fields_per_well: self.spec.fields_per_well });
         }
         let s = self.spec.shape;
         for (axis, index, size) in [('t', t, s.t), ('c', c, s.c), ('z', z, s.z)] {
             if index >= size {
-                return Err(ZarrError::IndexOutOfRange {
-                    well: well.into(),
-                    field,
-                    axis,
-                    index,
-                    size,
-                });
+                return Err(ZarrError::IndexOutOfRange { well: well.into(), field, axis, index, size });
             }
         }
         Ok(pos)
@@ -389,14 +293,11 @@ impl PlateWriter {
     /// its arrays' metadata are rewritten with the new shape, and the chunks
     /// (whose grid does not depend on the extent) stay valid.
     fn field_arrays(&self, pos: WellPos, field: usize, at_least: (usize, usize)) -> Result<FieldLevels, ZarrError> {
-        let wi = *self
-            .well_index
-            .get(&pos)
-            .ok_or_else(|| ZarrError::UnknownWell {
-                root: self.root.clone(),
-                well: format!("{}{}", self.spec.rows[pos.row], self.spec.columns[pos.col]),
-                known: self.spec.wells.join(", "),
-            })?;
+        let wi = *self.well_index.get(&pos).ok_or_else(|| ZarrError::UnknownWell {
+            root: self.root.clone(),
+            well: format!("{}{}", self.spec.rows[pos.row], self.spec.columns[pos.col]),
+            known: self.spec.wells.join(", "),
+        })?;
         let mut fields = self.fields.lock().unwrap_or_else(|p| p.into_inner());
         let row = &self.spec.rows[pos.row];
         let well_key = format!("{row}/{}", self.spec.columns[pos.col]);
@@ -414,12 +315,7 @@ impl PlateWriter {
             let mut groups = self.groups.lock().unwrap_or_else(|p| p.into_inner());
             for key in [row.clone(), well_key.clone()] {
                 if groups.insert(key.clone()) && !self.group_exists(&key) {
-                    metadata::write_group(
-                        &self.root.join(&key),
-                        self.spec.version,
-                        Map::new(),
-                        Map::new(),
-                    )?;
+                    metadata::write_group(&self.root.join(&key), self.spec.version, Map::new(), Map::new())?;
                 }
             }
         }
@@ -433,12 +329,7 @@ impl PlateWriter {
         };
         let levels = self.level_arrays(&field_key, yx)?;
         let name = format!("{} {} field {}", self.spec.name, self.spec.wells[wi], field);
-        metadata::write_group(
-            &field_dir,
-            self.spec.version,
-            metadata::image(&self.spec, &name),
-            Map::new(),
-        )?;
+        metadata::write_group(&field_dir, self.spec.version, metadata::image(&self.spec, &name), Map::new())?;
         let levels = Arc::new(levels);
         fields.insert((wi, field), Field { levels: levels.clone(), yx });
         Ok(levels)
@@ -447,9 +338,7 @@ impl PlateWriter {
     /// Creates (writes the metadata of) every pyramid level array of the field
     /// at `field_key` with level-0 extent `yx`.
     fn level_arrays(&self, field_key: &str, yx: (usize, usize)) -> Result<Vec<LevelArray>, ZarrError> {
-        (0..self.spec.pyramid_levels)
-            .map(|k| self.create_level_array(&format!("{field_key}/{k}"), k, level_of(yx, k)))
-            .collect()
+        (0..self.spec.pyramid_levels).map(|k| self.create_level_array(&format!("{field_key}/{k}"), k, level_of(yx, k))).collect()
     }
 
     /// Level-0 (y, x) of the field at `field_key` as its array metadata on
@@ -524,17 +413,12 @@ impl PlateWriter {
                 if let ZarrCompression::Zstd(level) = self.spec.compression {
                     builder.bytes_to_bytes_codecs(vec![Arc::new(ZstdCodec::new(level, false))]);
                 }
-                let array = builder
-                    .build(store, &format!("/{key}"))
-                    .map_err(|e| ZarrError::zarr(&dir, e))?;
+                let array = builder.build(store, &format!("/{key}")).map_err(|e| ZarrError::zarr(&dir, e))?;
                 let doc = match array.metadata() {
                     ArrayMetadata::V3(m) => serde_json::to_value(m),
                     ArrayMetadata::V2(m) => serde_json::to_value(m),
                 }
-                .map_err(|e| ZarrError::Json {
-                    path: dir.join("zarr.json"),
-                    message: e.to_string(),
-                })?;
+                .map_err(|e| ZarrError::Json { path: dir.join("zarr.json"), message: e.to_string() })?;
                 metadata::write_json(&dir.join("zarr.json"), &doc)?;
                 Ok(array)
             }
@@ -562,13 +446,9 @@ impl PlateWriter {
                 });
                 let path = dir.join(".zarray");
                 let meta: ArrayMetadataV2 =
-                    serde_json::from_value(doc.clone()).map_err(|e| ZarrError::Json {
-                        path: path.clone(),
-                        message: e.to_string(),
-                    })?;
+                    serde_json::from_value(doc.clone()).map_err(|e| ZarrError::Json { path: path.clone(), message: e.to_string() })?;
                 let array =
-                    Array::new_with_metadata(store, &format!("/{key}"), ArrayMetadata::V2(meta))
-                        .map_err(|e| ZarrError::zarr(&dir, e))?;
+                    Array::new_with_metadata(store, &format!("/{key}"), ArrayMetadata::V2(meta)).map_err(|e| ZarrError::zarr(&dir, e))?;
                 metadata::write_json(&path, &doc)?;
                 Ok(array)
             }
@@ -611,17 +491,13 @@ impl PlateWriter {
     ) -> Result<(), ZarrError> {
         let err = |k: usize, e: zarrs::array::ArrayError| {
             let key = self.well_path(well).unwrap_or_else(|_| well.to_string());
-            ZarrError::zarr(
-                self.root.join(format!("{key}/{field}/{k}")),
-                format!("plane t={t} c={c} z={z}: {e}"),
-            )
+            ZarrError::zarr(self.root.join(format!("{key}/{field}/{k}")), format!("plane t={t} c={c} z={z}: {e}"))
         };
         if let Some(l0) = levels.first() {
             self.store_level(l0, 0, [t, c, z], (h, w), plane).map_err(|e| err(0, e))?;
         }
         for (k, (data, lh, lw)) in downsample(plane, h, w, levels.len()).iter().enumerate() {
-            self.store_level(&levels[k + 1], k + 1, [t, c, z], (*lh, *lw), data)
-                .map_err(|e| err(k + 1, e))?;
+            self.store_level(&levels[k + 1], k + 1, [t, c, z], (*lh, *lw), data).map_err(|e| err(k + 1, e))?;
         }
         Ok(())
     }
@@ -707,9 +583,8 @@ impl PlateWriter {
         for w in &self.spec.wells {
             let pos = self.locate(w)?;
             let key = format!("{}/{}", self.spec.rows[pos.row], self.spec.columns[pos.col]);
-            let exists: Vec<bool> = (0..self.spec.fields_per_well)
-                .map(|f| self.root.join(format!("{key}/{f}/{image_file}")).exists())
-                .collect();
+            let exists: Vec<bool> =
+                (0..self.spec.fields_per_well).map(|f| self.root.join(format!("{key}/{f}/{image_file}")).exists()).collect();
             if !exists.contains(&true) {
                 continue;
             }
@@ -738,41 +613,23 @@ impl PlateWriter {
                 }
             }
             field_count = field_count.max(fields.len());
-            metadata::write_group(
-                &self.root.join(&key),
-                self.spec.version,
-                metadata::well(&fields),
-                Map::new(),
-            )?;
+            metadata::write_group(&self.root.join(&key), self.spec.version, metadata::well(&fields), Map::new())?;
             present.push((pos.row, pos.col));
         }
         // Rows are groups too; make sure each present row has its group file.
         for &(r, _) in &present {
             let row = &self.spec.rows[r];
             if !self.group_exists(row) {
-                metadata::write_group(
-                    &self.root.join(row),
-                    self.spec.version,
-                    Map::new(),
-                    Map::new(),
-                )?;
+                metadata::write_group(&self.root.join(row), self.spec.version, Map::new(), Map::new())?;
             }
         }
-        let (_, attrs) =
-            metadata::read_group_attributes(&self.root)?.ok_or_else(|| ZarrError::NotAPlate {
-                root: self.root.clone(),
-                reason: "the root group metadata disappeared".into(),
-            })?;
+        let (_, attrs) = metadata::read_group_attributes(&self.root)?
+            .ok_or_else(|| ZarrError::NotAPlate { root: self.root.clone(), reason: "the root group metadata disappeared".into() })?;
         let mut extra = Map::new();
         if let Some(h) = attrs.get(HCSFLOW_KEY) {
             extra.insert(HCSFLOW_KEY.into(), h.clone());
         }
-        metadata::write_group(
-            &self.root,
-            self.spec.version,
-            metadata::plate(&self.spec, &present, field_count),
-            extra,
-        )?;
+        metadata::write_group(&self.root, self.spec.version, metadata::plate(&self.spec, &present, field_count), extra)?;
         Ok(())
     }
 }
@@ -787,11 +644,7 @@ fn with_plane<R>(stack: &Stack, z: usize, f: impl FnOnce(PlaneRef<'_>) -> R) -> 
             match $a.as_slice() {
                 Some(s) => f(PlaneRef::$v(&s[z * n..(z + 1) * n])),
                 None => {
-                    let owned = $a
-                        .index_axis(ndarray::Axis(0), z)
-                        .iter()
-                        .copied()
-                        .collect::<Vec<_>>();
+                    let owned = $a.index_axis(ndarray::Axis(0), z).iter().copied().collect::<Vec<_>>();
                     f(PlaneRef::$v(&owned))
                 }
             }

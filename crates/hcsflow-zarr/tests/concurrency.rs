@@ -40,9 +40,7 @@ fn concurrent_write_plane_from_threads() {
                 std::thread::spawn(move || {
                     for (well, field, t, c, z) in jobs.iter().skip(k).step_by(4) {
                         let plane = stack(&spec, seed(well, *field), *t, *c).plane(*z);
-                        writer
-                            .write_plane(well, *field, *t, *c, *z, &plane)
-                            .unwrap();
+                        writer.write_plane(well, *field, *t, *c, *z, &plane).unwrap();
                     }
                 })
             })
@@ -58,16 +56,9 @@ fn concurrent_write_plane_from_threads() {
                 for c in 0..s.c {
                     let want = stack(&spec, seed(well, field), 0, c);
                     for z in 0..s.z {
-                        let got: Vec<u16> =
-                            a.retrieve_chunk(&[0, c as u64, z as u64, 0, 0]).unwrap();
-                        let Stack::U16(p) = want.plane(z) else {
-                            panic!()
-                        };
-                        assert_eq!(
-                            got,
-                            p.into_raw_vec_and_offset().0,
-                            "{path}/{field} c{c} z{z}"
-                        );
+                        let got: Vec<u16> = a.retrieve_chunk(&[0, c as u64, z as u64, 0, 0]).unwrap();
+                        let Stack::U16(p) = want.plane(z) else { panic!() };
+                        assert_eq!(got, p.into_raw_vec_and_offset().0, "{path}/{field} c{c} z{z}");
                     }
                 }
             }
@@ -89,26 +80,15 @@ fn partial_plate_then_finish() {
         // Mid-run metadata: the plate is readable with what exists so far.
         writer.update_metadata().unwrap();
         let plate = ngff_attrs(&root, "", version);
-        assert_eq!(
-            plate["plate"]["wells"],
-            json!([{"path": "B/2", "rowIndex": 1, "columnIndex": 1}])
-        );
+        assert_eq!(plate["plate"]["wells"], json!([{"path": "B/2", "rowIndex": 1, "columnIndex": 1}]));
         writer.finish().unwrap();
 
         let plate = ngff_attrs(&root, "", version);
-        assert_eq!(
-            plate["plate"]["wells"],
-            json!([{"path": "B/2", "rowIndex": 1, "columnIndex": 1}])
-        );
+        assert_eq!(plate["plate"]["wells"], json!([{"path": "B/2", "rowIndex": 1, "columnIndex": 1}]));
         assert_eq!(plate["plate"]["field_count"], 2);
         // Field 0 was never written: present, empty.
-        assert_eq!(
-            ngff_attrs(&root, "B/2", version)["well"]["images"],
-            json!([{"path": "0"}, {"path": "1"}])
-        );
-        let empty: Vec<u16> = open_array(&root, "/B/2/0/0")
-            .retrieve_chunk(&[0, 1, 2, 0, 0])
-            .unwrap();
+        assert_eq!(ngff_attrs(&root, "B/2", version)["well"]["images"], json!([{"path": "0"}, {"path": "1"}]));
+        let empty: Vec<u16> = open_array(&root, "/B/2/0/0").retrieve_chunk(&[0, 1, 2, 0, 0]).unwrap();
         assert!(empty.iter().all(|&v| v == 0));
         assert!(!root.join("A").exists(), "nothing written for well A01");
 
@@ -135,9 +115,7 @@ fn resume_after_interrupted_run() {
         let spec = small_spec(version);
         {
             let writer = PlateWriter::create(&root, spec.clone()).unwrap();
-            writer
-                .write_field("A01", 0, &field_data(&spec, seed("A01", 0)))
-                .unwrap();
+            writer.write_field("A01", 0, &field_data(&spec, seed("A01", 0))).unwrap();
             // Dropped: no finish, as after a kill.
         }
         // create refuses, and says to resume.
@@ -148,20 +126,14 @@ fn resume_after_interrupted_run() {
             other => panic!("expected RootNotEmpty, got {other:?}"),
         }
         // What a kill during a chunk write leaves: a temporary file beside the chunks.
-        let stale = if version == NgffVersion::V05 {
-            "A/1/0/0/c/0/0/0/0/.0.tmp-4242-7"
-        } else {
-            "A/1/0/0/0/0/0/0/.0.tmp-4242-7"
-        };
+        let stale = if version == NgffVersion::V05 { "A/1/0/0/c/0/0/0/0/.0.tmp-4242-7" } else { "A/1/0/0/0/0/0/0/.0.tmp-4242-7" };
         std::fs::write(root.join(stale), b"half a chunk").unwrap();
         let writer = PlateWriter::open_existing(&root).unwrap();
         assert_eq!(writer.spec(), &spec);
         for well in &spec.wells {
             for field in 0..spec.fields_per_well {
                 if (well.as_str(), field) != ("A01", 0) {
-                    writer
-                        .write_field(well, field, &field_data(&spec, seed(well, field)))
-                        .unwrap();
+                    writer.write_field(well, field, &field_data(&spec, seed(well, field))).unwrap();
                 }
             }
         }
@@ -171,15 +143,11 @@ fn resume_after_interrupted_run() {
         let w = PlateWriter::create(&reference, spec.clone()).unwrap();
         for well in &spec.wells {
             for field in 0..spec.fields_per_well {
-                w.write_field(well, field, &field_data(&spec, seed(well, field)))
-                    .unwrap();
+                w.write_field(well, field, &field_data(&spec, seed(well, field))).unwrap();
             }
         }
         w.finish().unwrap();
-        assert!(
-            !root.join(stale).exists(),
-            "finish removes stale temporary files"
-        );
+        assert!(!root.join(stale).exists(), "finish removes stale temporary files");
         assert_eq!(tree(&root), tree(&reference));
 
         // create_or_resume: same spec resumes, another spec is refused.
@@ -188,11 +156,7 @@ fn resume_after_interrupted_run() {
         other.channel_names[1] = "RFP".into();
         let e = PlateWriter::create_or_resume(&root, other).unwrap_err();
         assert!(matches!(e, ZarrError::SpecMismatch { .. }), "{e:?}");
-        assert!(
-            e.to_string()
-                .contains(r#"channel_names: stored ["DAPI","GFP"], requested ["DAPI","RFP"]"#),
-            "{e}"
-        );
+        assert!(e.to_string().contains(r#"channel_names: stored ["DAPI","GFP"], requested ["DAPI","RFP"]"#), "{e}");
         // Finishing twice is harmless.
         PlateWriter::open_existing(&root).unwrap().finish().unwrap();
         assert_eq!(tree(&root), tree(&reference));

@@ -74,7 +74,8 @@ fn wells_of_different_sizes_share_the_largest_extent_padded_with_zeros() {
                 assert_eq!(arr.shape(), &[1, 2, 1, ly as u64, lx as u64], "{version} {well} level {k}");
                 let chunk = arr.chunk_grid_shape();
                 assert_eq!(&chunk[3..], &[ly.div_ceil(16usize.div_ceil(1 << k)) as u64, lx.div_ceil(12usize.div_ceil(1 << k)) as u64]);
-                let subset = zarrs::array::ArraySubset::new_with_ranges(&[0..1, *c as u64..*c as u64 + 1, 0..1, 0..ly as u64, 0..lx as u64]);
+                let subset =
+                    zarrs::array::ArraySubset::new_with_ranges(&[0..1, *c as u64..*c as u64 + 1, 0..1, 0..ly as u64, 0..lx as u64]);
                 let got: Vec<u16> = arr.retrieve_array_subset(&subset).unwrap();
                 assert_eq!(got, expected_level(p, k, (ly, lx)), "{version} {well} c{c} level {k}");
             }

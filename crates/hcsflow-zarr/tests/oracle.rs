@@ -93,16 +93,8 @@ fn write_expected(dir: &Path, spec: &PlateSpec, present: &[Present]) {
         "levels": levels,
         "wells": present.iter().map(|(_, path, fields, _)| json!({"path": path, "fields": fields})).collect::<Vec<_>>(),
     });
-    std::fs::write(
-        dir.join("expected.json"),
-        serde_json::to_vec_pretty(&doc).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(
-        spec.dtype,
-        DType::U16,
-        "expected pixels are written for u16 plates"
-    );
+    std::fs::write(dir.join("expected.json"), serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+    assert_eq!(spec.dtype, DType::U16, "expected pixels are written for u16 plates");
     for (well, path, fields, empty) in present {
         let (row, col) = path.split_once('/').unwrap();
         for &field in fields {
@@ -112,15 +104,10 @@ fn write_expected(dir: &Path, spec: &PlateSpec, present: &[Present]) {
                     for c in 0..s.c {
                         let st = stack(spec, seed(well, field), t, c);
                         for z in 0..s.z {
-                            let plane: Vec<f64> =
-                                st.plane(z).to_f32().iter().map(|&v| v as f64).collect();
+                            let plane: Vec<f64> = st.plane(z).to_f32().iter().map(|&v| v as f64).collect();
                             let (lvl, _, _) = reference_level(&plane, s.y, s.x, k);
                             for v in lvl {
-                                let v = if empty.contains(&field) {
-                                    0
-                                } else {
-                                    v.round_ties_even() as u16
-                                };
+                                let v = if empty.contains(&field) { 0 } else { v.round_ties_even() as u16 };
                                 bytes.extend_from_slice(&v.to_le_bytes());
                             }
                         }
@@ -133,19 +120,9 @@ fn write_expected(dir: &Path, spec: &PlateSpec, present: &[Present]) {
 }
 
 fn run_oracle(root: &Path, expected: &Path) -> String {
-    let out = Command::new("python3")
-        .arg(script())
-        .arg(root)
-        .arg(expected)
-        .output()
-        .expect("run python3");
+    let out = Command::new("python3").arg(script()).arg(root).arg(expected).output().expect("run python3");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(
-        out.status.success(),
-        "oracle failed for {}:\n{stdout}\n{}",
-        root.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "oracle failed for {}:\n{stdout}\n{}", root.display(), String::from_utf8_lossy(&out.stderr));
     println!("{stdout}");
     let stderr = String::from_utf8_lossy(&out.stderr);
     if !stderr.trim().is_empty() {
@@ -166,16 +143,11 @@ fn zarr_python_and_ome_zarr_read_every_field() {
         let writer = PlateWriter::create(&root, spec.clone()).unwrap();
         for well in &spec.wells {
             for field in 0..spec.fields_per_well {
-                writer
-                    .write_field(well, field, &field_data(&spec, seed(well, field)))
-                    .unwrap();
+                writer.write_field(well, field, &field_data(&spec, seed(well, field))).unwrap();
             }
         }
         writer.finish().unwrap();
-        let present = [
-            ("A01", "A/1", vec![0, 1], vec![]),
-            ("B02", "B/2", vec![0, 1], vec![]),
-        ];
+        let present = [("A01", "A/1", vec![0, 1], vec![]), ("B02", "B/2", vec![0, 1], vec![])];
         write_expected(&dir.path().join("expected"), &spec, &present);
         let report = run_oracle(&root, &dir.path().join("expected"));
         assert!(report.contains("ORACLE OK"), "{report}");
@@ -197,19 +169,12 @@ fn oracle_reads_a_partial_plate() {
         spec.wells.push("A03".into());
         let writer = PlateWriter::create(&root, spec.clone()).unwrap();
         for field in 0..2 {
-            writer
-                .write_field("A01", field, &field_data(&spec, seed("A01", field)))
-                .unwrap();
+            writer.write_field("A01", field, &field_data(&spec, seed("A01", field))).unwrap();
         }
-        writer
-            .write_field("B02", 1, &field_data(&spec, seed("B02", 1)))
-            .unwrap();
+        writer.write_field("B02", 1, &field_data(&spec, seed("B02", 1))).unwrap();
         writer.finish().unwrap();
         // B02 field 0 was never written: listed, empty. A03: absent.
-        let present = [
-            ("A01", "A/1", vec![0, 1], vec![]),
-            ("B02", "B/2", vec![0, 1], vec![0]),
-        ];
+        let present = [("A01", "A/1", vec![0, 1], vec![]), ("B02", "B/2", vec![0, 1], vec![0])];
         write_expected(&dir.path().join("expected"), &spec, &present);
         let report = run_oracle(&root, &dir.path().join("expected"));
         assert!(report.contains("ORACLE OK: NGFF"), "{report}");

@@ -13,9 +13,7 @@ fn write_plate(root: &std::path::Path, spec: &PlateSpec) {
     let writer = PlateWriter::create(root, spec.clone()).expect("create");
     for well in &spec.wells {
         for field in 0..spec.fields_per_well {
-            writer
-                .write_field(well, field, &field_data(spec, seed(well, field)))
-                .expect("write_field");
+            writer.write_field(well, field, &field_data(spec, seed(well, field))).expect("write_field");
         }
     }
     let out = writer.finish().expect("finish");
@@ -23,21 +21,12 @@ fn write_plate(root: &std::path::Path, spec: &PlateSpec) {
 }
 
 /// Level-0 planes equal what was written; level k equals the rounded block mean.
-fn check_pixels(
-    root: &std::path::Path,
-    spec: &PlateSpec,
-    well_path: &str,
-    well: &str,
-    field: usize,
-) {
+fn check_pixels(root: &std::path::Path, spec: &PlateSpec, well_path: &str, well: &str, field: usize) {
     let s = spec.shape;
     for k in 0..spec.pyramid_levels {
         let array = open_array(root, &format!("/{well_path}/{field}/{k}"));
         let (ly, lx) = spec.level_yx(k);
-        assert_eq!(
-            array.shape(),
-            &[s.t as u64, s.c as u64, s.z as u64, ly as u64, lx as u64]
-        );
+        assert_eq!(array.shape(), &[s.t as u64, s.c as u64, s.z as u64, ly as u64, lx as u64]);
         for t in 0..s.t {
             for c in 0..s.c {
                 let written = stack(spec, seed(well, field), t, c);
@@ -51,18 +40,9 @@ fn check_pixels(
                         DType::U16 => {
                             let got: Vec<u16> = array.retrieve_chunk(&idx).expect("chunk");
                             if k == 0 {
-                                assert_eq!(
-                                    Stack::U16(
-                                        ndarray::Array3::from_shape_vec((1, s.y, s.x), got)
-                                            .unwrap()
-                                    ),
-                                    plane
-                                );
+                                assert_eq!(Stack::U16(ndarray::Array3::from_shape_vec((1, s.y, s.x), got).unwrap()), plane);
                             } else {
-                                let exp: Vec<u16> = expected
-                                    .iter()
-                                    .map(|v| v.round_ties_even() as u16)
-                                    .collect();
+                                let exp: Vec<u16> = expected.iter().map(|v| v.round_ties_even() as u16).collect();
                                 assert_eq!(got, exp, "{well_path}/{field}/{k} t{t} c{c} z{z}");
                             }
                         }
@@ -74,8 +54,7 @@ fn check_pixels(
                         }
                         DType::U8 => {
                             let got: Vec<u8> = array.retrieve_chunk(&idx).expect("chunk");
-                            let exp: Vec<u8> =
-                                expected.iter().map(|v| v.round_ties_even() as u8).collect();
+                            let exp: Vec<u8> = expected.iter().map(|v| v.round_ties_even() as u8).collect();
                             assert_eq!(got, exp);
                         }
                     }
@@ -91,10 +70,7 @@ fn check_metadata(root: &std::path::Path, spec: &PlateSpec, version: NgffVersion
     let plate = &plate_attrs["plate"];
     assert_eq!(plate["name"], "test-plate");
     assert_eq!(plate["rows"], json!([{"name": "A"}, {"name": "B"}]));
-    assert_eq!(
-        plate["columns"],
-        json!([{"name": "1"}, {"name": "2"}, {"name": "3"}])
-    );
+    assert_eq!(plate["columns"], json!([{"name": "1"}, {"name": "2"}, {"name": "3"}]));
     assert_eq!(
         plate["wells"],
         json!([
@@ -103,20 +79,12 @@ fn check_metadata(root: &std::path::Path, spec: &PlateSpec, version: NgffVersion
         ])
     );
     assert_eq!(plate["field_count"], 2);
-    assert_eq!(
-        plate.get("version").is_some(),
-        v04,
-        "plate.version only in 0.4"
-    );
+    assert_eq!(plate.get("version").is_some(), v04, "plate.version only in 0.4");
     if v04 {
         assert_eq!(plate["version"], "0.4");
     }
     // The spec is stored for resume.
-    let raw_root = if v04 {
-        read_json(&root.join(".zattrs"))
-    } else {
-        read_json(&root.join("zarr.json"))["attributes"].clone()
-    };
+    let raw_root = if v04 { read_json(&root.join(".zattrs")) } else { read_json(&root.join("zarr.json"))["attributes"].clone() };
     assert_eq!(raw_root["hcsflow"]["format"], 1);
 
     for well in ["A/1", "B/2"] {
@@ -124,11 +92,7 @@ fn check_metadata(root: &std::path::Path, spec: &PlateSpec, version: NgffVersion
         assert_eq!(w["well"]["images"], json!([{"path": "0"}, {"path": "1"}]));
         // Row groups exist too.
         let row = &well[..1];
-        let row_group = if v04 {
-            root.join(row).join(".zgroup")
-        } else {
-            root.join(row).join("zarr.json")
-        };
+        let row_group = if v04 { root.join(row).join(".zgroup") } else { root.join(row).join("zarr.json") };
         assert!(row_group.exists(), "{}", row_group.display());
         for field in ["0", "1"] {
             let img = ngff_attrs(root, &format!("{well}/{field}"), version);
@@ -146,25 +110,11 @@ fn check_metadata(root: &std::path::Path, spec: &PlateSpec, version: NgffVersion
             );
             assert_eq!(ms["datasets"].as_array().map(Vec::len), Some(2));
             assert_eq!(ms["datasets"][0]["path"], "0");
-            assert_eq!(
-                ms["datasets"][0]["coordinateTransformations"],
-                json!([{"type": "scale", "scale": [1.0, 1.0, 2.0, 0.65, 0.5]}])
-            );
-            assert_eq!(
-                ms["datasets"][1]["coordinateTransformations"],
-                json!([{"type": "scale", "scale": [1.0, 1.0, 2.0, 1.3, 1.0]}])
-            );
-            let labels: Vec<_> = img["omero"]["channels"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|c| c["label"].clone())
-                .collect();
+            assert_eq!(ms["datasets"][0]["coordinateTransformations"], json!([{"type": "scale", "scale": [1.0, 1.0, 2.0, 0.65, 0.5]}]));
+            assert_eq!(ms["datasets"][1]["coordinateTransformations"], json!([{"type": "scale", "scale": [1.0, 1.0, 2.0, 1.3, 1.0]}]));
+            let labels: Vec<_> = img["omero"]["channels"].as_array().unwrap().iter().map(|c| c["label"].clone()).collect();
             assert_eq!(labels, vec![json!("DAPI"), json!("GFP")]);
-            assert_eq!(
-                img["omero"]["channels"][0]["window"],
-                json!({"min": 0.0, "max": 65535.0, "start": 0.0, "end": 65535.0})
-            );
+            assert_eq!(img["omero"]["channels"][0]["window"], json!({"min": 0.0, "max": 65535.0, "start": 0.0, "end": 65535.0}));
         }
     }
 
@@ -177,31 +127,17 @@ fn check_metadata(root: &std::path::Path, spec: &PlateSpec, version: NgffVersion
         assert_eq!(z["dtype"], "<u2");
         assert_eq!(z["dimension_separator"], "/");
         assert_eq!(z["compressor"]["id"], "zstd");
-        assert!(
-            root.join("A/1/0/0/0/1/2/0/0").exists(),
-            "v2 chunk key with / separator"
-        );
+        assert!(root.join("A/1/0/0/0/1/2/0/0").exists(), "v2 chunk key with / separator");
     } else {
         let z = read_json(&dir.join("zarr.json"));
         assert_eq!(z["node_type"], "array");
         assert_eq!(z["shape"], json!([1, 2, 3, 32, 24]));
-        assert_eq!(
-            z["chunk_grid"]["configuration"]["chunk_shape"],
-            json!([1, 1, 1, 32, 24])
-        );
+        assert_eq!(z["chunk_grid"]["configuration"]["chunk_shape"], json!([1, 1, 1, 32, 24]));
         assert_eq!(z["data_type"], "uint16");
         assert_eq!(z["dimension_names"], json!(["t", "c", "z", "y", "x"]));
-        let codecs: Vec<_> = z["codecs"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["name"].clone())
-            .collect();
+        let codecs: Vec<_> = z["codecs"].as_array().unwrap().iter().map(|c| c["name"].clone()).collect();
         assert_eq!(codecs, vec![json!("bytes"), json!("zstd")]);
-        assert!(
-            root.join("A/1/0/0/c/0/1/2/0/0").exists(),
-            "v3 default chunk key"
-        );
+        assert!(root.join("A/1/0/0/c/0/1/2/0/0").exists(), "v3 default chunk key");
     }
     let _ = spec;
 }
@@ -220,10 +156,7 @@ fn small_plate_round_trips_in_both_versions() {
         }
         check_metadata(&root, &spec, version);
         // No temporary files left behind.
-        let leftovers: Vec<_> = walk(&root)
-            .into_iter()
-            .filter(|p| p.to_string_lossy().contains(".tmp-"))
-            .collect();
+        let leftovers: Vec<_> = walk(&root).into_iter().filter(|p| p.to_string_lossy().contains(".tmp-")).collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 }
@@ -244,11 +177,7 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 /// Odd sizes (partial edge blocks), 3 levels, u8 and f32, no compression.
 #[test]
 fn odd_sizes_other_dtypes_uncompressed() {
-    for (version, dtype) in [
-        (NgffVersion::V05, DType::U8),
-        (NgffVersion::V04, DType::F32),
-        (NgffVersion::V05, DType::F32),
-    ] {
+    for (version, dtype) in [(NgffVersion::V05, DType::U8), (NgffVersion::V04, DType::F32), (NgffVersion::V05, DType::F32)] {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("odd.zarr");
         let spec = PlateSpec {
@@ -261,13 +190,7 @@ fn odd_sizes_other_dtypes_uncompressed() {
             pixel_size_um: None,
             z_step_um: None,
             dtype,
-            shape: FieldShape {
-                t: 2,
-                c: 1,
-                z: 1,
-                y: 33,
-                x: 17,
-            },
+            shape: FieldShape { t: 2, c: 1, z: 1, y: 33, x: 17 },
             pyramid_levels: 3,
             version,
             compression: ZarrCompression::None,
@@ -277,15 +200,8 @@ fn odd_sizes_other_dtypes_uncompressed() {
         check_pixels(&root, &spec, "A/12", "a12", 0);
         let img = ngff_attrs(&root, "A/12/0", version);
         let ms = &img["multiscales"][0];
-        assert_eq!(
-            ms["axes"][3],
-            json!({"name": "y", "type": "space"}),
-            "no unit when the pixel size is unknown"
-        );
-        assert_eq!(
-            ms["datasets"][2]["coordinateTransformations"][0]["scale"],
-            json!([1.0, 1.0, 1.0, 4.0, 4.0])
-        );
+        assert_eq!(ms["axes"][3], json!({"name": "y", "type": "space"}), "no unit when the pixel size is unknown");
+        assert_eq!(ms["datasets"][2]["coordinateTransformations"][0]["scale"], json!([1.0, 1.0, 1.0, 4.0, 4.0]));
         let a = open_array(&root, "/A/12/0/2");
         assert_eq!(a.shape(), &[2, 1, 1, 9, 5]);
     }

@@ -9,11 +9,7 @@ use serde_json::Value;
 /// Runs the `hcsflow` binary of this build. The software-GPU allowance is
 /// removed from the environment so that a test only gets it by asking.
 pub fn hcsflow(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_hcsflow"))
-        .args(args)
-        .env_remove("HCSFLOW_ALLOW_SOFTWARE_GPU")
-        .output()
-        .expect("run hcsflow")
+    Command::new(env!("CARGO_BIN_EXE_hcsflow")).args(args).env_remove("HCSFLOW_ALLOW_SOFTWARE_GPU").output().expect("run hcsflow")
 }
 
 pub fn stderr(o: &Output) -> String {
@@ -59,4 +55,3 @@ pub fn intervals(events: &[Value]) -> Vec<Interval> {
 pub fn within(inner: &Interval, outer: &Interval) -> bool {
     outer.start <= inner.start && inner.end <= outer.end
 }
-

@@ -238,11 +238,14 @@ pub fn assemble_chunked(tiles: &WgpuArray, positions: &[(f64, f64)], blend: Blen
     }
     let per_word = if dtype == DType::F32 { 1 } else { 4 / dtype.size_bytes() };
     let chunk_words = (chunk_pixels / per_word).max(1);
-    let (kind, mode) = (kind_of(dtype), match blend {
-        Blend::Linear => 0u32,
-        Blend::None => 1,
-        Blend::Max => 2,
-    });
+    let (kind, mode) = (
+        kind_of(dtype),
+        match blend {
+            Blend::Linear => 0u32,
+            Blend::None => 1,
+            Blend::Max => 2,
+        },
+    );
     let client = ctx.client();
     let mut start = 0;
     while start < words {
@@ -314,7 +317,8 @@ pub(super) fn assemble_call(array: Array, args: &Args, ctx: &mut CallContext) ->
         Some(table) => positions_from_table(table, n, &ctx.stack)?,
         None => {
             // Registration runs on the host, exactly as the host `assemble` does it.
-            let tiles = download(input).map_err(|e| fail(e.to_string()))?.into_stack().map_err(|_| fail("the tiles are not a stack".into()))?;
+            let tiles =
+                download(input).map_err(|e| fail(e.to_string()))?.into_stack().map_err(|_| fail("the tiles are not a stack".into()))?;
             hcsflow_stitch::register_for_assembly(&tiles, args, ctx)?
         }
     };

@@ -174,7 +174,14 @@ fn launch_unpack(ctx: &crate::GpuContext, input: &WgpuArray, out: &Handle, total
 
 /// Separable correlation of every plane of `src` (f32, `planes × h × w`).
 /// `dims` = (planes, h, w).
-fn separable(name: &str, ctx: &crate::GpuContext, src: &Handle, dims: (usize, usize, usize), ky: &Kernel1d, kx: &Kernel1d) -> Result<Handle, FunctionError> {
+fn separable(
+    name: &str,
+    ctx: &crate::GpuContext,
+    src: &Handle,
+    dims: (usize, usize, usize),
+    ky: &Kernel1d,
+    kx: &Kernel1d,
+) -> Result<Handle, FunctionError> {
     let (planes, h, w) = dims;
     let total = planes * h * w;
     let client = ctx.client();
@@ -277,7 +284,17 @@ pub(super) fn composite(array: Array, args: &Args) -> Result<Array, FunctionErro
 
 /// apply_mask on packed u8/u16 words: lanes whose mask lane is 0 get `fill`.
 #[cube(launch)]
-fn mask_packed(input: &[u32], output: &mut [u32], total_words: u32, plane_words: u32, mask_plane: u32, lanes: u32, bits: u32, lane_mask: u32, fill: u32) {
+fn mask_packed(
+    input: &[u32],
+    output: &mut [u32],
+    total_words: u32,
+    plane_words: u32,
+    mask_plane: u32,
+    lanes: u32,
+    bits: u32,
+    lane_mask: u32,
+    fill: u32,
+) {
     let i = ABSOLUTE_POS;
     if i < total_words as usize {
         let pw = plane_words as usize;

@@ -55,17 +55,7 @@ pub(super) fn load_pixel(input: &[u32], z: u32, plane_words: u32, p: u32, #[comp
 
 /// Vertical Gaussian pass of plane `z` into `tmp` (one value per pixel).
 #[cube(launch)]
-fn vblur(
-    input: &[u32],
-    tmp: &mut [f32],
-    weights: &[f32],
-    z: u32,
-    h: u32,
-    w: u32,
-    plane_words: u32,
-    radius: u32,
-    #[comptime] kind: u32,
-) {
+fn vblur(input: &[u32], tmp: &mut [f32], weights: &[f32], z: u32, h: u32, w: u32, plane_words: u32, radius: u32, #[comptime] kind: u32) {
     let i = ABSOLUTE_POS as u32;
     if i < h * w {
         let y = i / w;
@@ -202,15 +192,7 @@ fn finish_weighted(num: &[f32], den: &[f32], sum: &[f32], out: &mut [f32], pixel
 // CubeCL kernels take the plain arithmetic, not div_ceil.
 #[allow(clippy::manual_div_ceil)]
 #[cube(launch)]
-fn gather(
-    input: &[u32],
-    depth: &[u32],
-    out: &mut [u32],
-    depth_out: &mut [u32],
-    pixels: u32,
-    plane_words: u32,
-    #[comptime] kind: u32,
-) {
+fn gather(input: &[u32], depth: &[u32], out: &mut [u32], depth_out: &mut [u32], pixels: u32, plane_words: u32, #[comptime] kind: u32) {
     let wi = ABSOLUTE_POS as u32;
     let out_words = plane_words;
     if wi < out_words {
@@ -250,7 +232,6 @@ fn gather(
         depth_out[wi as usize] = dw;
     }
 }
-
 
 fn too_large(what: &str) -> FunctionError {
     FunctionError::failed(NAME, format!("{what} too large for GPU indexing"))

@@ -6,9 +6,9 @@
 //! tests compare them on lavapipe. One file per family of functions.
 
 mod assemble;
-mod focus;
 mod equalize;
 mod filters;
+mod focus;
 mod normalize;
 mod projection;
 
@@ -126,7 +126,8 @@ pub fn register(registry: &mut Registry, conversions: &mut Conversions) {
         .map(|(name, kernel)| (name, Implementation::array(MemoryType::Wgpu, MemoryType::Wgpu, Arc::new(kernel))))
         .collect();
     // Reads the `positions` artifact from the call context.
-    implementations.push(("assemble", Implementation::array_in_context(MemoryType::Wgpu, MemoryType::Wgpu, Arc::new(assemble::assemble_call))));
+    implementations
+        .push(("assemble", Implementation::array_in_context(MemoryType::Wgpu, MemoryType::Wgpu, Arc::new(assemble::assemble_call))));
     for (name, implementation) in implementations {
         if !registry.add_implementation(name, implementation) {
             tracing::warn!(function = name, "no host declaration for this GPU kernel; not registered");

@@ -26,7 +26,15 @@ const SLOTS: usize = 4;
 
 /// Counts packed u8/u16 values (storage `kind` 0/1) into `hist[plane · hist_stride + v]`.
 #[cube(launch)]
-pub(super) fn histogram_packed(input: &[u32], hist: &mut [Atomic<u32>], total_words: u32, plane_words: u32, pixels: u32, hist_stride: u32, #[comptime] kind: u32) {
+pub(super) fn histogram_packed(
+    input: &[u32],
+    hist: &mut [Atomic<u32>],
+    total_words: u32,
+    plane_words: u32,
+    pixels: u32,
+    hist_stride: u32,
+    #[comptime] kind: u32,
+) {
     let i = ABSOLUTE_POS;
     if i < total_words as usize {
         let plane = i / plane_words as usize;
@@ -242,14 +250,28 @@ pub(super) fn percentile_normalize(array: Array, args: &Args, name: &str, per_pl
                     luts.extend(integer_lut::<u16>(|v| p.map(v, q[0], q[1])).into_iter().map(u32::from));
                 }
             }
-            let stride = if per_plane { if u8 { 256 } else { 65_536 } } else { 0 };
+            let stride = if per_plane {
+                if u8 {
+                    256
+                } else {
+                    65_536
+                }
+            } else {
+                0
+            };
             apply_luts(name, input, &g, &luts, stride)
         }
         DType::F32 => normalize_f32_stack(name, input, &g, &p, per_plane),
     }
 }
 
-fn normalize_f32_stack(name: &str, input: &WgpuArray, g: &Geometry, p: &PercentileNormalize, per_plane: bool) -> Result<Array, FunctionError> {
+fn normalize_f32_stack(
+    name: &str,
+    input: &WgpuArray,
+    g: &Geometry,
+    p: &PercentileNormalize,
+    per_plane: bool,
+) -> Result<Array, FunctionError> {
     let ctx = input.context();
     let client = ctx.client();
     let pops = if per_plane { g.planes } else { 1 };

@@ -48,7 +48,14 @@ fn better(v: u32, m: u32, #[comptime] kind: u32, #[comptime] is_max: bool) -> bo
 /// Max (or min) over planes, one thread per word of every lane; plane 0
 /// seeds; output in the input's storage.
 #[cube(launch)]
-fn extreme_projection_words(input: &[u32], output: &mut [u32], planes: u32, plane_words: u32, #[comptime] kind: u32, #[comptime] is_max: bool) {
+fn extreme_projection_words(
+    input: &[u32],
+    output: &mut [u32],
+    planes: u32,
+    plane_words: u32,
+    #[comptime] kind: u32,
+    #[comptime] is_max: bool,
+) {
     let i = ABSOLUTE_POS;
     if i < plane_words as usize {
         let stride = plane_words as usize;
@@ -73,7 +80,15 @@ fn extreme_projection_words(input: &[u32], output: &mut [u32], planes: u32, plan
 /// pixel. Sums in f32 in plane order, then divides (dividing by 1 leaves the
 /// sum unchanged): exact sums of u8/u16 for up to 256 planes.
 #[cube(launch)]
-fn mean_projection_words(input: &[u32], output: &mut [f32], planes: u32, plane_words: u32, pixels: u32, #[comptime] kind: u32, #[comptime] divide: bool) {
+fn mean_projection_words(
+    input: &[u32],
+    output: &mut [f32],
+    planes: u32,
+    plane_words: u32,
+    pixels: u32,
+    #[comptime] kind: u32,
+    #[comptime] divide: bool,
+) {
     let i = ABSOLUTE_POS;
     if i < plane_words as usize {
         let stride = plane_words as usize;

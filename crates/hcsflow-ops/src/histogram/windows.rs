@@ -406,7 +406,6 @@ mod tests {
     use super::super::{order_statistics_by_histogram, percentile_rank_list};
     use super::*;
 
-
     /// A camera-like plane: a dark background with shot noise, brighter blobs.
     fn camera(h: usize, w: usize, seed: u64) -> Vec<u16> {
         let noise = values(h * w, seed, |r| (r % 401) as u16);

@@ -103,14 +103,8 @@ impl Oracle {
         let list = self.dir.path().join("jobs.json");
         std::fs::write(&list, serde_json::to_vec(&self.jobs).unwrap()).expect("job list");
         let out = Command::new("python3").arg(&self.script).arg(&list).output().expect("run python3");
-        assert!(
-            out.status.success(),
-            "oracle failed:\n{}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            String::from_utf8_lossy(&out.stdout)
-        );
-        let shapes: Vec<Vec<usize>> =
-            serde_json::from_slice(&out.stdout).expect("oracle prints a JSON list of output shapes");
+        assert!(out.status.success(), "oracle failed:\n{}\n{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
+        let shapes: Vec<Vec<usize>> = serde_json::from_slice(&out.stdout).expect("oracle prints a JSON list of output shapes");
         self.jobs
             .iter()
             .zip(shapes)

@@ -46,9 +46,8 @@ pub fn random_stack(dtype: DType, shape: [usize; 3], seed: u64) -> Stack {
 pub fn blobs_stack(dtype: DType, shape: [usize; 3], n_blobs: usize, top: f32, noise: f32, seed: u64) -> (Stack, Vec<(f64, f64)>) {
     let mut r = Rng::new(seed);
     let [nz, h, w] = shape;
-    let blobs: Vec<(f64, f64, f64, f64)> = (0..n_blobs)
-        .map(|_| (r.unit() * h as f64, r.unit() * w as f64, 1.5 + 2.5 * r.unit(), 0.5 + 0.5 * r.unit()))
-        .collect();
+    let blobs: Vec<(f64, f64, f64, f64)> =
+        (0..n_blobs).map(|_| (r.unit() * h as f64, r.unit() * w as f64, 1.5 + 2.5 * r.unit(), 0.5 + 0.5 * r.unit())).collect();
     let mut data = vec![0f32; nz * h * w];
     for z in 0..nz {
         for y in 0..h {

@@ -50,17 +50,8 @@ pub fn random_stack(dtype: hcsflow_core::DType, shape: [usize; 3], seed: u64) ->
             Stack::U16(Array3::from_shape_vec(shape, v).expect("shape"))
         }
         hcsflow_core::DType::F32 => {
-            let mut v: Vec<f32> = (0..n)
-                .map(|_| (rng.next_u64() as i64 as f64 / i64::MAX as f64 * 1e4) as f32)
-                .collect();
-            let special = [
-                f32::NAN,
-                f32::INFINITY,
-                f32::NEG_INFINITY,
-                -0.0,
-                f32::MIN_POSITIVE / 4.0,
-                f32::MAX,
-            ];
+            let mut v: Vec<f32> = (0..n).map(|_| (rng.next_u64() as i64 as f64 / i64::MAX as f64 * 1e4) as f32).collect();
+            let special = [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, -0.0, f32::MIN_POSITIVE / 4.0, f32::MAX];
             for (i, s) in special.iter().enumerate().take(n) {
                 v[i] = *s;
             }
@@ -72,8 +63,7 @@ pub fn random_stack(dtype: hcsflow_core::DType, shape: [usize; 3], seed: u64) ->
 /// A smooth, compressible image (like a real micrograph, unlike noise).
 pub fn smooth_u16(shape: [usize; 3]) -> Stack {
     Stack::U16(Array3::from_shape_fn(shape, |(z, y, x)| {
-        (1000.0 + 500.0 * ((x as f32 / 17.0).sin() * (y as f32 / 23.0).cos()) + 100.0 * z as f32)
-            as u16
+        (1000.0 + 500.0 * ((x as f32 / 17.0).sin() * (y as f32 / 23.0).cos()) + 100.0 * z as f32) as u16
     }))
 }
 

@@ -23,13 +23,7 @@ pub fn small_spec(version: NgffVersion) -> PlateSpec {
         pixel_size_um: Some((0.65, 0.5)),
         z_step_um: Some(2.0),
         dtype: DType::U16,
-        shape: FieldShape {
-            t: 1,
-            c: 2,
-            z: 3,
-            y: 64,
-            x: 48,
-        },
+        shape: FieldShape { t: 1, c: 2, z: 3, y: 64, x: 48 },
         pyramid_levels: 2,
         version,
         compression: ZarrCompression::Zstd(3),
@@ -49,9 +43,7 @@ pub fn value(seed: u64, t: usize, c: usize, z: usize, y: usize, x: usize) -> u64
 
 /// Seed of a (well, field) so every field holds different pixels.
 pub fn seed(well: &str, field: usize) -> u64 {
-    well.bytes().fold(field as u64 + 1, |a, b| {
-        a.wrapping_mul(131).wrapping_add(b as u64)
-    })
+    well.bytes().fold(field as u64 + 1, |a, b| a.wrapping_mul(131).wrapping_add(b as u64))
 }
 
 /// The `[Z, Y, X]` stack of channel `c`, timepoint `t` of a field.
@@ -61,18 +53,14 @@ pub fn stack(spec: &PlateSpec, seed: u64, t: usize, c: usize) -> Stack {
     match spec.dtype {
         DType::U8 => Stack::U8(Array3::from_shape_fn((s.z, s.y, s.x), |i| f(i) as u8)),
         DType::U16 => Stack::U16(Array3::from_shape_fn((s.z, s.y, s.x), |i| f(i) as u16)),
-        DType::F32 => Stack::F32(Array3::from_shape_fn((s.z, s.y, s.x), |i| {
-            (f(i) % 100_000) as f32 / 7.0
-        })),
+        DType::F32 => Stack::F32(Array3::from_shape_fn((s.z, s.y, s.x), |i| (f(i) % 100_000) as f32 / 7.0)),
     }
 }
 
 /// All stacks of a field, indexed `[t][c]` as `write_field` wants them.
 pub fn field_data(spec: &PlateSpec, seed: u64) -> Vec<Stack> {
     let s = spec.shape;
-    (0..s.t * s.c)
-        .map(|i| stack(spec, seed, i / s.c, i % s.c))
-        .collect()
+    (0..s.t * s.c).map(|i| stack(spec, seed, i / s.c, i % s.c)).collect()
 }
 
 /// Independent reference for level `k`: the mean of the level-0 pixels of each
