@@ -3,6 +3,8 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+use crate::PlaneFormat;
+
 /// Everything that can go wrong reading or writing a TIFF file.
 ///
 /// Every variant carries the path of the file concerned, so a message from
@@ -43,6 +45,24 @@ pub enum TiffError {
     /// or dtype from the first file's, so they cannot share one stack.
     #[error("{path} is {found} but {first} is {expected}; all files of a stack must share size and dtype")]
     FileMismatch { path: PathBuf, first: PathBuf, expected: String, found: String },
+    /// The path is not a regular file: a FIFO, socket, character or block
+    /// device, or directory. It is refused right after a non-blocking open,
+    /// so a FIFO named like an image cannot block the reader. `kind` names
+    /// what it is ("a FIFO", "a directory"…).
+    #[error("{path}: is {kind}, not a regular file")]
+    NotRegularFile { path: PathBuf, kind: &'static str },
+    /// [`read_stack_expecting`](crate::read_stack_expecting) and
+    /// [`read_stacks_expecting`](crate::read_stacks_expecting): a page whose
+    /// tags give another size or dtype than the caller expects. Found from
+    /// the page's header (IFD) before any pixel of the file is decoded.
+    #[error("{path}: page {page} is {found} but {expected} was expected")]
+    FormatMismatch { path: PathBuf, page: usize, expected: PlaneFormat, found: PlaneFormat },
+    /// [`read_stack_expecting`](crate::read_stack_expecting) and
+    /// [`read_stacks_expecting`](crate::read_stacks_expecting): a file with
+    /// another number of pages than the caller expects, counted from the IFD
+    /// chain before any pixel is decoded.
+    #[error("{path}: {found} pages but {expected} expected")]
+    PageCount { path: PathBuf, expected: usize, found: usize },
     /// [`read_stacks`](crate::read_stacks) was given no files.
     #[error("no TIFF files to read")]
     NoFiles,
@@ -68,6 +88,9 @@ impl TiffError {
             | TiffError::Unsupported { path, .. }
             | TiffError::PageMismatch { path, .. }
             | TiffError::FileMismatch { path, .. }
+            | TiffError::NotRegularFile { path, .. }
+            | TiffError::FormatMismatch { path, .. }
+            | TiffError::PageCount { path, .. }
             | TiffError::TooLarge { path, .. }
             | TiffError::InvalidWrite { path, .. } => path,
             TiffError::NoFiles => Path::new(""),
@@ -103,6 +126,11 @@ impl TiffError {
                 TiffError::NotTiff { path: path.to_path_buf(), message: f.to_string() }
             }
             E::UnsupportedError(u) => TiffError::Unsupported { path: path.to_path_buf(), page: page.unwrap_or(0), what: u.to_string() },
+            E::LimitsExceeded => Self::corrupt(
+                path,
+                page,
+                "a strip or tile needs a buffer beyond the decoder limits (far larger than the image it belongs to)",
+            ),
             other => Self::corrupt(path, page, other),
         }
     }

@@ -12,6 +12,11 @@
 //!   such as JPEG, may decode but are not tested.)
 //! - [`read_stacks`]: several files into one stack, read in parallel
 //!   straight into it (the tiles of a grid, one-plane-per-file z-stacks).
+//! - [`read_stack_expecting`], [`read_stacks_expecting`]: the same, for
+//!   files whose plane size and dtype (and page count) the caller knows, as
+//!   a plate does: every page's tags are checked against it before any pixel
+//!   is decoded, and decoding is budgeted to it, so a small file claiming a
+//!   huge image costs nothing.
 //! - [`read_info`]: page count, size, dtype, description and compression
 //!   without decoding pixels.
 //! - [`write_stack`]: one page per plane, optionally Deflate-compressed, with
@@ -20,13 +25,15 @@
 //!   over the target only once complete.
 //!
 //! Malformed input never panics; every error names the file ([`TiffError`]).
+//! Files are opened without blocking and read only if regular, so a FIFO
+//! named like an image is an error, not a hang.
 
 mod error;
 mod read;
 mod write;
 
 pub use error::TiffError;
-pub use read::{read_info, read_stack, read_stacks, TiffInfo};
+pub use read::{read_info, read_stack, read_stack_expecting, read_stacks, read_stacks_expecting, Expected, PlaneFormat, TiffInfo};
 pub use write::{write_stack, Compression, WriteOptions};
 
 pub use hcsflow_core::{DType, Stack};

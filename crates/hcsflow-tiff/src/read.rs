@@ -1,6 +1,7 @@
 //! Reading TIFF files into stacks.
 
-use std::fs::File;
+use std::fmt;
+use std::fs::{File, OpenOptions};
 use std::io::BufReader;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
@@ -15,6 +16,67 @@ use tiff::ColorType;
 use crate::TiffError;
 
 type Dec = Decoder<BufReader<File>>;
+
+/// The size and pixel type of one plane, as a caller expects every page of a
+/// file to be (for a plate: the size and dtype all its images share).
+///
+/// Displayed as `WIDTHxHEIGHT dtype` (`128x128 u16`), the form of every size
+/// in this crate's messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct PlaneFormat {
+    /// Rows (the Y extent).
+    pub height: usize,
+    /// Columns (the X extent).
+    pub width: usize,
+    /// Pixel type.
+    pub dtype: DType,
+}
+
+impl PlaneFormat {
+    pub fn new(height: usize, width: usize, dtype: DType) -> PlaneFormat {
+        PlaneFormat { height, width, dtype }
+    }
+
+    /// Bytes of one decoded plane.
+    pub fn bytes(&self) -> u128 {
+        self.width as u128 * self.height as u128 * self.dtype.size_bytes() as u128
+    }
+}
+
+impl fmt::Display for PlaneFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{} {}", self.width, self.height, self.dtype)
+    }
+}
+
+/// What each file given to [`read_stack_expecting`] or
+/// [`read_stacks_expecting`] must hold, checked from the tags before any
+/// pixel is decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expected {
+    /// The size and dtype of every page.
+    pub plane: PlaneFormat,
+    /// The number of pages of each file; `None` accepts any number.
+    pub pages: Option<usize>,
+}
+
+impl Expected {
+    /// Exactly one page of `plane` per file: one image of a plate.
+    pub fn one_plane(plane: PlaneFormat) -> Expected {
+        Expected { plane, pages: Some(1) }
+    }
+}
+
+/// Headroom over one expected plane for the buffers the decoder allocates in
+/// the expecting readers: a tile wider than the image (tiles come in
+/// multiples of 16 pixels), the tag arrays (strip offsets) of a small plane.
+const DECODE_SLACK: usize = 1024 * 1024;
+
+/// Compression codes whose decoders stream into the output buffer, so their
+/// memory is bounded by the plane they decode: none, LZW, Deflate (Adobe and
+/// old style) and PackBits. JPEG and the others size their own output from
+/// the compressed stream.
+const STREAMING_CODECS: [u16; 5] = [1, 5, 8, 32946, 32773];
 
 /// What [`read_info`] reports about a TIFF file, from its tags alone.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,8 +112,33 @@ pub struct TiffInfo {
 /// through one tile-sized buffer. There is no per-pixel conversion unless the
 /// file's byte order differs from the machine's or a predictor has to be
 /// undone.
+///
+/// Only the tags bound what is allocated, up to 4096 times the file's
+/// length for compressed pages (see [`read_stack_expecting`] to bound it by
+/// a known plane size). A path that is not a regular file (a FIFO, a device,
+/// a directory) is [`TiffError::NotRegularFile`], found without blocking.
 pub fn read_stack(path: &Path) -> Result<Stack, TiffError> {
-    read_files(&[path], false)
+    read_files(&[path], false, None)
+}
+
+/// Reads the TIFF at `path` like [`read_stack`], but only if it holds what
+/// `expected` says: before any pixel is decoded, every page's tags (width,
+/// height, bits and format of its samples, samples per pixel) are checked
+/// against `expected.plane` ([`TiffError::FormatMismatch`] names the page and
+/// both formats) and the pages are counted against `expected.pages`
+/// ([`TiffError::PageCount`]).
+///
+/// Decoding is then budgeted to the expected plane: no buffer the decoder
+/// allocates (a tile, a tag array) may exceed one plane plus 1 MiB, and no
+/// compressed strip or tile may exceed twice the plane plus 1 MiB (the file
+/// is then [`TiffError::Corrupt`]). Only codecs that decode straight into
+/// the plane are read (none, LZW, Deflate, PackBits); others, such as JPEG,
+/// whose decoders size their own output from the stream, are
+/// [`TiffError::Unsupported`]. So a small file whose header claims a huge
+/// image fails on its tags, and memory never grows beyond the planes the
+/// caller expects.
+pub fn read_stack_expecting(path: &Path, expected: Expected) -> Result<Stack, TiffError> {
+    read_files(&[path], false, Some(expected))
 }
 
 /// Reads several TIFF files into one `[Z, Y, X]` stack: the pages of
@@ -65,19 +152,27 @@ pub fn read_stack(path: &Path) -> Result<Stack, TiffError> {
 /// differs is [`TiffError::FileMismatch`], naming both files. An empty
 /// `paths` is [`TiffError::NoFiles`].
 pub fn read_stacks<P: AsRef<Path> + Sync>(paths: &[P]) -> Result<Stack, TiffError> {
-    read_files(paths, true)
+    read_files(paths, true, None)
+}
+
+/// Reads several TIFF files into one stack like [`read_stacks`], each file
+/// checked and budgeted as by [`read_stack_expecting`] before any file is
+/// decoded. An empty `paths` is [`TiffError::NoFiles`].
+pub fn read_stacks_expecting<P: AsRef<Path> + Sync>(paths: &[P], expected: Expected) -> Result<Stack, TiffError> {
+    read_files(paths, true, Some(expected))
 }
 
 /// A file whose pages have been scanned; the decoder is on page 0.
 type Scanned = (Dec, Vec<PageMeta>);
 
-/// The one implementation behind [`read_stack`] and [`read_stacks`]: scan
-/// every file, check they agree, allocate once, decode each file into its planes.
-fn read_files<P: AsRef<Path> + Sync>(paths: &[P], parallel: bool) -> Result<Stack, TiffError> {
+/// The one implementation behind [`read_stack`], [`read_stacks`] and their
+/// expecting forms: scan every file (checking it against `expected`), check
+/// they agree, allocate once, decode each file into its planes.
+fn read_files<P: AsRef<Path> + Sync>(paths: &[P], parallel: bool, expected: Option<Expected>) -> Result<Stack, TiffError> {
     let scan = |path: &P| -> Result<Scanned, TiffError> {
         let path = path.as_ref();
-        let (mut dec, file_len) = open(path)?;
-        let pages = scan_pages(&mut dec, path)?;
+        let (mut dec, file_len) = open(path, limits(expected.as_ref()))?;
+        let pages = scan_pages(&mut dec, path, expected.as_ref())?;
         check_budget(path, &pages, file_len)?;
         if pages.len() > 1 {
             guarded(path, Some(0), || dec.seek_to_image(0))?;
@@ -153,7 +248,7 @@ fn decode_files<T: Pixel, P: AsRef<Path> + Sync>(
 /// damage anywhere in the chain is reported; damage inside pixel data is not.
 /// Fails with [`TiffError::Unsupported`] if page 0 is not u8/u16/f32 grayscale.
 pub fn read_info(path: &Path) -> Result<TiffInfo, TiffError> {
-    let (mut dec, file_len) = open(path)?;
+    let (mut dec, file_len) = open(path, limits(None))?;
     let first = page_meta(&mut dec, path, 0)?;
     let description = read_text_tag(&mut dec, path, Tag::ImageDescription, file_len)?;
     let compression = guarded(path, Some(0), || dec.find_tag_unsigned::<u16>(Tag::Compression))?.unwrap_or(1);
@@ -180,39 +275,103 @@ struct PageMeta {
     dtype: DType,
     white_is_zero: bool,
     compressed: bool,
+    /// The `Compression` tag (1 if absent).
+    compression: u16,
 }
 
 impl PageMeta {
+    fn format(&self) -> PlaneFormat {
+        PlaneFormat::new(self.height, self.width, self.dtype)
+    }
+
     fn describe(&self) -> String {
-        format!("{}x{} {}", self.width, self.height, self.dtype)
+        self.format().to_string()
     }
 
     fn decoded_bytes(&self) -> u128 {
-        self.width as u128 * self.height as u128 * self.dtype.size_bytes() as u128
+        self.format().bytes()
     }
 }
 
-/// Opens `path` and parses the header and the first IFD.
-fn open(path: &Path) -> Result<(Dec, u64), TiffError> {
-    let file = File::open(path).map_err(|e| TiffError::io(path, e))?;
-    let file_len = file.metadata().map_err(|e| TiffError::io(path, e))?.len();
+/// Opens `path` (as by [`open_regular`]) and parses the header and the
+/// first IFD; `limits` apply from the second IFD on and to all decoding.
+fn open(path: &Path, limits: Limits) -> Result<(Dec, u64), TiffError> {
+    let (file, file_len) = open_regular(path)?;
     if file_len == 0 {
         return Err(TiffError::Empty { path: path.to_path_buf() });
     }
     let dec = guarded(path, None, || Decoder::new(BufReader::with_capacity(64 * 1024, file)))?;
-    Ok((dec.with_limits(limits()), file_len))
+    Ok((dec.with_limits(limits), file_len))
 }
 
-/// Decoder limits for microscopy files.
+/// Opens `path` for reading, without blocking, and only if it is a regular
+/// file; returns the file and its length.
 ///
-/// The default limit on one compressed chunk (128 MiB) would refuse a large
-/// uncompressed single-strip plane, so it is lifted: [`check_budget`] bounds
-/// the memory a file can make us allocate instead. Tag arrays may be larger
-/// than the default 1 MiB (huge tiled images have many tile offsets).
-fn limits() -> Limits {
+/// Opening a FIFO for reading blocks until a writer appears, so the open is
+/// non-blocking (`O_NONBLOCK`, which does not change how regular files
+/// read) and the opened file is then checked with `fstat`: a FIFO, socket,
+/// device or directory is [`TiffError::NotRegularFile`].
+fn open_regular(path: &Path) -> Result<(File, u64), TiffError> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(|e| TiffError::io(path, e))?;
+    let meta = file.metadata().map_err(|e| TiffError::io(path, e))?;
+    if !meta.is_file() {
+        return Err(TiffError::NotRegularFile { path: path.to_path_buf(), kind: file_kind(&meta.file_type()) });
+    }
+    Ok((file, meta.len()))
+}
+
+/// What a file that is not a regular file is, for [`TiffError::NotRegularFile`].
+fn file_kind(kind: &std::fs::FileType) -> &'static str {
+    if kind.is_dir() {
+        return "a directory";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a FIFO";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+        if kind.is_char_device() {
+            return "a character device";
+        }
+        if kind.is_block_device() {
+            return "a block device";
+        }
+    }
+    "a special file"
+}
+
+/// Decoder limits for microscopy files; with `expected`, budgeted to its
+/// plane (see [`read_stack_expecting`]).
+///
+/// In `tiff` 0.11.3, `decoding_buffer_size` bounds every buffer the decoder
+/// allocates itself (an image or chunk it returns, the tile buffer of
+/// `read_chunk_to_buffer`, tag values), `intermediate_buffer_size` bounds the
+/// compressed bytes of one strip or tile, and `ifd_value_size` is not used.
+/// Strips are decoded into our own buffer, sized by the tags.
+///
+/// Without `expected`, the default limit on one compressed chunk (128 MiB)
+/// would refuse a large uncompressed single-strip plane, so it is lifted:
+/// [`check_budget`] bounds the memory a file can make us allocate instead.
+fn limits(expected: Option<&Expected>) -> Limits {
     let mut limits = Limits::default();
     limits.intermediate_buffer_size = usize::MAX;
     limits.ifd_value_size = 64 * 1024 * 1024;
+    if let Some(e) = expected {
+        let plane = usize::try_from(e.plane.bytes()).unwrap_or(usize::MAX);
+        limits.decoding_buffer_size = plane.saturating_add(DECODE_SLACK);
+        limits.intermediate_buffer_size = plane.saturating_mul(2).saturating_add(DECODE_SLACK);
+    }
     limits
 }
 
@@ -227,15 +386,51 @@ fn guarded<T>(path: &Path, page: Option<usize>, f: impl FnOnce() -> tiff::TiffRe
     }
 }
 
-/// Reads the facts of every page and checks they agree with page 0.
-/// Leaves the decoder on the last page.
-fn scan_pages(dec: &mut Dec, path: &Path) -> Result<Vec<PageMeta>, TiffError> {
+/// Reads the facts of every page and checks they agree with page 0 and,
+/// page by page, with `expected` (format, codec, page count). Leaves the
+/// decoder on the last page.
+fn scan_pages(dec: &mut Dec, path: &Path, expected: Option<&Expected>) -> Result<Vec<PageMeta>, TiffError> {
+    let check = |meta: &PageMeta, page: usize| -> Result<(), TiffError> {
+        let Some(e) = expected else {
+            return Ok(());
+        };
+        if meta.format() != e.plane {
+            return Err(TiffError::FormatMismatch { path: path.to_path_buf(), page, expected: e.plane, found: meta.format() });
+        }
+        if !STREAMING_CODECS.contains(&meta.compression) {
+            return Err(TiffError::Unsupported {
+                path: path.to_path_buf(),
+                page,
+                what: format!(
+                    "{} compression for an image of known size (only none, LZW, Deflate and PackBits are decoded within its size)",
+                    compression_name(meta.compression)
+                ),
+            });
+        }
+        Ok(())
+    };
+    // The number of pages, counted on from `seen` (IFDs are parsed, no pixel decoded).
+    let count_pages = |dec: &mut Dec, seen: usize| -> Result<usize, TiffError> {
+        let mut found = seen;
+        while dec.more_images() {
+            guarded(path, Some(found), || dec.next_image())?;
+            found += 1;
+        }
+        Ok(found)
+    };
+    let wrong_count = |expected: usize, found: usize| TiffError::PageCount { path: path.to_path_buf(), expected, found };
+    let wanted = expected.and_then(|e| e.pages);
     let first = page_meta(dec, path, 0)?;
+    check(&first, 0)?;
     let mut pages = vec![first];
     while dec.more_images() {
         let index = pages.len();
+        if let Some(n) = wanted.filter(|&n| index >= n) {
+            return Err(wrong_count(n, count_pages(dec, index)?));
+        }
         guarded(path, Some(index), || dec.next_image())?;
         let meta = page_meta(dec, path, index)?;
+        check(&meta, index)?;
         if (meta.width, meta.height, meta.dtype) != (first.width, first.height, first.dtype) {
             return Err(TiffError::PageMismatch {
                 path: path.to_path_buf(),
@@ -245,6 +440,9 @@ fn scan_pages(dec: &mut Dec, path: &Path) -> Result<Vec<PageMeta>, TiffError> {
             });
         }
         pages.push(meta);
+    }
+    if let Some(n) = wanted.filter(|&n| pages.len() != n) {
+        return Err(wrong_count(n, pages.len()));
     }
     Ok(pages)
 }
@@ -283,7 +481,7 @@ fn page_meta(dec: &mut Dec, path: &Path, page: usize) -> Result<PageMeta, TiffEr
         return Err(unsupported("32-bit float with WhiteIsZero photometric interpretation".into()));
     }
     let compression = guarded(path, Some(page), || dec.find_tag_unsigned::<u16>(Tag::Compression))?.unwrap_or(1);
-    let meta = PageMeta { width: width as usize, height: height as usize, dtype, white_is_zero, compressed: compression != 1 };
+    let meta = PageMeta { width: width as usize, height: height as usize, dtype, white_is_zero, compressed: compression != 1, compression };
     if width == 0 || height == 0 || layout.planes != 1 || layout.complete_len as u128 != meta.decoded_bytes() {
         return Err(TiffError::corrupt(path, Some(page), format_args!("inconsistent image layout for a {} page", meta.describe())));
     }
