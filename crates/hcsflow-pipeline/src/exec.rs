@@ -558,11 +558,15 @@ type Planes = BTreeMap<Key, Stack>;
 
 /// Each group of a step that reads the plate, with its input planes. A chain
 /// over several planes gets them as one stack read straight from the files
-/// (`hcsflow_tiff::read_stacks`: no per-plane stacks to concatenate); other
-/// groups, and any group whose files that read refuses or that holds a file
-/// of several pages, get one stack per file, as read by [`read_planes`]
-/// (whose errors name the file). A missing image is a plane of zeros.
+/// (`hcsflow_tiff::read_stacks_expecting`: no per-plane stacks to
+/// concatenate); other groups, and any group whose files that read refuses,
+/// get one stack per file, as read by [`read_planes`] (whose errors name the
+/// file). Every file must be one page of the plan's plane size and dtype,
+/// checked from its tags before its pixels are decoded. A missing image is a
+/// plane of zeros.
 fn load<'g>(plan: &Plan, well: &WellPlan, groups: &'g [GroupPlan]) -> Result<Vec<(&'g GroupPlan, Vec<Stack>)>, String> {
+    let (h, w, dtype) = plan.plane;
+    let expected = hcsflow_tiff::Expected::one_plane(hcsflow_tiff::PlaneFormat::new(h, w, dtype));
     let files: BTreeMap<Key, &InputPlane> = well.inputs.iter().map(|i| (i.key, i)).collect();
     groups
         .par_iter()
@@ -575,7 +579,7 @@ fn load<'g>(plan: &Plan, well: &WellPlan, groups: &'g [GroupPlan]) -> Result<Vec
             let paths: Option<Vec<&Path>> = inputs.iter().map(|i| i.path.as_deref()).collect();
             let planes = match (&g.action, paths) {
                 (Action::Skip, _) => Vec::new(),
-                (Action::Chain(_), Some(paths)) if paths.len() > 1 => match hcsflow_tiff::read_stacks(&paths) {
+                (Action::Chain(_), Some(paths)) if paths.len() > 1 => match hcsflow_tiff::read_stacks_expecting(&paths, expected) {
                     Ok(stack) if stack.depth() == paths.len() => vec![stack],
                     _ => read_planes(plan, &inputs)?,
                 },
@@ -587,19 +591,23 @@ fn load<'g>(plan: &Plan, well: &WellPlan, groups: &'g [GroupPlan]) -> Result<Vec
 }
 
 /// One one-plane stack per input, in parallel; a missing image is zeros.
+/// Each file must be one page of the plan's plane size and dtype, checked
+/// from its tags before its pixels are decoded (the error names the file and
+/// both sizes and dtypes), so a small file claiming a huge image fails its
+/// well without the memory it claims.
 fn read_planes(plan: &Plan, inputs: &[&InputPlane]) -> Result<Vec<Stack>, String> {
     let (h, w, dtype) = plan.plane;
+    let expected = hcsflow_tiff::Expected::one_plane(hcsflow_tiff::PlaneFormat::new(h, w, dtype));
     inputs
         .par_iter()
         .map(|input| match &input.path {
             None => Ok(Stack::zeros(dtype, [1, h, w])),
-            Some(p) => {
-                let s = hcsflow_tiff::read_stack(p).map_err(|e| e.to_string())?;
-                if s.depth() != 1 {
-                    return Err(format!("{}: {} pages; plate images have one plane each", p.display(), s.depth()));
+            Some(p) => hcsflow_tiff::read_stack_expecting(p, expected).map_err(|e| match e {
+                hcsflow_tiff::TiffError::PageCount { path, found, .. } => {
+                    format!("{}: {found} pages; plate images have one plane each", path.display())
                 }
-                Ok(s)
-            }
+                e => e.to_string(),
+            }),
         })
         .collect()
 }
