@@ -1,6 +1,8 @@
-//! Fuzz-style robustness: truncated files, random garbage and flipped bytes
-//! must give a `TiffError` naming the file — never a panic, never a hang,
-//! never a huge allocation. Fixed seeds make every run identical.
+//! Fuzz-style robustness: truncated files, random garbage, flipped bytes and
+//! mutated tag values must give a `TiffError` naming the file — never a
+//! panic, never a hang, never a huge allocation — through the unchecked
+//! readers and the expecting reader alike, and the expecting reader returns
+//! only what it was told to expect. Fixed seeds make every run identical.
 
 mod common;
 
@@ -11,7 +13,7 @@ use std::sync::Once;
 
 use common::{random_stack, smooth_u16, Rng};
 use hcsflow_core::{DType, Stack};
-use hcsflow_tiff::{read_info, read_stack, write_stack, Compression, TiffError, WriteOptions};
+use hcsflow_tiff::{read_info, read_stack, read_stack_expecting, write_stack, Compression, Expected, PlaneFormat, TiffError, WriteOptions};
 use tiff::encoder::{colortype, TiffEncoder};
 
 thread_local! {
@@ -81,9 +83,18 @@ fn rewrite(path: &Path, bytes: &[u8]) {
     std::fs::write(path, bytes).expect("write probe");
 }
 
-/// Runs both readers on `bytes` written to `path`. Errors must name the
-/// file. Returns `true` if `read_stack` succeeded.
-fn probe(path: &Path, bytes: &[u8]) -> bool {
+/// What the seed file at `path` holds, as an [`Expected`] for its mutants.
+fn expected_of(path: &Path) -> Expected {
+    let info = read_info(path).expect("seed info");
+    Expected { plane: PlaneFormat::new(info.height, info.width, info.dtype), pages: Some(info.pages) }
+}
+
+/// Runs the three readers on `bytes` written to `path`. Errors must name the
+/// file. The expecting reader, told `expected`, may only return a stack of
+/// that shape and dtype, equal to what `read_stack` reads; where `read_stack`
+/// reads such a stack, the expecting reader refuses it only for its codec or
+/// its decoding budget. Returns `true` if `read_stack` succeeded.
+fn probe(path: &Path, bytes: &[u8], expected: Expected) -> bool {
     rewrite(path, bytes);
     let check = |err: &TiffError| {
         assert_eq!(err.path(), path, "error names the file: {err}");
@@ -92,13 +103,28 @@ fn probe(path: &Path, bytes: &[u8]) -> bool {
     if let Err(e) = read_info(path) {
         check(&e);
     }
-    match read_stack(path) {
-        Ok(_) => true,
-        Err(e) => {
-            check(&e);
-            false
+    let unchecked = read_stack(path);
+    let checked = read_stack_expecting(path, expected);
+    let p = expected.plane;
+    let fits = |s: &Stack| s.dtype() == p.dtype && s.shape()[1..] == [p.height, p.width] && Some(s.depth()) == expected.pages;
+    match (&unchecked, &checked) {
+        (Ok(a), Ok(b)) => {
+            assert!(fits(b), "the expecting reader returned {:?} {} for {p}", b.shape(), b.dtype());
+            assert!(a.as_bytes() == b.as_bytes(), "the readers disagree on {}", path.display());
+        }
+        (Err(e), Ok(_)) => panic!("the expecting reader read what read_stack refuses ({e})"),
+        (Ok(a), Err(e)) => {
+            check(e);
+            let budget = matches!(e, TiffError::Unsupported { .. })
+                || matches!(e, TiffError::Corrupt { message, .. } if message.contains("decoder limits"));
+            assert!(!fits(a) || budget, "the expecting reader refused a matching file: {e}");
+        }
+        (Err(a), Err(b)) => {
+            check(a);
+            check(b);
         }
     }
+    unchecked.is_ok()
 }
 
 #[test]
@@ -135,6 +161,7 @@ fn random_garbage_is_an_error() {
     count_panics();
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("garbage.tif");
+    let expected = Expected::one_plane(PlaneFormat::new(13, 7, DType::U8));
     let mut rng = Rng::new(0x5EED);
     let headers: [&[u8]; 5] = [b"", b"II*\0", b"MM\0*", b"II+\0\x08\0\0\0", b"MM\0+\0\x08\0\0"];
     for i in 0..3000 {
@@ -152,7 +179,7 @@ fn random_garbage_is_an_error() {
                 bytes[4..8].copy_from_slice(&be);
             }
         }
-        assert!(!probe(&path, &bytes), "garbage #{i} decoded as an image");
+        assert!(!probe(&path, &bytes, expected), "garbage #{i} decoded as an image");
     }
     assert_eq!(panics(), 0, "the decoder panicked (caught) on garbage");
 }
@@ -164,7 +191,8 @@ fn flipped_bytes_in_header_and_ifds_do_not_panic() {
     let path = dir.path().join("flipped.tif");
     let mut rng = Rng::new(42);
     let (mut errors, mut total) = (0usize, 0usize);
-    for (_, bytes) in seed_files(dir.path()) {
+    for (name, bytes) in seed_files(dir.path()) {
+        let expected = expected_of(&dir.path().join(format!("{name}.tif")));
         // The header and, for our files, the IFDs and tag data at the end.
         let tail = bytes.len().saturating_sub(600);
         let positions: Vec<usize> = (0..16.min(bytes.len())).chain(tail..bytes.len()).collect();
@@ -173,7 +201,7 @@ fn flipped_bytes_in_header_and_ifds_do_not_panic() {
                 let mut m = bytes.clone();
                 m[pos] ^= mask;
                 total += 1;
-                errors += usize::from(!probe(&path, &m));
+                errors += usize::from(!probe(&path, &m, expected));
             }
         }
         // And a few hundred multi-byte corruptions anywhere.
@@ -184,12 +212,68 @@ fn flipped_bytes_in_header_and_ifds_do_not_panic() {
                 m[pos] = rng.next_u64() as u8;
             }
             total += 1;
-            errors += usize::from(!probe(&path, &m));
+            errors += usize::from(!probe(&path, &m, expected));
         }
     }
     eprintln!("flipped bytes: {errors} of {total} mutants rejected, the rest decoded");
     assert!(errors > total / 10, "structure damage should mostly be detected: {errors}/{total}");
     assert_eq!(panics(), 0, "the decoder panicked (caught) on corrupted input");
+}
+
+/// The page-0 IFD entries of a little-endian classic TIFF whose value is
+/// inline (a count of one SHORT or LONG): (type, offset of the value).
+fn inline_entries(bytes: &[u8]) -> Vec<(u16, usize)> {
+    let u16_at = |i: usize| u16::from_le_bytes([bytes[i], bytes[i + 1]]);
+    let u32_at = |i: usize| u32::from_le_bytes([bytes[i], bytes[i + 1], bytes[i + 2], bytes[i + 3]]);
+    assert_eq!(&bytes[..4], b"II*\0", "seeds are little-endian classic TIFF");
+    let ifd = u32_at(4) as usize;
+    (0..u16_at(ifd) as usize)
+        .map(|k| ifd + 2 + 12 * k)
+        .filter(|&e| matches!(u16_at(e + 2), 3 | 4) && u32_at(e + 4) == 1)
+        .map(|e| (u16_at(e + 2), e + 8))
+        .collect()
+}
+
+#[test]
+fn mutated_tag_values_never_get_past_the_expecting_reader() {
+    // Every inline SHORT/LONG tag of page 0 (size, bits, sample format,
+    // samples per pixel, compression, strip and tile layout…) set to values
+    // around the real ones and to extremes, with the seed's own format as
+    // the expectation: the header checks must catch every change of size or
+    // dtype, and nothing may panic or allocate for what the tags claim.
+    count_panics();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("tags.tif");
+    let (mut mutants, mut read) = (0usize, 0usize);
+    for (name, bytes) in seed_files(dir.path()) {
+        let expected = expected_of(&dir.path().join(format!("{name}.tif")));
+        for (ty, at) in inline_entries(&bytes) {
+            let real = if ty == 3 {
+                u64::from(u16::from_le_bytes([bytes[at], bytes[at + 1]]))
+            } else {
+                u64::from(u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]))
+            };
+            let values = [0, 1, 2, 3, 7, 8, 16, 32, 64, real.saturating_sub(1), real + 1, real * 2, 8000, 0xFFFF, 0xFFFF_FFFF];
+            for value in values {
+                if value == real {
+                    continue;
+                }
+                let mut m = bytes.clone();
+                if ty == 3 {
+                    m[at..at + 2].copy_from_slice(&(value.min(0xFFFF) as u16).to_le_bytes());
+                } else {
+                    m[at..at + 4].copy_from_slice(&(value.min(0xFFFF_FFFF) as u32).to_le_bytes());
+                }
+                mutants += 1;
+                if probe(&path, &m, expected) {
+                    read += 1;
+                }
+            }
+        }
+    }
+    eprintln!("mutated tags: {mutants} mutants, {read} still read by read_stack");
+    assert!(mutants > 300, "{mutants}");
+    assert_eq!(panics(), 0, "the decoder panicked (caught) on mutated tags");
 }
 
 #[test]
@@ -224,4 +308,30 @@ fn huge_dimensions_in_a_tiny_file_are_refused_without_allocating() {
     let err = read_stack(&path).expect_err("must not decode");
     assert!(matches!(err, TiffError::Corrupt { .. }), "{err:?}");
     assert!(err.to_string().contains("only 300 bytes"), "{err}");
+}
+
+#[test]
+fn corpus_files_go_through_every_reader() {
+    // tests/corpus: inputs that once misbehaved or stand for a class of them
+    // (see its README). Copied to a scratch file so `probe` can rewrite it.
+    count_panics();
+    let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/corpus");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("corpus.tif");
+    let expected = Expected::one_plane(PlaneFormat::new(64, 64, DType::U16));
+    let mut files: Vec<_> = std::fs::read_dir(&corpus)
+        .expect("corpus folder")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tif"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 4, "{files:?}");
+    for file in files {
+        let bytes = std::fs::read(&file).expect("read corpus file");
+        assert!(bytes.len() <= 16 * 1024, "{}: keep corpus files small", file.display());
+        probe(&path, &bytes, expected);
+        let err = read_stack_expecting(&path, expected).expect_err("every corpus file is refused");
+        eprintln!("{}: {err}", file.display());
+    }
+    assert_eq!(panics(), 0, "the decoder panicked (caught) on a corpus file");
 }
