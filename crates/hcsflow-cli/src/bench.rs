@@ -149,7 +149,7 @@ fn run_op(a: OpArgs) -> CliResult {
         output_dtype: result.dtype(),
         timing,
     };
-    println!("{}", serde_json::to_string(&report).context("serialising the report")?);
+    outln!("{}", serde_json::to_string(&report).context("serialising the report")?)?;
     Ok(())
 }
 
@@ -239,6 +239,6 @@ fn run_stitch(a: StitchArgs) -> CliResult {
         message: result.message,
         threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
     };
-    println!("{}", serde_json::to_string(&report).context("serialising the report")?);
+    outln!("{}", serde_json::to_string(&report).context("serialising the report")?)?;
     Ok(())
 }

@@ -73,7 +73,7 @@ pub fn run(a: DemoArgs) -> CliResult {
         };
         CliError::new(exit, anyhow::Error::new(e).context(format!("generating the demo plate in {}", plate_dir.display())))
     })?;
-    eprintln!(
+    errln!(
         "demo plate: {} ({} wells × {} sites × {} channels × {} z, {}², {:.1} MB)",
         plate_dir.display(),
         synth.wells.len(),
@@ -97,23 +97,23 @@ pub fn run(a: DemoArgs) -> CliResult {
     let plate = hcsflow_plate::open_plate(&plate_dir, None).with_context(|| format!("opening {}", plate_dir.display()))?;
     let (registry, conversions) = hcsflow_pipeline::builtin();
     let plan = run::compile(&plate, &spec, &registry, &conversions, &setup, &results)?;
-    eprint!("{}", run::plan_text(&plan));
+    err!("{}", run::plan_text(&plan));
     let summary = run::execute(&plan, &registry, &conversions, &setup)?;
     run::finish(&plan, &summary, &setup)?;
-    println!("plate:    {}", plate_dir.display());
-    println!("pipeline: examples/demo.toml (built in)");
+    outln!("plate:    {}", plate_dir.display())?;
+    outln!("pipeline: examples/demo.toml (built in)")?;
     for step in &plan.steps {
         if step.materialize.contains(&hcsflow_pipeline::Materialize::Tiff) {
-            println!("{:<9} {}", format!("{}:", step.name), step.out_dir.display());
+            outln!("{:<9} {}", format!("{}:", step.name), step.out_dir.display())?;
         }
     }
     for z in &summary.zarr_plates {
-        println!("OME-Zarr: {}", z.display());
+        outln!("OME-Zarr: {}", z.display())?;
     }
     for t in &summary.artifact_tables {
-        println!("table:    {}", t.display());
+        outln!("table:    {}", t.display())?;
     }
-    println!("summary:  {}", results.join(hcsflow_pipeline::SUMMARY_NAME).display());
-    println!("manifest: {}", results.join(hcsflow_pipeline::MANIFEST_NAME).display());
+    outln!("summary:  {}", results.join(hcsflow_pipeline::SUMMARY_NAME).display())?;
+    outln!("manifest: {}", results.join(hcsflow_pipeline::MANIFEST_NAME).display())?;
     Ok(())
 }

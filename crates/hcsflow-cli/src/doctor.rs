@@ -129,32 +129,32 @@ pub fn run(a: DoctorArgs) -> CliResult {
         default_device,
     };
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&report).context("serialising the report")?);
+        outln!("{}", serde_json::to_string_pretty(&report).context("serialising the report")?)?;
         return Ok(());
     }
     let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
-    println!("hcsflow {}", report.version);
-    println!(
+    outln!("hcsflow {}", report.version)?;
+    outln!(
         "CPU:      {} ({}, {} logical cores{})",
         report.cpu.brand,
         report.cpu.arch,
         report.cpu.logical_cores,
         report.cpu.physical_cores.map(|p| format!(", {p} physical")).unwrap_or_default()
-    );
-    println!("SIMD:     {}", if report.cpu.simd.is_empty() { "none detected".to_string() } else { report.cpu.simd.join(" ") });
-    println!("Memory:   {:.1} GiB total, {:.1} GiB available", gib(report.memory.total_bytes), gib(report.memory.available_bytes));
+    )?;
+    outln!("SIMD:     {}", if report.cpu.simd.is_empty() { "none detected".to_string() } else { report.cpu.simd.join(" ") })?;
+    outln!("Memory:   {:.1} GiB total, {:.1} GiB available", gib(report.memory.total_bytes), gib(report.memory.available_bytes))?;
     if report.gpu_adapters.is_empty() {
-        println!("GPU adapters (wgpu): none found (no Vulkan/Metal/DX12 driver answered)");
+        outln!("GPU adapters (wgpu): none found (no Vulkan/Metal/DX12 driver answered)")?;
     } else {
-        println!("GPU adapters (wgpu):");
+        outln!("GPU adapters (wgpu):")?;
         for ad in &report.gpu_adapters {
-            println!("  {ad}");
+            outln!("  {ad}")?;
         }
     }
-    println!("Hardware GPU: {}", if report.hardware_gpu { "yes" } else { "none" });
-    println!("Software GPU allowed: {} (--allow-software-gpu or {ALLOW_SOFTWARE_GPU_ENV}=1)", if allow { "yes" } else { "no" });
-    println!("CUDA driver: {} ({})", if report.cuda_driver.present { "present" } else { "not found" }, report.cuda_driver.detail);
-    println!("Default device (--device auto): {}", report.default_device.device);
-    println!("  why: {}", report.default_device.reason);
+    outln!("Hardware GPU: {}", if report.hardware_gpu { "yes" } else { "none" })?;
+    outln!("Software GPU allowed: {} (--allow-software-gpu or {ALLOW_SOFTWARE_GPU_ENV}=1)", if allow { "yes" } else { "no" })?;
+    outln!("CUDA driver: {} ({})", if report.cuda_driver.present { "present" } else { "not found" }, report.cuda_driver.detail)?;
+    outln!("Default device (--device auto): {}", report.default_device.device)?;
+    outln!("  why: {}", report.default_device.reason)?;
     Ok(())
 }

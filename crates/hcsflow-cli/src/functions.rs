@@ -38,13 +38,13 @@ pub fn run(a: FunctionsArgs) -> CliResult {
         })
         .collect();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&listing).context("serialising the function list")?);
+        outln!("{}", serde_json::to_string_pretty(&listing).context("serialising the function list")?)?;
         return Ok(());
     }
     for f in &listing {
         let mems: Vec<_> = f.memory_types.iter().map(|m| m.name()).collect();
-        println!("{}  [{}; {}]", f.name, f.contract, mems.join(", "));
-        println!("    {}", f.doc);
+        outln!("{}  [{}; {}]", f.name, f.contract, mems.join(", "))?;
+        outln!("    {}", f.doc)?;
         for arg in &f.args {
             let range = match &arg.kind {
                 ArgKind::Int { min, max } => range(min.map(|v| v.to_string()), max.map(|v| v.to_string())),
@@ -53,13 +53,13 @@ pub fn run(a: FunctionsArgs) -> CliResult {
                 ArgKind::Choice { choices } => choices.join("|"),
                 ArgKind::FloatList { min, max, .. } => format!("list of {}", range(min.map(|v| v.to_string()), max.map(|v| v.to_string()))),
             };
-            println!("    --arg {}={}  ({range})  {}", arg.name, arg.default, arg.doc);
+            outln!("    --arg {}={}  ({range})  {}", arg.name, arg.default, arg.doc)?;
         }
         for a in &f.artifacts.produces {
-            println!("    produces '{}': {}", a.name, a.doc);
+            outln!("    produces '{}': {}", a.name, a.doc)?;
         }
         for a in &f.artifacts.consumes {
-            println!("    consumes '{}'{}: {}", a.name, if a.optional { " (optional)" } else { "" }, a.doc);
+            outln!("    consumes '{}'{}: {}", a.name, if a.optional { " (optional)" } else { "" }, a.doc)?;
         }
     }
     Ok(())

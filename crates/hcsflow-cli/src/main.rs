@@ -1,6 +1,9 @@
 //! `hcsflow`: the command-line front of the engine. A thin layer: argument
 //! parsing, logging, human errors and exit codes; the work is in the library crates.
 
+// First: its print macros are used by every module below.
+#[macro_use]
+mod console;
 mod apply;
 mod bench;
 mod demo;
@@ -10,6 +13,7 @@ mod functions;
 mod inspect;
 mod progress;
 mod run;
+mod signals;
 mod synth;
 
 use std::process::ExitCode;
@@ -20,12 +24,17 @@ use clap::{Parser, Subcommand};
 /// 0 success; 1 failure while running (I/O, a function failed);
 /// 2 usage or validation error found before any pixel is read
 /// (bad arguments, unknown function, bad device string);
-/// 3 the requested device is not available.
+/// 3 the requested device is not available;
+/// 130 a run stopped by a signal (SIGINT, SIGTERM, SIGHUP) after finishing
+/// its wells in flight, with wells left to do (`--resume` finishes them).
+/// A second signal ends the process at once with 128 + its number.
+/// A closed stdout (`| head`) ends a command quietly with 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Exit {
     Failure = 1,
     Usage = 2,
     DeviceUnavailable = 3,
+    Interrupted = 130,
 }
 
 /// An error with the exit code it maps to.
@@ -76,7 +85,7 @@ enum Command {
     Demo(demo::DemoArgs),
 }
 
-/// Logs to stderr (`RUST_LOG`, default warn) and, with `--trace FILE`, every
+/// Logs to stderr (`RUST_LOG`, default warn; write errors ignored, see [`console`]) and, with `--trace FILE`, every
 /// info-level span (well, step, read, stack, call, conversion, write) to a
 /// Chrome/Perfetto trace. The guard flushes the trace when dropped at the end of `main`.
 fn init_tracing(trace: Option<&std::path::Path>) -> Result<Option<tracing_chrome::FlushGuard>, CliError> {
@@ -84,7 +93,7 @@ fn init_tracing(trace: Option<&std::path::Path>) -> Result<Option<tracing_chrome
     use tracing_subscriber::util::SubscriberInitExt;
     use tracing_subscriber::Layer;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_filter(filter);
+    let logs = tracing_subscriber::fmt::layer().with_writer(|| console::Stderr).with_filter(filter);
     let (chrome, guard) = match trace {
         Some(path) => {
             let file = std::fs::File::create(path)
@@ -121,10 +130,7 @@ fn main() -> ExitCode {
     };
     let _trace_guard = match init_tracing(trace.as_deref()) {
         Ok(g) => g,
-        Err(e) => {
-            eprintln!("error: {:#}", e.error);
-            return ExitCode::from(e.exit as u8);
-        }
+        Err(e) => return report(e),
     };
     let result = match cli.command {
         Command::Doctor(a) => doctor::run(a),
@@ -138,9 +144,16 @@ fn main() -> ExitCode {
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {:#}", e.error);
-            ExitCode::from(e.exit as u8)
-        }
+        Err(e) => report(e),
     }
+}
+
+/// Prints an error and gives its exit code; a closed stdout is not an error
+/// (the reader had what it wanted): exit 0, no message.
+fn report(e: CliError) -> ExitCode {
+    if e.error.is::<console::StdoutClosed>() {
+        return ExitCode::SUCCESS;
+    }
+    errln!("error: {:#}", e.error);
+    ExitCode::from(e.exit as u8)
 }

@@ -49,11 +49,15 @@ impl Reporter {
         Reporter { bars: Some(Bars { multi, wells, active: Mutex::new(HashMap::new()) }) }
     }
 
-    /// Prints a line above the bars (or plainly).
+    /// Prints a line above the bars (or plainly). A write error (the terminal
+    /// or the log reader went away) is ignored: the run goes on (see `console`).
     fn line(&self, text: String) {
         match &self.bars {
-            Some(b) => b.multi.suspend(|| eprintln!("{text}")),
-            None => eprintln!("{text}"),
+            // Not `suspend`: it panics when the terminal cannot be written.
+            Some(b) => {
+                let _ = b.multi.println(text);
+            }
+            None => errln!("{text}"),
         }
     }
 
@@ -142,6 +146,50 @@ mod tests {
         assert_eq!(b.wells.position(), 3, "a failed well is done too");
         r.finish();
         assert!(b.wells.is_finished());
+    }
+
+    /// A terminal that fails every write, like a tty after a hang-up (EIO).
+    #[derive(Debug)]
+    struct GoneTerminal;
+
+    impl indicatif::TermLike for GoneTerminal {
+        fn width(&self) -> u16 {
+            80
+        }
+        fn move_cursor_up(&self, _: usize) -> std::io::Result<()> {
+            Err(std::io::Error::other("gone"))
+        }
+        fn move_cursor_down(&self, _: usize) -> std::io::Result<()> {
+            Err(std::io::Error::other("gone"))
+        }
+        fn move_cursor_right(&self, _: usize) -> std::io::Result<()> {
+            Err(std::io::Error::other("gone"))
+        }
+        fn move_cursor_left(&self, _: usize) -> std::io::Result<()> {
+            Err(std::io::Error::other("gone"))
+        }
+        fn write_line(&self, _: &str) -> std::io::Result<()> {
+            Err(std::io::Error::other("gone"))
+        }
+        fn write_str(&self, _: &str) -> std::io::Result<()> {
+            Err(std::io::Error::other("gone"))
+        }
+        fn clear_line(&self) -> std::io::Result<()> {
+            Err(std::io::Error::other("gone"))
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            Err(std::io::Error::other("gone"))
+        }
+    }
+
+    #[test]
+    fn a_terminal_that_went_away_does_not_stop_the_events() {
+        let r = Reporter::with_target(2, ProgressDrawTarget::term_like(Box::new(GoneTerminal)));
+        r.event(Progress::Skipped { well: "A01" });
+        r.event(Progress::Started { well: "A02" });
+        r.event(Progress::Finished { well: "A02", done: 2, total: 2, seconds: 0.0, error: Some("boom") });
+        r.finish();
+        assert_eq!(r.bars.as_ref().unwrap().wells.position(), 2);
     }
 
     #[test]

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use anyhow::Context;
@@ -125,7 +125,8 @@ pub fn run(a: RunArgs) -> CliResult {
     let max_memory = a.max_memory.as_deref().map(parse_size).transpose().map_err(|e| usage(anyhow::anyhow!(e)))?;
     let format = a.format.as_deref().map(str::parse::<Format>).transpose().map_err(|e| usage(e.into()))?;
     let zarr_format = a.output.zarr_format()?;
-    let spec = PipelineSpec::read(&a.pipeline).map_err(pipeline_err)?;
+    // Any problem with the pipeline file (missing, a folder, not UTF-8, bad TOML) is found before any pixel.
+    let spec = PipelineSpec::read(&a.pipeline).map_err(|e| CliError::new(Exit::Usage, e))?;
     let setup = Setup {
         device,
         allow_software_gpu: a.allow_software_gpu,
@@ -143,7 +144,7 @@ pub fn run(a: RunArgs) -> CliResult {
     let (registry, conversions) = hcsflow_pipeline::builtin();
     let plan = compile(&plate, &spec, &registry, &conversions, &setup, &a.out)?;
     if a.dry_run {
-        print!("{}", plan_text(&plan));
+        out!("{}", plan_text(&plan))?;
         return Ok(());
     }
     let summary = execute(&plan, &registry, &conversions, &setup)?;
@@ -163,31 +164,55 @@ pub fn compile(
     setup: &Setup,
     out: &Path,
 ) -> Result<Plan, CliError> {
+    check_out_folder(out)?;
     let allow = engine::software_gpu_allowed(setup.allow_software_gpu);
     let (choice, _) = engine::choose_device(setup.device, allow).map_err(|e| CliError::new(Exit::DeviceUnavailable, e))?;
     let config = CompileConfig { device: choice.device, device_reason: choice.reason, policy: setup.policy, out: out.to_path_buf() };
     hcsflow_pipeline::compile(plate, spec, registry, conversions, &config).map_err(pipeline_err)
 }
 
-/// Runs a compiled plan with Ctrl-C handling and progress lines on stderr.
+/// OUT must be a folder or not exist yet, and then its nearest existing
+/// ancestor must be a folder (it is created): otherwise a usage error (exit 2)
+/// naming what is in the way, before any pixel is read.
+fn check_out_folder(out: &Path) -> Result<(), CliError> {
+    let usage = |text: String| CliError::new(Exit::Usage, anyhow::anyhow!(text));
+    for p in out.ancestors().filter(|p| !p.as_os_str().is_empty()) {
+        match std::fs::metadata(p) {
+            Ok(m) if m.is_dir() => return Ok(()),
+            Ok(_) if p == out => {
+                return Err(usage(format!(
+                    "output folder {} exists and is not a folder; fix: choose a folder (created if missing)",
+                    out.display()
+                )))
+            }
+            Ok(_) => {
+                return Err(usage(format!(
+                    "output folder {}: {} is not a folder; fix: choose another output folder",
+                    out.display(),
+                    p.display()
+                )))
+            }
+            // Missing, or below a file (then the loop reaches the file).
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {}
+            Err(e) => return Err(usage(format!("output folder {}: {}: {e}", out.display(), p.display()))),
+        }
+    }
+    Ok(())
+}
+
+/// Runs a compiled plan with the graceful stop of `signals` and progress lines on stderr.
 pub fn execute(plan: &Plan, registry: &Registry, conversions: &Conversions, setup: &Setup) -> Result<RunSummary, CliError> {
     let cancel = Arc::new(AtomicBool::new(false));
-    let flag = cancel.clone();
-    // First Ctrl-C: finish the wells in flight (their files are written
-    // atomically), start no more. Second: exit at once; atomic writes still
-    // leave no partial file under a final name.
-    if let Err(e) = ctrlc::set_handler(move || {
-        if flag.swap(true, Ordering::SeqCst) {
-            std::process::exit(130);
-        }
-        eprintln!("interrupted: finishing the wells in flight, starting no more (Ctrl-C again to stop at once)");
-    }) {
-        tracing::warn!("cannot install the Ctrl-C handler: {e}");
+    // First SIGINT/SIGTERM/SIGHUP: finish the wells in flight (their files
+    // are written atomically), start no more. Second: exit at once; atomic
+    // writes still leave no partial file under a final name (see signals.rs).
+    if let Err(e) = crate::signals::install(&cancel) {
+        tracing::warn!("cannot install the interrupt handlers: {e}");
     }
     let options =
         RunOptions { workers: setup.workers, max_memory: setup.max_memory, resume: setup.resume, cancel, zarr_format: setup.zarr_format };
     let tty = std::io::stderr().is_terminal();
-    eprintln!(
+    errln!(
         "running {} step(s) on {} well(s) of {} on {} ({}); {} worker(s)",
         plan.steps.len(),
         plan.wells.len(),
@@ -209,7 +234,7 @@ pub fn finish(plan: &Plan, summary: &RunSummary, setup: &Setup) -> CliResult {
         let json = serde_json::to_vec_pretty(r).context("serialising the report")?;
         std::fs::write(path, json).with_context(|| format!("writing the report {}", path.display()))?;
     }
-    eprintln!(
+    errln!(
         "{} of {} well(s) complete ({} skipped as already complete), {} failed, {} not started; {:.2} s, {:.1} MB/s, peak RSS {}",
         summary.completed.len() + summary.skipped.len(),
         summary.total,
@@ -220,17 +245,17 @@ pub fn finish(plan: &Plan, summary: &RunSummary, setup: &Setup) -> CliResult {
         r.mb_per_s,
         r.peak_rss_bytes.map(|b| format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64)).unwrap_or_else(|| "unknown".into())
     );
-    eprintln!("outputs: {} (summary: {})", plan.out.display(), plan.out.join(hcsflow_pipeline::SUMMARY_NAME).display());
+    errln!("outputs: {} (summary: {})", plan.out.display(), plan.out.join(hcsflow_pipeline::SUMMARY_NAME).display());
     for z in &summary.zarr_plates {
-        eprintln!("OME-Zarr: {}", z.display());
+        errln!("OME-Zarr: {}", z.display());
     }
     for t in &summary.artifact_tables {
-        eprintln!("table: {}", t.display());
+        errln!("table: {}", t.display());
     }
     // What functions said about their results (e.g. stitching fell back to
     // stage positions): never silent.
     for n in &r.notes {
-        eprintln!("note: well {}, step '{}': {}", n.well, n.step, n.text);
+        errln!("note: well {}, step '{}': {}", n.well, n.step, n.text);
     }
     if !summary.failed.is_empty() {
         let list: Vec<String> = summary.failed.iter().map(|f| format!("  {}: {}", f.well, f.error)).collect();
@@ -244,9 +269,10 @@ pub fn finish(plan: &Plan, summary: &RunSummary, setup: &Setup) -> CliResult {
         ));
     }
     if !summary.not_started.is_empty() {
+        let signal = crate::signals::received().unwrap_or("cancelled");
         return Err(CliError::new(
-            Exit::Failure,
-            anyhow::anyhow!("interrupted: {} well(s) not started; re-run with --resume to finish", summary.not_started.len()),
+            Exit::Interrupted,
+            anyhow::anyhow!("interrupted ({signal}): {} well(s) not started; re-run with --resume to finish", summary.not_started.len()),
         ));
     }
     Ok(())

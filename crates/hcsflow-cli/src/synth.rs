@@ -154,15 +154,18 @@ pub fn config_from(a: &SynthArgs) -> Result<SynthConfig, CliError> {
 pub fn run(a: SynthArgs) -> CliResult {
     let config = config_from(&a)?;
     let summary = hcsflow_synth::generate(&config, &a.out).map_err(|e| {
-        // Configuration problems are usage errors; I/O failures are run-time failures.
-        let exit = if matches!(e, hcsflow_synth::SynthError::InvalidConfig(..) | hcsflow_synth::SynthError::NotEmpty { .. }) {
+        // Configuration problems and an OUT that may not be written (not empty,
+        // not a previous synthetic plate even with --overwrite, not a folder)
+        // are usage errors; I/O failures are run-time failures.
+        use hcsflow_synth::SynthError as E;
+        let exit = if matches!(e, E::InvalidConfig(..) | E::NotEmpty { .. } | E::NotSynthetic { .. } | E::NotADirectory { .. }) {
             Exit::Usage
         } else {
             Exit::Failure
         };
         CliError::new(exit, anyhow::Error::new(e).context(format!("generating {}", a.out.display())))
     })?;
-    println!(
+    outln!(
         "wrote {} plate to {}: {} wells × {} sites, {} images ({:.1} MB) in {:.2} s; {} nuclei; {} planes left out",
         summary.format,
         summary.out.display(),
@@ -173,7 +176,7 @@ pub fn run(a: SynthArgs) -> CliResult {
         summary.seconds,
         summary.nuclei,
         summary.missing.len()
-    );
-    println!("ground truth: {}", summary.out.join("ground_truth").display());
+    )?;
+    outln!("ground truth: {}", summary.out.join("ground_truth").display())?;
     Ok(())
 }
