@@ -1,6 +1,6 @@
 //! `hcsflow apply FUNC IN.tif OUT.tif`: one function on one TIFF stack.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
@@ -44,6 +44,13 @@ pub struct ApplyArgs {
 pub fn run(a: ApplyArgs) -> CliResult {
     let usage = |e: anyhow::Error| CliError::new(Exit::Usage, e);
     // Everything that can be checked without pixels is checked first.
+    if same_file(&a.input, &a.output) {
+        return Err(usage(anyhow::anyhow!(
+            "the output {} is the input {} (the same file); the input is never replaced; fix: choose another output path",
+            a.output.display(),
+            a.input.display()
+        )));
+    }
     let request: DeviceRequest = a.device.parse().map_err(|e: hcsflow_core::BadDevice| usage(e.into()))?;
     let output_dtype: OutputDType = a.dtype.parse().map_err(|e: hcsflow_core::dtype::UnknownDType| usage(e.into()))?;
     let compression = match a.compression.as_str() {
@@ -62,7 +69,7 @@ pub fn run(a: ApplyArgs) -> CliResult {
     tracing::info!(device = %choice.device, reason = %choice.reason, "device chosen");
     let plan = registry.plan_call(&a.function, args, MemoryType::Host, choice.device, &conversions, policy).map_err(|e| usage(e.into()))?;
     let back = conversions.plan(plan.implementation.memory_out, MemoryType::Host, policy).map_err(|e| usage(e.into()))?;
-    eprintln!("{} on {} ({}); input {}; output {}", plan.function, choice.device, choice.reason, plan.route_in, back);
+    errln!("{} on {} ({}); input {}; output {}", plan.function, choice.device, choice.reason, plan.route_in, back);
 
     let started = Instant::now();
     let stack = hcsflow_tiff::read_stack(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
@@ -78,6 +85,25 @@ pub fn run(a: ApplyArgs) -> CliResult {
     let options = WriteOptions { compression, ..Default::default() };
     hcsflow_tiff::write_stack(&a.output, &result, &options).with_context(|| format!("writing {}", a.output.display()))?;
     let [z, y, x] = result.shape();
-    eprintln!("wrote {} ({z}×{y}×{x} {}) in {:.3} s", a.output.display(), result.dtype(), started.elapsed().as_secs_f64());
+    errln!("wrote {} ({z}×{y}×{x} {}) in {:.3} s", a.output.display(), result.dtype(), started.elapsed().as_secs_f64());
     Ok(())
+}
+
+/// Whether `output` names the file `input` names: the same path, or another
+/// path to it (`./x.tif`, a symlink, a hard link). Only an existing output can
+/// be the input; on Unix the two are compared by device and inode.
+fn same_file(input: &Path, output: &Path) -> bool {
+    let (Ok(i), Ok(o)) = (std::fs::metadata(input), std::fs::metadata(output)) else {
+        return false;
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        i.dev() == o.dev() && i.ino() == o.ino()
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (i, o);
+        matches!((input.canonicalize(), output.canonicalize()), (Ok(a), Ok(b)) if a == b)
+    }
 }

@@ -408,3 +408,40 @@ fn synth_overwrite_over_a_user_folder_exits_2() {
     assert_eq!(std::fs::read_dir(&user).unwrap().count(), 1);
     assert_eq!(std::fs::read(user.join("notes.txt")).unwrap(), b"mine");
 }
+
+// ---------------------------------------------------------------- apply
+
+/// D16: `apply F IN OUT` where OUT is IN (same path, another spelling, a
+/// symlink, a hard link) is refused with exit 2 before reading, naming both
+/// paths; the input is untouched. A different existing file is replaced.
+#[test]
+fn apply_refuses_to_write_over_its_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.tif");
+    let stack = hcsflow_testkit::random_stack(hcsflow_core::DType::U16, [3, 16, 16], 7);
+    hcsflow_tiff::write_stack(&input, &stack, &Default::default()).unwrap();
+    let bytes = std::fs::read(&input).unwrap();
+    let sub = dir.path().join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let dotted = sub.join("..").join("in.tif");
+    let link = dir.path().join("link.tif");
+    std::os::unix::fs::symlink(&input, &link).unwrap();
+    let hard = dir.path().join("hard.tif");
+    std::fs::hard_link(&input, &hard).unwrap();
+    for output in [&input, &dotted, &link, &hard] {
+        let o = hcsflow(&["apply", "max_projection", s(&input), s(output), "--device", "cpu"]);
+        let e = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{}: {e}", output.display());
+        assert!(e.contains(&format!("the output {} is the input {}", output.display(), input.display())), "{e}");
+        assert_eq!(std::fs::read(&input).unwrap(), bytes, "the input was replaced through {}", output.display());
+    }
+    // Also with the link as the input and the real file as the output.
+    let o = hcsflow(&["apply", "max_projection", s(&link), s(&input), "--device", "cpu"]);
+    assert_eq!(o.status.code(), Some(2), "{}", stderr(&o));
+    // A different file is still written over, as before.
+    let other = dir.path().join("other.tif");
+    std::fs::write(&other, b"old").unwrap();
+    let o = hcsflow(&["apply", "max_projection", s(&input), s(&other), "--device", "cpu"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(hcsflow_tiff::read_stack(&other).unwrap().shape(), [1, 16, 16]);
+}
