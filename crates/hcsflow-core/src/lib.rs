@@ -28,7 +28,8 @@ pub use convert::{plan_route, ConversionError, ConversionPolicy, Conversions, Ro
 pub use dtype::{DType, DTypeConversion, DTypePolicy, OutputDType};
 pub use memory::{Array, BadDevice, Device, DeviceBuffer, DeviceRequest, MemorySpace, MemoryType};
 pub use registry::{
-    ArgError, ArgSpec, ArgValue, Args, CallPlan, Contract, FunctionError, FunctionSpec, Implementation, PlanError, Registry,
+    one_plane, same_shape, ArgCheck, ArgError, ArgProblem, ArgSpec, ArgValue, Args, CallPlan, Contract, FunctionError, FunctionSpec,
+    Implementation, PlanError, Registry, ShapeRule, StackShape,
 };
 pub use slices::{stack_slices, unstack_slices, SliceError};
 pub use stack::{HostArray, Pixel, Stack};

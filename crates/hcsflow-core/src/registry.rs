@@ -274,6 +274,75 @@ pub enum ArgError {
     OutOfRange { function: String, name: String, value: String, range: String },
     #[error("malformed argument '{0}': expected name=value")]
     Malformed(String),
+    /// A function's [`ArgCheck`] refused the arguments for the stack the call gets.
+    #[error("{function}: argument '{name}': {problem} (checked against a stack of {shape}); {fix}")]
+    Invalid { function: String, name: String, problem: String, fix: String, shape: StackShape },
+}
+
+/// The shape of the stack one call receives: `depth` planes of `height` ×
+/// `width` pixels. A per-plane call (a [`Contract::Pure2d`] function, or a
+/// flexible one with `slice_by_slice`) receives one plane at a time: depth 1.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct StackShape {
+    pub depth: usize,
+    pub height: usize,
+    pub width: usize,
+}
+
+impl StackShape {
+    pub fn new(depth: usize, height: usize, width: usize) -> Self {
+        StackShape { depth, height, width }
+    }
+
+    /// The same planes, `depth` of them.
+    pub fn with_depth(self, depth: usize) -> Self {
+        StackShape { depth, ..self }
+    }
+}
+
+impl fmt::Display for StackShape {
+    /// "2 planes of 64×64 pixels" (rows × columns).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = if self.depth == 1 { "" } else { "s" };
+        write!(f, "{} plane{s} of {}×{} pixels", self.depth, self.height, self.width)
+    }
+}
+
+/// What an [`ArgCheck`] found wrong: the argument, the problem and its fix
+/// (e.g. `size`, "size must be odd, got 4", "use 3 or 5").
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArgProblem {
+    pub arg: &'static str,
+    pub problem: String,
+    pub fix: String,
+}
+
+impl ArgProblem {
+    pub fn new(arg: &'static str, problem: impl Into<String>, fix: impl Into<String>) -> Self {
+        ArgProblem { arg, problem: problem.into(), fix: fix.into() }
+    }
+}
+
+/// A function's declaration-level check: refuses arguments that cannot work
+/// for a stack of this shape (or for any stack), before any pixel is read.
+/// The shape is the one the *call* receives (depth 1 for per-plane calls).
+/// Compile runs it for every call of every chain with the shape the call will
+/// get; [`Registry::execute_in`] runs it again on the real stack as a defence.
+pub type ArgCheck = fn(&Args, &StackShape) -> Result<(), ArgProblem>;
+
+/// The shape a function returns for an input stack of a shape (the whole
+/// stack, not the per-plane call), when arguments and shape decide it; `None`
+/// when only the run knows it. See [`Function::output_shape`] for the default.
+pub type ShapeRule = fn(&Args, &StackShape) -> Option<StackShape>;
+
+/// A [`ShapeRule`] for functions that keep the stack's shape.
+pub fn same_shape(_: &Args, input: &StackShape) -> Option<StackShape> {
+    Some(*input)
+}
+
+/// A [`ShapeRule`] for N → 1 reductions that keep the plane size (projections, composites).
+pub fn one_plane(_: &Args, input: &StackShape) -> Option<StackShape> {
+    Some(input.with_depth(1))
 }
 
 /// Validated arguments of one call: every declared argument has a value.
@@ -331,6 +400,9 @@ pub enum FunctionError {
     NotAStack { function: String, shape: Vec<usize> },
     #[error(transparent)]
     Conversion(#[from] ConversionError),
+    /// The function's [`ArgCheck`] refused the arguments for the real stack.
+    #[error(transparent)]
+    Args(#[from] ArgError),
 }
 
 impl FunctionError {
@@ -447,9 +519,45 @@ pub struct Function {
     /// Tables it produces and consumes besides its stack.
     pub artifacts: Artifacts,
     pub implementations: Vec<Implementation>,
+    /// Checks of the arguments against the stack a call gets ([`Registry::set_check`]).
+    pub check: Option<ArgCheck>,
+    /// The output shape, when it differs from the contract's default ([`Registry::set_output_shape`]).
+    pub shape_rule: Option<ShapeRule>,
 }
 
 impl Function {
+    /// True when a call with these arguments receives one plane at a time.
+    pub fn per_plane(&self, args: &Args) -> bool {
+        self.spec.contract == Contract::Pure2d || (self.spec.contract == Contract::Flexible && args.bool(SLICE_BY_SLICE))
+    }
+
+    /// Runs the function's [`ArgCheck`] for a call on a stack of shape `stack`
+    /// (the whole stack; per-plane calls are checked with depth 1).
+    pub fn check_args(&self, args: &Args, stack: &StackShape) -> Result<(), ArgError> {
+        let Some(check) = self.check else { return Ok(()) };
+        let shape = if self.per_plane(args) { stack.with_depth(1) } else { *stack };
+        check(args, &shape).map_err(|p| ArgError::Invalid {
+            function: self.spec.name.to_string(),
+            name: p.arg.to_string(),
+            problem: p.problem,
+            fix: p.fix,
+            shape,
+        })
+    }
+
+    /// The shape of the stack a call returns for an input stack of shape
+    /// `input`, or `None` when only the run knows it. A declared
+    /// [`ShapeRule`] decides; otherwise per-plane calls keep the shape (a
+    /// per-plane function that changes the plane size must declare its rule)
+    /// and whole-stack functions are unknown.
+    pub fn output_shape(&self, args: &Args, input: &StackShape) -> Option<StackShape> {
+        match self.shape_rule {
+            Some(rule) => rule(args, input),
+            None if self.per_plane(args) => Some(*input),
+            None => None,
+        }
+    }
+
     /// Every argument, including the automatic `slice_by_slice` of flexible functions.
     pub fn all_args(&self) -> Vec<ArgSpec> {
         let mut args = self.spec.args.clone();
@@ -573,7 +681,13 @@ impl Registry {
     /// [`Registry::register`] for a function that produces or consumes
     /// artifacts (tables besides its stack, see [`crate::artifact`]).
     pub fn register_with_artifacts(&mut self, spec: FunctionSpec, artifacts: Artifacts, implementation: Implementation) {
-        let entry = self.functions.entry(spec.name).or_insert_with(|| Function { spec, artifacts, implementations: Vec::new() });
+        let entry = self.functions.entry(spec.name).or_insert_with(|| Function {
+            spec,
+            artifacts,
+            implementations: Vec::new(),
+            check: None,
+            shape_rule: None,
+        });
         entry.implementations.retain(|i| i.memory_in != implementation.memory_in);
         entry.implementations.push(implementation);
     }
@@ -588,6 +702,17 @@ impl Registry {
             }
             None => false,
         }
+    }
+
+    /// Declares the [`ArgCheck`] of a registered function (it lives with the
+    /// function, so every implementation gets it). Returns false if unknown.
+    pub fn set_check(&mut self, name: &str, check: ArgCheck) -> bool {
+        self.functions.get_mut(name).map(|f| f.check = Some(check)).is_some()
+    }
+
+    /// Declares the [`ShapeRule`] of a registered function. Returns false if unknown.
+    pub fn set_output_shape(&mut self, name: &str, rule: ShapeRule) -> bool {
+        self.functions.get_mut(name).map(|f| f.shape_rule = Some(rule)).is_some()
     }
 
     pub fn get(&self, name: &str) -> Result<&Function, PlanError> {
@@ -636,6 +761,17 @@ impl Registry {
         })
     }
 
+    /// Runs the function's [`ArgCheck`] for `plan` on a stack of shape
+    /// `stack` (the whole stack the call gets): what a front end calls once it
+    /// knows the input's shape and before it reads pixels (`hcsflow apply`
+    /// with the input file's shape; compile with the plate's).
+    pub fn check_call(&self, plan: &CallPlan, stack: &StackShape) -> Result<(), ArgError> {
+        match self.functions.get(plan.function) {
+            Some(f) => f.check_args(&plan.args, stack),
+            None => Ok(()),
+        }
+    }
+
     /// Runs a planned call without pipeline context (no metadata, no consumed
     /// artifacts; produced artifacts are dropped). The result is in the
     /// implementation's output memory type.
@@ -658,6 +794,10 @@ impl Registry {
             return Err(FunctionError::NotAStack { function: name.into(), shape: input.shape().to_vec() });
         }
         let n_in = input.shape()[0];
+        // The check compile ran, again on the real stack: a defence for
+        // callers that did not run it (and for shapes compile could not know).
+        let shape = StackShape::new(n_in, input.shape()[1], input.shape()[2]);
+        self.check_call(plan, &shape)?;
         // A conversion into the call (an upload) is its own span in traces.
         let input = if plan.route_in.kind == RouteKind::Identity {
             input
