@@ -27,7 +27,7 @@
 //! are first stretched from their min..max to [0, 1] in f32
 //! (`rescale_intensity(x, out_range=(0, 1))`); NaN or ±inf is an error.
 
-use hcsflow_core::{with_pixels, ArgSpec, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack};
+use hcsflow_core::{with_pixels, ArgProblem, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack, StackShape};
 use ndarray::{Array3, Axis};
 use rayon::prelude::*;
 
@@ -350,6 +350,32 @@ fn interpolate<T: Binned + Copy + Sync>(data: &[T], h: usize, w: usize, ky: usiz
     out
 }
 
+/// Largest `kernel_size` the registered function declares. The plane bounds
+/// it further ([`check_kernel_size`]).
+pub const MAX_KERNEL_SIZE: i64 = 1 << 16;
+
+/// `clahe`'s check: the contextual region is at most the plane's larger side.
+///
+/// scikit-image accepts a larger kernel: it pads the image by reflection to
+/// whole regions, so a `k × k` region over a smaller plane sees the plane
+/// mirrored again and again, and the work grows as `k²` per region whatever
+/// the plane (hours for k = 2²⁰ on a 64² plane). Clamping `k` to the plane
+/// would give a different histogram (fewer mirrored copies) than skimage's
+/// for the value written, so the function refuses instead and names the
+/// largest value this plane allows; every accepted value keeps skimage's result.
+pub fn check_kernel_size(args: &Args, shape: &StackShape) -> Result<(), ArgProblem> {
+    let k = args.int("kernel_size");
+    let side = shape.height.max(shape.width);
+    if usize::try_from(k).map_or(true, |k| k > side) {
+        return Err(ArgProblem::new(
+            "kernel_size",
+            format!("kernel_size {k} is larger than the {}x{} plane", shape.height, shape.width),
+            format!("use at most {side} (one contextual region covering the plane), or 0 for 1/8 of each dimension"),
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn register(registry: &mut Registry) {
     registry.register(
         FunctionSpec {
@@ -357,7 +383,13 @@ pub(crate) fn register(registry: &mut Registry) {
             doc: "CLAHE per plane (skimage.exposure.equalize_adapthist); keeps the dtype: f32 in [0, 1], u8/u16 scaled to the full range.",
             contract: Contract::Pure2d,
             args: vec![
-                ArgSpec::int("kernel_size", 0, Some(0), Some(1 << 20), "contextual region side in pixels (0: 1/8 of each dimension)"),
+                ArgSpec::int(
+                    "kernel_size",
+                    0,
+                    Some(0),
+                    Some(MAX_KERNEL_SIZE),
+                    "contextual region side in pixels (0: 1/8 of each dimension); at most the plane's larger side",
+                ),
                 ArgSpec::float(
                     "clip_limit",
                     0.01,
@@ -375,4 +407,5 @@ pub(crate) fn register(registry: &mut Registry) {
             clahe(s, &params)
         }),
     );
+    registry.set_check(NAME, check_kernel_size);
 }

@@ -1,6 +1,8 @@
 //! Channel composite (weighted mean over the stack axis) and apply-mask.
 
-use hcsflow_core::{with_pixels, ArgSpec, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
+use hcsflow_core::{
+    with_pixels, ArgProblem, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack, StackShape,
+};
 use ndarray::{Array3, Axis};
 use rayon::prelude::*;
 
@@ -86,6 +88,54 @@ pub fn apply_mask(stack: &Stack, mask_index: i64, fill: f64) -> Result<Stack, Fu
     }))
 }
 
+/// `composite`'s check: one weight per plane of the stack (or none), not all zero.
+fn check_composite(args: &Args, shape: &StackShape) -> Result<(), ArgProblem> {
+    let weights = args.float_list("weights");
+    let n = shape.depth;
+    if !weights.is_empty() && weights.len() != n {
+        return Err(ArgProblem::new(
+            "weights",
+            format!("{} weights given for a stack of {n} planes", weights.len()),
+            format!("give {n} weights, one per plane in stack order, or weights = [] for equal weights"),
+        ));
+    }
+    if !weights.is_empty() && weights.iter().sum::<f64>() <= 0.0 {
+        return Err(ArgProblem::new(
+            "weights",
+            "the weights sum to 0",
+            "give at least one plane a weight above 0, or weights = [] for equal weights",
+        ));
+    }
+    Ok(())
+}
+
+/// `apply_mask`'s check: the stack has a mask plane and at least one image plane.
+fn check_apply_mask(args: &Args, shape: &StackShape) -> Result<(), ArgProblem> {
+    let n = shape.depth;
+    let mask_index = args.int("mask_index");
+    let idx = if mask_index < 0 { (n as i64).checked_add(mask_index) } else { Some(mask_index) };
+    if n < 2 {
+        return Err(ArgProblem::new(
+            "mask_index",
+            format!("needs a stack of images plus a mask plane, but the stack has {n} plane"),
+            "make the step's stacks hold the mask and its images, e.g. variable_components = [\"channel\"] and group_by = \"none\"",
+        ));
+    }
+    if !idx.is_some_and(|i| (0..n as i64).contains(&i)) {
+        return Err(ArgProblem::new(
+            "mask_index",
+            format!("mask_index {mask_index} is not a plane of this {n}-plane stack"),
+            format!("use 0..{} (or -1..-{n} counted from the end)", n - 1),
+        ));
+    }
+    Ok(())
+}
+
+/// `apply_mask` returns the stack without its mask plane.
+fn apply_mask_shape(_: &Args, input: &StackShape) -> Option<StackShape> {
+    (input.depth >= 2).then(|| input.with_depth(input.depth - 1))
+}
+
 pub(crate) fn register(registry: &mut Registry) {
     registry.register(
         FunctionSpec {
@@ -115,6 +165,10 @@ pub(crate) fn register(registry: &mut Registry) {
         },
         Implementation::host(|s, a| apply_mask(s, a.int("mask_index"), a.float("fill"))),
     );
+    registry.set_check("composite", check_composite);
+    registry.set_output_shape("composite", hcsflow_core::one_plane);
+    registry.set_check("apply_mask", check_apply_mask);
+    registry.set_output_shape("apply_mask", apply_mask_shape);
 }
 
 #[cfg(test)]

@@ -35,8 +35,8 @@
 use std::fmt::Write as _;
 
 use hcsflow_core::{
-    with_pixels, ArgSpec, ArtifactDecl, Artifacts, Cell, Contract, DType, FunctionError, FunctionSpec, Implementation, Pixel, Registry,
-    Stack, Table,
+    with_pixels, ArgProblem, ArgSpec, Args, ArtifactDecl, Artifacts, Cell, Contract, DType, FunctionError, FunctionSpec, Implementation,
+    Pixel, Registry, Stack, StackShape, Table,
 };
 use ndarray::Array3;
 use rayon::prelude::*;
@@ -550,6 +550,20 @@ fn method_from_args(args: &hcsflow_core::Args) -> Result<CountMethod, FunctionEr
     }
 }
 
+/// `count_cells`' check: blob_log's σ range is not empty (the other
+/// parameters of [`validate_blob_params`] are argument ranges).
+fn check_count(args: &Args, _: &StackShape) -> Result<(), ArgProblem> {
+    let (min, max) = (args.float("min_sigma"), args.float("max_sigma"));
+    if args.str("method") == "blob_log" && min > max {
+        return Err(ArgProblem::new(
+            "min_sigma",
+            format!("min_sigma ({min}) is larger than max_sigma ({max})"),
+            "make min_sigma <= max_sigma",
+        ));
+    }
+    Ok(())
+}
+
 pub(crate) fn register(registry: &mut Registry) {
     registry.register_with_artifacts(
         FunctionSpec {
@@ -585,4 +599,5 @@ pub(crate) fn register(registry: &mut Registry) {
             Ok(result.labels)
         }),
     );
+    registry.set_check("count_cells", check_count);
 }

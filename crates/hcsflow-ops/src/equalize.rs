@@ -146,4 +146,5 @@ pub(crate) fn register(registry: &mut Registry) {
             Ok(s)
         }),
     );
+    registry.set_output_shape(NAME, hcsflow_core::same_shape);
 }

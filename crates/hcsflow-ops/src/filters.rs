@@ -5,7 +5,7 @@
 //! [0, 1]: scikit-image's `preserve_range=True`) and return f32; the dtype
 //! policy rounds and clips back to the input dtype. The median keeps the dtype.
 
-use hcsflow_core::{with_pixels, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack};
+use hcsflow_core::{with_pixels, ArgProblem, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack, StackShape};
 use ndarray::{Array3, Axis};
 use rayon::prelude::*;
 
@@ -431,6 +431,31 @@ pub fn axis_sigma(args: &Args, axis: &str) -> Result<f64, FunctionError> {
     }
 }
 
+/// `median_filter`'s check: the window has a centre pixel.
+fn check_median(args: &Args, _: &StackShape) -> Result<(), ArgProblem> {
+    let size = args.int("size");
+    if size % 2 == 0 {
+        return Err(ArgProblem::new("size", format!("size must be odd, got {size}"), format!("use {} or {}", size - 1, size + 1)));
+    }
+    Ok(())
+}
+
+/// `gaussian_blur`'s check: each axis σ is >= 0 or the -1 that means `sigma`
+/// (the range admits the values between).
+fn check_gaussian(args: &Args, _: &StackShape) -> Result<(), ArgProblem> {
+    for axis in ["sigma_y", "sigma_x"] {
+        let v = args.float(axis);
+        if v != -1.0 && v < 0.0 {
+            return Err(ArgProblem::new(
+                axis,
+                format!("{axis} must be >= 0, or -1 to use sigma; got {v}"),
+                format!("set {axis} = -1 (use sigma) or a σ >= 0"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 pub(crate) fn register(registry: &mut Registry) {
     registry.register(
         FunctionSpec {
@@ -476,4 +501,6 @@ pub(crate) fn register(registry: &mut Registry) {
         },
         crate::host_all_planes(|s, _| Ok(sobel(s))),
     );
+    registry.set_check("median_filter", check_median);
+    registry.set_check("gaussian_blur", check_gaussian);
 }

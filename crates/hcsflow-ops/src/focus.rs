@@ -360,4 +360,5 @@ pub(crate) fn register(registry: &mut Registry) {
             Ok(focus_stack(s, args.float("sigma"), method)?.image)
         }),
     );
+    registry.set_output_shape("focus_stack", hcsflow_core::one_plane);
 }

@@ -1,6 +1,8 @@
 //! Geometry per plane: binning (k × k mean or sum) and crop.
 
-use hcsflow_core::{with_pixels, ArgSpec, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
+use hcsflow_core::{
+    with_pixels, ArgProblem, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack, StackShape,
+};
 use ndarray::{s, Array3, Axis};
 use rayon::prelude::*;
 
@@ -47,15 +49,82 @@ pub fn bin(stack: &Stack, k: usize, mean: bool) -> Result<Stack, FunctionError> 
 /// the plane; `height`/`width` = 0 mean "to the edge".
 pub fn crop(stack: &Stack, y: usize, x: usize, height: usize, width: usize) -> Result<Stack, FunctionError> {
     let [_, h, w] = stack.shape();
+    let (height, width) = crop_rectangle(y, x, height, width, h, w)
+        .map_err(|(height, width)| FunctionError::failed("crop", crop_misfit(y, x, height, width, h, w)))?;
+    Ok(with_pixels!(Stack, stack, a, T => Stack::from(a.slice(s![.., y..y + height, x..x + width]).to_owned())))
+}
+
+/// The crop's `(height, width)` with 0 ("to the edge") resolved, if the
+/// rectangle lies inside an `h × w` plane (overflow-safe: `y` may be near 2⁶³);
+/// else `Err` with the resolved sizes, for the message.
+fn crop_rectangle(y: usize, x: usize, height: usize, width: usize, h: usize, w: usize) -> Result<(usize, usize), (usize, usize)> {
     let height = if height == 0 { h.saturating_sub(y) } else { height };
     let width = if width == 0 { w.saturating_sub(x) } else { width };
-    if y + height > h || x + width > w || height == 0 || width == 0 {
-        return Err(FunctionError::failed(
-            "crop",
-            format!("the rectangle y={y}, x={x}, height={height}, width={width} does not fit inside the {h}x{w} plane"),
+    let fits = |start: usize, len: usize, side: usize| len > 0 && start.checked_add(len).is_some_and(|end| end <= side);
+    if fits(y, height, h) && fits(x, width, w) {
+        Ok((height, width))
+    } else {
+        Err((height, width))
+    }
+}
+
+fn crop_misfit(y: usize, x: usize, height: usize, width: usize, h: usize, w: usize) -> String {
+    format!("the rectangle y={y}, x={x}, height={height}, width={width} does not fit inside the {h}x{w} plane")
+}
+
+/// The crop's arguments as sizes (`Int` ranges are >= 0).
+fn crop_args(args: &Args) -> [usize; 4] {
+    ["y", "x", "height", "width"].map(|n| usize::try_from(args.int(n)).unwrap_or(usize::MAX))
+}
+
+/// `crop`'s check: the rectangle lies inside the plane.
+fn check_crop(args: &Args, shape: &StackShape) -> Result<(), ArgProblem> {
+    let [y, x, height, width] = crop_args(args);
+    let (h, w) = (shape.height, shape.width);
+    crop_rectangle(y, x, height, width, h, w).map(|_| ()).map_err(|(rh, rw)| {
+        let arg = if y >= h || y.checked_add(rh).is_none_or(|e| e > h) {
+            if y >= h {
+                "y"
+            } else {
+                "height"
+            }
+        } else if x >= w {
+            "x"
+        } else {
+            "width"
+        };
+        ArgProblem::new(
+            arg,
+            crop_misfit(y, x, rh, rw, h, w),
+            format!("keep y + height <= {h} and x + width <= {w} (y < {h}, x < {w}; height/width 0 = to the edge)"),
+        )
+    })
+}
+
+fn crop_shape(args: &Args, input: &StackShape) -> Option<StackShape> {
+    let [y, x, height, width] = crop_args(args);
+    let (height, width) = crop_rectangle(y, x, height, width, input.height, input.width).ok()?;
+    Some(StackShape::new(input.depth, height, width))
+}
+
+/// `bin`'s check: at least one k × k block fits in the plane.
+fn check_bin(args: &Args, shape: &StackShape) -> Result<(), ArgProblem> {
+    let k = args.int("factor");
+    let (h, w) = (shape.height, shape.width);
+    let side = h.min(w);
+    if usize::try_from(k).map_or(true, |k| k > side) {
+        return Err(ArgProblem::new(
+            "factor",
+            format!("factor {k} is larger than the {h}x{w} plane (no {k}×{k} block fits)"),
+            format!("use a factor of at most {side}"),
         ));
     }
-    Ok(with_pixels!(Stack, stack, a, T => Stack::from(a.slice(s![.., y..y + height, x..x + width]).to_owned())))
+    Ok(())
+}
+
+fn bin_shape(args: &Args, input: &StackShape) -> Option<StackShape> {
+    let k = usize::try_from(args.int("factor")).ok().filter(|&k| k > 0)?;
+    Some(StackShape::new(input.depth, input.height / k, input.width / k))
 }
 
 pub(crate) fn register(registry: &mut Registry) {
@@ -83,6 +152,13 @@ pub(crate) fn register(registry: &mut Registry) {
                 ArgSpec::int("width", 0, Some(0), None, "columns to keep (0: to the right edge)"),
             ],
         },
-        Implementation::host(|s, a| crop(s, a.int("y") as usize, a.int("x") as usize, a.int("height") as usize, a.int("width") as usize)),
+        Implementation::host(|s, a| {
+            let [y, x, height, width] = crop_args(a);
+            crop(s, y, x, height, width)
+        }),
     );
+    registry.set_check("bin", check_bin);
+    registry.set_output_shape("bin", bin_shape);
+    registry.set_check("crop", check_crop);
+    registry.set_output_shape("crop", crop_shape);
 }

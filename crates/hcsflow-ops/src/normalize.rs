@@ -16,7 +16,7 @@
 //! is the f64 value rounded to f32, NaN stays NaN. Results equal numpy's
 //! float64 formula rounded the same way, exactly.
 
-use hcsflow_core::{ArgSpec, Args, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack};
+use hcsflow_core::{ArgProblem, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack, StackShape};
 use ndarray::Array3;
 use rayon::prelude::*;
 
@@ -204,6 +204,20 @@ pub fn percentile_normalize_in_place(stack: &mut Stack, p: &PercentileNormalize,
     .ok_or_else(empty)
 }
 
+/// The check both registered normalisations declare: the low percentile must
+/// be below the high one (equal percentiles map every pixel to `target_min`).
+fn check_percentiles(args: &Args, _: &StackShape) -> Result<(), ArgProblem> {
+    let (low, high) = (args.float("low_percentile"), args.float("high_percentile"));
+    if low >= high {
+        return Err(ArgProblem::new(
+            "low_percentile",
+            format!("low_percentile ({low}) must be below high_percentile ({high})"),
+            "make low_percentile the smaller one, e.g. low_percentile = 1, high_percentile = 99",
+        ));
+    }
+    Ok(())
+}
+
 /// The arguments both registered normalisations take.
 fn normalize_args() -> Vec<ArgSpec> {
     vec![
@@ -239,6 +253,10 @@ pub(crate) fn register(registry: &mut Registry) {
             Ok(s)
         }),
     );
+    for name in ["percentile_normalize", "stack_percentile_normalize"] {
+        registry.set_check(name, check_percentiles);
+    }
+    registry.set_output_shape("stack_percentile_normalize", hcsflow_core::same_shape);
 }
 
 #[cfg(test)]

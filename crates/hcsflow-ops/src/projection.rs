@@ -193,4 +193,7 @@ pub(crate) fn register(registry: &mut Registry) {
         },
         Implementation::host(|s, _| std_projection(s)),
     );
+    for name in ["max_projection", "mean_projection", "min_projection", "sum_projection", "std_projection"] {
+        registry.set_output_shape(name, hcsflow_core::one_plane);
+    }
 }
