@@ -16,11 +16,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Component as PathComponent, Path, PathBuf};
 
 use hcsflow_core::{
-    CallPlan, Contract, ConversionPolicy, Conversions, DType, DTypeConversion, DTypePolicy, Device, MemoryType, OutputDType, PlanError,
-    Registry, Route,
+    ArgError, CallPlan, Contract, ConversionPolicy, Conversions, DType, DTypeConversion, DTypePolicy, Device, MemoryType, OutputDType,
+    PlanError, Registry, Route, StackShape,
 };
 use hcsflow_plate::Plate;
 
+use crate::exec::{ARTIFACTS_NAME, MANIFEST_NAME, SUMMARY_NAME};
 use crate::spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, StepSpec};
 use crate::PipelineError;
 
@@ -418,7 +419,7 @@ pub fn compile(
     if !errors.is_empty() {
         return Err(flatten(errors));
     }
-    Ok(Plan {
+    let plan = Plan {
         pipeline_name: spec.name.clone(),
         digest: spec.digest(),
         plate_root: plate.root.clone(),
@@ -435,7 +436,9 @@ pub fn compile(
         channel_names: plate.metadata.channel_names.clone(),
         stage_positions: plate.metadata.stage_positions.iter().map(|p| ((p.well.clone(), p.site), (p.x_um, p.y_um))).collect(),
         site_cells: plate.metadata.site_cells.iter().map(|c| (c.site, (c.row, c.col))).collect(),
-    })
+    };
+    check_call_shapes(&plan, registry)?;
+    Ok(plan)
 }
 
 /// A producer stack covers a consumer stack when, component by component,
@@ -569,9 +572,7 @@ fn compile_step(
     config: &CompileConfig,
 ) -> Result<(StepPlan, ResolvedFunc), PipelineError> {
     let name = step.name.as_str();
-    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\']) || name.starts_with('.') {
-        return Err(PipelineError::step(name, "bad step name (it names the step's output folder)", "use letters, digits, '-' and '_'"));
-    }
+    check_step_name(name)?;
     let mut variable = Vec::new();
     for c in &step.variable_components {
         let c: Component = c.parse().map_err(|e: String| {
@@ -700,6 +701,39 @@ fn compile_step(
     ))
 }
 
+/// A step name names its output folder `OUT/<name>`: it must be one plain
+/// path component, and not a name hcsflow itself writes in OUT (the run
+/// manifest, the CSV summaries, OME-Zarr plates, hidden lock and temporary files).
+fn check_step_name(name: &str) -> Result<(), PipelineError> {
+    let fix = "use letters, digits, '-' and '_'";
+    if name.is_empty() || name == "." || name == ".." || name.contains(['/', '\\']) {
+        return Err(PipelineError::step(name, "bad step name (it names the step's output folder)", fix));
+    }
+    if name.starts_with('.') {
+        return Err(PipelineError::step(
+            name,
+            "step names starting with '.' are reserved for hcsflow's hidden files in the output folder (lock and temporary files)",
+            format!("remove the leading '.', e.g. '{}'", name.trim_start_matches('.')),
+        ));
+    }
+    let reserved = [(MANIFEST_NAME, "the run manifest"), (SUMMARY_NAME, "the output summary"), (ARTIFACTS_NAME, "the artifact summary")];
+    if let Some((file, what)) = reserved.iter().find(|(file, _)| name.eq_ignore_ascii_case(file)) {
+        return Err(PipelineError::step(
+            name,
+            format!("the step's output folder would be OUT/{file}, which is {what} hcsflow writes"),
+            format!("rename the step, e.g. '{}_step'", file.split('.').next().unwrap_or("my")),
+        ));
+    }
+    if name.to_ascii_lowercase().ends_with(".ome.zarr") {
+        return Err(PipelineError::step(
+            name,
+            "step names ending in '.ome.zarr' are reserved for the OME-Zarr plates hcsflow writes in the output folder",
+            format!("rename the step, e.g. '{}'", &name[..name.len() - ".ome.zarr".len()]),
+        ));
+    }
+    Ok(())
+}
+
 fn compile_chain(
     step: &str,
     calls: &[CallSpec],
@@ -747,6 +781,92 @@ fn compile_chain(
         }
     }
     Ok(ChainPlan { label: None, group_value: None, calls: planned, route_out, reduces, reduced_before })
+}
+
+/// Runs every call's argument check ([`hcsflow_core::ArgCheck`]) with the
+/// shape of the stack it will get, before any pixel is read: depth from the
+/// group's planes, plane size from the plate for the first step and, for later
+/// calls and steps, from the previous call's output shape
+/// ([`hcsflow_core::Function::output_shape`]). Where compile cannot know a
+/// shape (a function whose output size only the run knows, or a stack mixing
+/// plane sizes) the shape-dependent checks of the calls after it are skipped;
+/// the registry runs the same check on the real stack at run time. Each call
+/// is reported once, with the first stack it fails on.
+fn check_call_shapes(plan: &Plan, registry: &Registry) -> Result<(), PipelineError> {
+    let (plate_h, plate_w, _) = plan.plane;
+    // Per (step, chain, call): the first failure.
+    let mut errors: BTreeMap<(usize, usize, usize), PipelineError> = BTreeMap::new();
+    for well in &plan.wells {
+        // (height, width) of each plane, by key; None where compile cannot know it.
+        let start: BTreeMap<Key, Option<(usize, usize)>> = well.inputs.iter().map(|i| (i.key, Some((plate_h, plate_w)))).collect();
+        let mut current = start.clone();
+        for ws in &well.steps {
+            let step = &plan.steps[ws.step];
+            let input = match step.input_source {
+                InputSource::PipelineStart => &start,
+                InputSource::Previous => &current,
+            };
+            let mut next: BTreeMap<Key, Option<(usize, usize)>> = BTreeMap::new();
+            for g in &ws.groups {
+                let sizes: Vec<Option<(usize, usize)>> = g.inputs.iter().map(|k| input.get(k).copied().flatten()).collect();
+                let plane = match sizes.first() {
+                    Some(&Some(first)) if sizes.iter().all(|s| *s == Some(first)) => Some(first),
+                    _ => None,
+                };
+                let out_plane = match g.action {
+                    Action::Skip => None,
+                    Action::Passthrough => {
+                        next.extend(g.outputs.iter().zip(&sizes).map(|(o, s)| (o.key, *s)));
+                        continue;
+                    }
+                    Action::Chain(ci) => {
+                        let chain = &step.chains[ci];
+                        let mut shape = plane.map(|(h, w)| StackShape::new(g.inputs.len(), h, w));
+                        for (k, call) in chain.calls.iter().enumerate() {
+                            let (Some(s), Ok(function)) = (shape, registry.get(call.function)) else {
+                                shape = None;
+                                continue;
+                            };
+                            if let Err(e) = function.check_args(&call.args, &s) {
+                                errors.entry((ws.step, ci, k)).or_insert_with(|| {
+                                    let entry = chain.label.as_ref().map(|l| format!("func map entry '{l}': ")).unwrap_or_default();
+                                    let context = format!(
+                                        "the stack at {} of well {} (the plate's planes are {plate_h}×{plate_w})",
+                                        scope_text(&g.scope),
+                                        well.well
+                                    );
+                                    match e {
+                                        ArgError::Invalid { function, name, problem, fix, shape } => PipelineError::step(
+                                            &step.name,
+                                            format!("{entry}{function}: argument '{name}': {problem} (checked against {shape}: {context})"),
+                                            fix,
+                                        ),
+                                        other => PipelineError::step(
+                                            &step.name,
+                                            format!("{entry}{other} ({context})"),
+                                            format!("`hcsflow functions {}` lists its arguments", call.function),
+                                        ),
+                                    }
+                                });
+                                // Later calls would be checked against a shape this call never returns.
+                                shape = None;
+                                continue;
+                            }
+                            shape = function.output_shape(&call.args, &s);
+                        }
+                        shape.map(|s| (s.height, s.width))
+                    }
+                };
+                next.extend(g.outputs.iter().map(|o| (o.key, out_plane)));
+            }
+            current = next;
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(flatten(errors.into_values().collect()))
+    }
 }
 
 /// The group value a map key means: a number, or (for channels) a channel name.
