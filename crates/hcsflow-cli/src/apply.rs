@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
-use hcsflow_core::{Array, ConversionPolicy, DTypeConversion, DTypePolicy, DeviceRequest, MemoryType, OutputDType};
+use hcsflow_core::{Array, ConversionPolicy, DTypeConversion, DTypePolicy, DeviceRequest, MemoryType, OutputDType, StackShape};
 use hcsflow_tiff::{Compression, WriteOptions};
 
 use crate::{engine, CliError, CliResult, Exit};
@@ -71,6 +71,9 @@ pub fn run(a: ApplyArgs) -> CliResult {
     let back = conversions.plan(plan.implementation.memory_out, MemoryType::Host, policy).map_err(|e| usage(e.into()))?;
     errln!("{} on {} ({}); input {}; output {}", plan.function, choice.device, choice.reason, plan.route_in, back);
 
+    // The function's argument check against the input's shape, from its header (no pixel read yet).
+    let info = hcsflow_tiff::read_info(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
+    registry.check_call(&plan, &StackShape::new(info.pages, info.height, info.width)).map_err(|e| usage(e.into()))?;
     let started = Instant::now();
     let stack = hcsflow_tiff::read_stack(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
     let input_dtype = stack.dtype();
