@@ -796,7 +796,13 @@ fn check_call_shapes(plan: &Plan, registry: &Registry) -> Result<(), PipelineErr
     let (plate_h, plate_w, _) = plan.plane;
     // Per (step, chain, call): the first failure.
     let mut errors: BTreeMap<(usize, usize, usize), PipelineError> = BTreeMap::new();
+    // Stacks follow from the planes' keys alone: a well with the same keys as
+    // one already followed has the same stacks and shapes.
+    let mut followed: BTreeSet<Vec<Key>> = BTreeSet::new();
     for well in &plan.wells {
+        if !followed.insert(well.inputs.iter().map(|i| i.key).collect()) {
+            continue;
+        }
         // (height, width) of each plane, by key; None where compile cannot know it.
         let start: BTreeMap<Key, Option<(usize, usize)>> = well.inputs.iter().map(|i| (i.key, Some((plate_h, plate_w)))).collect();
         let mut current = start.clone();
