@@ -82,16 +82,13 @@ fn check_crop(args: &Args, shape: &StackShape) -> Result<(), ArgProblem> {
     let [y, x, height, width] = crop_args(args);
     let (h, w) = (shape.height, shape.width);
     crop_rectangle(y, x, height, width, h, w).map(|_| ()).map_err(|(rh, rw)| {
-        let arg = if y >= h || y.checked_add(rh).is_none_or(|e| e > h) {
-            if y >= h {
-                "y"
-            } else {
-                "height"
-            }
-        } else if x >= w {
-            "x"
-        } else {
-            "width"
+        // The first side that does not fit names the argument: its start, else its length.
+        let rows_fit = rh > 0 && y.checked_add(rh).is_some_and(|end| end <= h);
+        let arg = match (rows_fit, y >= h, x >= w) {
+            (false, true, _) => "y",
+            (false, false, _) => "height",
+            (true, _, true) => "x",
+            (true, _, false) => "width",
         };
         ArgProblem::new(
             arg,

@@ -52,7 +52,7 @@ fn every_corpus_case_is_a_usage_error_at_compile_naming_the_problem() {
     let dir = tempfile::tempdir().expect("tempdir");
     let plate = plate(dir.path());
     let files = corpus();
-    assert!(files.len() >= 16, "corpus has {} cases", files.len());
+    assert!(files.len() >= 18, "corpus has {} cases", files.len());
     for file in files {
         let text = std::fs::read_to_string(&file).expect("read case");
         let expect: Vec<&str> = text.lines().filter_map(|l| l.strip_prefix("# expect: ")).collect();
