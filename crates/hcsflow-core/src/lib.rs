@@ -10,6 +10,7 @@
 //! - [`artifact`]: what a function sees besides its stack (plane metadata,
 //!   tables from earlier steps) and the tables it produces.
 //! - [`adapter`]: GPU adapter descriptions and the device-selection policy.
+//! - [`temp_name`]: the names of hcsflow's own temporary files.
 //!
 //! This crate has no I/O and no GPU dependency; everything above it points down to it.
 
@@ -21,6 +22,7 @@ pub mod memory;
 pub mod registry;
 pub mod slices;
 pub mod stack;
+pub mod temp_name;
 
 pub use adapter::{select_device, AdapterInfo, AdapterKind, DeviceChoice, DeviceError};
 pub use artifact::{ArtifactDecl, Artifacts, CallContext, Cell, PlaneInfo, Row, StackInfo, Table};
@@ -33,3 +35,4 @@ pub use registry::{
 };
 pub use slices::{stack_slices, unstack_slices, SliceError};
 pub use stack::{HostArray, Pixel, Stack};
+pub use temp_name::is_temp_name;

@@ -42,4 +42,5 @@ mod writer;
 
 pub use error::ZarrError;
 pub use spec::{FieldExtent, FieldShape, NgffVersion, PlateSpec, ZarrCompression};
+pub use store::remove_stale_temps;
 pub use writer::PlateWriter;

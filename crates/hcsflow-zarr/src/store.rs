@@ -34,21 +34,18 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     result
 }
 
-/// `true` for the name of a temporary file made by [`write_atomic`].
-fn is_temp_name(name: &str) -> bool {
-    name.starts_with('.') && name.contains(".tmp-")
-}
-
-/// Removes temporary files left under `dir` by interrupted writes (a killed
-/// run). Only call when no write is in flight under `dir`. Returns how many.
-pub(crate) fn remove_stale_temps(dir: &Path) -> std::io::Result<usize> {
+/// Removes hcsflow's temporary files ([`hcsflow_core::is_temp_name`]: this
+/// store's, the TIFF writer's and the pipeline's) left under `dir` by
+/// interrupted writes (a killed run); symbolic links are not followed. Only
+/// call when no write is in flight under `dir`. Returns how many.
+pub fn remove_stale_temps(dir: &Path) -> std::io::Result<usize> {
     let mut removed = 0;
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let kind = entry.file_type()?;
         if kind.is_dir() {
             removed += remove_stale_temps(&entry.path())?;
-        } else if kind.is_file() && is_temp_name(&entry.file_name().to_string_lossy()) {
+        } else if kind.is_file() && hcsflow_core::is_temp_name(&entry.file_name().to_string_lossy()) {
             match std::fs::remove_file(entry.path()) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                 _ => removed += 1,
