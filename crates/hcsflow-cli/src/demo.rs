@@ -91,6 +91,9 @@ pub fn run(a: DemoArgs) -> CliResult {
         workers: a.workers.unwrap_or_else(run::default_workers).max(1),
         max_memory: None,
         resume: false,
+        // The demo plate has every image; its own earlier results are the same run.
+        overwrite: false,
+        missing: hcsflow_pipeline::MissingPolicy::Error,
         report: a.report,
         zarr_format,
     };

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 use hcsflow_core::{ConversionPolicy, Conversions, DeviceRequest, Registry};
-use hcsflow_pipeline::{Action, CompileConfig, NgffVersion, PipelineError, PipelineSpec, Plan, Progress, RunOptions, RunSummary};
+use hcsflow_pipeline::{
+    Action, CompileConfig, MissingPolicy, NgffVersion, PipelineError, PipelineSpec, Plan, Progress, RunOptions, RunSummary,
+};
 use hcsflow_plate::Format;
 
 use crate::progress::Reporter;
@@ -43,8 +45,17 @@ pub struct RunArgs {
     #[arg(long)]
     max_memory: Option<String>,
     /// Skip wells recorded complete in OUT/run_manifest.json by a previous run of the same pipeline.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "overwrite")]
     resume: bool,
+    /// OUT holds another run's outputs (another pipeline or plate): remove them first
+    /// (only the files its run_manifest.json lists), then run.
+    #[arg(long)]
+    overwrite: bool,
+    /// Images the plate declares but does not have: error (refuse the run, list them),
+    /// skip-well (run the other wells; those wells are recorded failed) or fill (planes
+    /// of zeros, each reported).
+    #[arg(long, value_name = "POLICY", default_value = "error")]
+    missing: MissingPolicy,
     /// Write a JSON report (device, timings, conversions, peak RSS, failures).
     #[arg(long)]
     report: Option<PathBuf>,
@@ -115,6 +126,8 @@ pub struct Setup {
     pub workers: usize,
     pub max_memory: Option<u64>,
     pub resume: bool,
+    pub overwrite: bool,
+    pub missing: MissingPolicy,
     pub report: Option<PathBuf>,
     pub zarr_format: NgffVersion,
 }
@@ -134,6 +147,8 @@ pub fn run(a: RunArgs) -> CliResult {
         workers: a.workers.unwrap_or_else(default_workers),
         max_memory,
         resume: a.resume,
+        overwrite: a.overwrite,
+        missing: a.missing,
         report: a.report,
         zarr_format,
     };
@@ -167,7 +182,13 @@ pub fn compile(
     check_out_folder(out)?;
     let allow = engine::software_gpu_allowed(setup.allow_software_gpu);
     let (choice, _) = engine::choose_device(setup.device, allow).map_err(|e| CliError::new(Exit::DeviceUnavailable, e))?;
-    let config = CompileConfig { device: choice.device, device_reason: choice.reason, policy: setup.policy, out: out.to_path_buf() };
+    let config = CompileConfig {
+        device: choice.device,
+        device_reason: choice.reason,
+        policy: setup.policy,
+        out: out.to_path_buf(),
+        missing: setup.missing,
+    };
     hcsflow_pipeline::compile(plate, spec, registry, conversions, &config).map_err(pipeline_err)
 }
 
@@ -209,8 +230,14 @@ pub fn execute(plan: &Plan, registry: &Registry, conversions: &Conversions, setu
     if let Err(e) = crate::signals::install(&cancel) {
         tracing::warn!("cannot install the interrupt handlers: {e}");
     }
-    let options =
-        RunOptions { workers: setup.workers, max_memory: setup.max_memory, resume: setup.resume, cancel, zarr_format: setup.zarr_format };
+    let options = RunOptions {
+        workers: setup.workers,
+        max_memory: setup.max_memory,
+        resume: setup.resume,
+        cancel,
+        zarr_format: setup.zarr_format,
+        overwrite: setup.overwrite,
+    };
     let tty = std::io::stderr().is_terminal();
     errln!(
         "running {} step(s) on {} well(s) of {} on {} ({}); {} worker(s)",
@@ -228,12 +255,17 @@ pub fn execute(plan: &Plan, registry: &Registry, conversions: &Conversions, setu
 }
 
 /// Prints the summary, writes the report, maps the outcome to an exit code.
+/// The summary comes first, always: even when the manifest could not be
+/// written, the user learns which wells completed.
 pub fn finish(plan: &Plan, summary: &RunSummary, setup: &Setup) -> CliResult {
     let r = &summary.report;
-    if let Some(path) = &setup.report {
-        let json = serde_json::to_vec_pretty(r).context("serialising the report")?;
-        std::fs::write(path, json).with_context(|| format!("writing the report {}", path.display()))?;
-    }
+    let report_error = setup.report.as_ref().and_then(|path| {
+        let json = match serde_json::to_vec_pretty(r) {
+            Ok(json) => json,
+            Err(e) => return Some(format!("serialising the report: {e}")),
+        };
+        std::fs::write(path, json).err().map(|e| format!("writing the report {}: {e}", path.display()))
+    });
     errln!(
         "{} of {} well(s) complete ({} skipped as already complete), {} failed, {} not started; {:.2} s, {:.1} MB/s, peak RSS {}",
         summary.completed.len() + summary.skipped.len(),
@@ -252,30 +284,68 @@ pub fn finish(plan: &Plan, summary: &RunSummary, setup: &Setup) -> CliResult {
     for t in &summary.artifact_tables {
         errln!("table: {}", t.display());
     }
+    if !summary.filled.is_empty() {
+        let wells: std::collections::BTreeSet<&str> = summary.filled.iter().map(|m| m.well.as_str()).collect();
+        errln!(
+            "missing images: {} filled with zeros in {} well(s) (--missing fill); each is a note below and in {}",
+            summary.filled.len(),
+            wells.len(),
+            plan.out.join(hcsflow_pipeline::MANIFEST_NAME).display()
+        );
+    }
     // What functions said about their results (e.g. stitching fell back to
-    // stage positions): never silent.
+    // stage positions) and the planes filled with zeros: never silent.
     for n in &r.notes {
         errln!("note: well {}, step '{}': {}", n.well, n.step, n.text);
     }
+    let mut problems: Vec<String> = Vec::new();
+    let mut exit = Exit::Failure;
+    if let Some(e) = &report_error {
+        problems.push(e.clone());
+    }
+    if let Some(e) = &summary.manifest_error {
+        problems.push(format!(
+            "the run manifest could not be written: {e}. Its wells' outputs on disk are intact; a --resume run redoes the wells it misses"
+        ));
+    }
+    problems.extend(summary.write_errors.iter().map(|e| format!("could not write: {e}")));
     if !summary.failed.is_empty() {
         let list: Vec<String> = summary.failed.iter().map(|f| format!("  {}: {}", f.well, f.error)).collect();
-        return Err(CliError::new(
-            Exit::Failure,
-            anyhow::anyhow!(
-                "{} well(s) failed (the others' results are kept; fix and re-run with --resume):\n{}",
-                summary.failed.len(),
-                list.join("\n")
-            ),
+        problems.push(format!(
+            "{} well(s) failed (the others' results are kept; fix and re-run with --resume):\n{}",
+            summary.failed.len(),
+            list.join("\n")
         ));
     }
     if !summary.not_started.is_empty() {
-        let signal = crate::signals::received().unwrap_or("cancelled");
-        return Err(CliError::new(
-            Exit::Interrupted,
-            anyhow::anyhow!("interrupted ({signal}): {} well(s) not started; re-run with --resume to finish", summary.not_started.len()),
-        ));
+        match &summary.stopped {
+            Some(reason) => problems.push(format!(
+                "stopped: {} well(s) not started because {reason}; free space (or fix the output folder) and re-run with --resume",
+                summary.not_started.len()
+            )),
+            None => {
+                // A graceful stop by a signal is exit 130, unless wells also failed.
+                if problems.is_empty() {
+                    exit = Exit::Interrupted;
+                }
+                let signal = crate::signals::received().unwrap_or("cancelled");
+                problems.push(format!(
+                    "interrupted ({signal}): {} well(s) not started; re-run with --resume to finish",
+                    summary.not_started.len()
+                ));
+            }
+        }
     }
-    Ok(())
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(CliError::new(
+        exit,
+        anyhow::anyhow!(problems.join(
+            "
+error: "
+        )),
+    ))
 }
 
 /// The `--dry-run` text: per step the chain, memory types, routes and device;
@@ -292,9 +362,7 @@ pub fn plan_text(plan: &Plan) -> String {
         plan.plane.1,
         plan.plane.2
     );
-    if plan.missing_images > 0 {
-        let _ = writeln!(s, "missing images: {} (filled with zeros in memory)", plan.missing_images);
-    }
+    s.push_str(&missing_text(plan));
     let _ = writeln!(s, "device: {} ({})", plan.device, plan.device_reason);
     let _ = writeln!(s, "output: {}", plan.out.display());
     for (i, step) in plan.steps.iter().enumerate() {
@@ -363,6 +431,33 @@ pub fn plan_text(plan: &Plan) -> String {
     }
     for d in &plan.disabled {
         let _ = writeln!(s, "step '{d}': disabled");
+    }
+    s
+}
+
+/// The `--dry-run` lines on missing images: the policy and what the run does.
+fn missing_text(plan: &Plan) -> String {
+    let mut s = String::new();
+    let policy = plan.missing_policy;
+    if plan.missing.is_empty() {
+        let _ = writeln!(s, "missing images: none (--missing {policy})");
+        return s;
+    }
+    let mut wells: Vec<&str> = plan.missing.iter().map(|m| m.well.as_str()).collect();
+    wells.dedup();
+    let what = match policy {
+        MissingPolicy::SkipWell => format!("well(s) {} will not be run and are recorded failed", wells.join(", ")),
+        MissingPolicy::Fill => "each becomes a plane of zeros in memory, reported per well".to_string(),
+        // Compile refuses the run: no plan to print.
+        MissingPolicy::Error => "the run is refused".to_string(),
+    };
+    let _ = writeln!(s, "missing images: {} in {} well(s) (--missing {policy}): {what}", plan.missing.len(), wells.len());
+    const LISTED: usize = 10;
+    for m in plan.missing.iter().take(LISTED) {
+        let _ = writeln!(s, "  {m}");
+    }
+    if plan.missing.len() > LISTED {
+        let _ = writeln!(s, "  … and {} more", plan.missing.len() - LISTED);
     }
     s
 }

@@ -20,6 +20,7 @@ use hcsflow_core::{
     PlanError, Registry, Route, StackShape,
 };
 use hcsflow_plate::Plate;
+use serde::{Deserialize, Serialize};
 
 use crate::exec::{ARTIFACTS_NAME, MANIFEST_NAME, SUMMARY_NAME};
 use crate::spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, StepSpec};
@@ -45,6 +46,79 @@ pub struct CompileConfig {
     pub policy: ConversionPolicy,
     /// The output folder. Must not be inside the plate.
     pub out: PathBuf,
+    /// What to do with images the plate declares but does not have.
+    pub missing: MissingPolicy,
+}
+
+/// What a run does with an image the plate declares but does not have
+/// (an [`InputPlane`] whose `path` is `None`: a deleted file, an empty URL
+/// in an index, a directory named like the image…).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MissingPolicy {
+    /// Compile refuses the run ([`PipelineError::Config`], a usage error),
+    /// listing the missing images: nothing is read or written. The default,
+    /// because a plane of zeros silently changes results (a min projection
+    /// becomes 0, a mean is biased).
+    #[default]
+    Error,
+    /// The wells with a missing image are not run: each is recorded failed,
+    /// its reason naming the images, so `--resume` runs it once they are back.
+    SkipWell,
+    /// A missing image is a plane of zeros in memory (never on disk); every
+    /// filled plane is reported (summary, report, manifest, well notes).
+    Fill,
+}
+
+impl MissingPolicy {
+    /// The name on the command line (`--missing NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            MissingPolicy::Error => "error",
+            MissingPolicy::SkipWell => "skip-well",
+            MissingPolicy::Fill => "fill",
+        }
+    }
+}
+
+impl std::fmt::Display for MissingPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for MissingPolicy {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        [MissingPolicy::Error, MissingPolicy::SkipWell, MissingPolicy::Fill]
+            .into_iter()
+            .find(|p| p.name() == s)
+            .ok_or_else(|| format!("unknown missing-image policy '{s}': expected error, skip-well or fill"))
+    }
+}
+
+/// An image the plate declares but does not have.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MissingPlane {
+    pub well: String,
+    /// `[site, channel, z_index, timepoint]`.
+    pub key: Key,
+    /// Where the file was expected, when the plate metadata names it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected: Option<PathBuf>,
+    /// Why it is missing, as the plate reader says (e.g. "no image file found").
+    pub reason: String,
+}
+
+impl std::fmt::Display for MissingPlane {
+    /// `well A01 site 1, channel 1, z 2, t 1: /plate/x.tif (file not found)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let [s, c, z, t] = self.key;
+        write!(f, "well {} site {s}, channel {c}, z {z}, t {t}: ", self.well)?;
+        match &self.expected {
+            Some(p) => write!(f, "{} ({})", p.display(), self.reason),
+            None => f.write_str(&self.reason),
+        }
+    }
 }
 
 /// One function chain of a step, fully resolved.
@@ -102,8 +176,9 @@ pub struct StepPlan {
 #[derive(Debug, Clone, PartialEq)]
 pub struct InputPlane {
     pub key: Key,
-    /// `None`: the plate declares this image but it is missing; it is filled
-    /// with zeros in memory (never on disk) when a step needs it.
+    /// `None`: the plate declares this image but it is missing; what happens
+    /// is [`Plan::missing_policy`] (under [`MissingPolicy::Fill`] it is filled
+    /// with zeros in memory, never on disk, when a step needs it).
     pub path: Option<PathBuf>,
     /// Path relative to the plate folder: the naming outputs mirror.
     pub rel: PathBuf,
@@ -180,8 +255,11 @@ pub struct Plan {
     /// Plane height, width and dtype of the plate.
     pub plane: (usize, usize, DType),
     pub pixel_size_um: Option<f64>,
-    /// Images the plate declares but does not have (zero-filled in memory).
-    pub missing_images: usize,
+    /// Images the plate declares but does not have, in well order; what a run
+    /// does with them is `missing_policy` (never [`MissingPolicy::Error`]
+    /// when this is not empty: compile refuses such a run).
+    pub missing: Vec<MissingPlane>,
+    pub missing_policy: MissingPolicy,
     /// Channel number → name, from the plate metadata (OME-Zarr channel labels).
     pub channel_names: BTreeMap<u32, String>,
     /// Stage positions by (well, site), µm, injected into functions' call context.
@@ -251,11 +329,11 @@ pub fn compile(
     // Per step: group values seen across the plate and values lacking a map entry.
     let mut seen: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); steps.len()];
     let mut unmapped: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); steps.len()];
-    let mut missing_images = 0;
+    let mut missing = Vec::new();
     let mut wiring_errors: BTreeMap<(usize, String), PipelineError> = BTreeMap::new();
     for well in plate.wells() {
         let inputs = well_inputs(plate, &well);
-        missing_images += inputs.iter().filter(|i| i.path.is_none()).count();
+        missing.extend(missing_planes(plate, &well, &inputs));
         let start: Vec<Flow> = inputs.iter().map(|i| Flow { key: i.key, rel: i.rel.clone() }).collect();
         let mut current = start.clone();
         let mut well_steps = Vec::new();
@@ -396,7 +474,9 @@ pub fn compile(
     errors.extend(wiring_errors.into_values());
     // Map keys must be group values of this plate; missing groups follow the policy.
     for (si, step) in steps.iter().enumerate() {
-        let Some(group_by) = step.group_by else { continue };
+        let Some(group_by) = step.group_by else {
+            continue;
+        };
         for chain in &step.chains {
             if let (Some(label), Some(v)) = (&chain.label, chain.group_value) {
                 if !seen[si].contains(&v) {
@@ -419,6 +499,9 @@ pub fn compile(
     if !errors.is_empty() {
         return Err(flatten(errors));
     }
+    if config.missing == MissingPolicy::Error && !missing.is_empty() {
+        return Err(missing_error(&missing));
+    }
     let plan = Plan {
         pipeline_name: spec.name.clone(),
         digest: spec.digest(),
@@ -432,7 +515,8 @@ pub fn compile(
         wells,
         plane,
         pixel_size_um: plate.metadata.pixel_size_um,
-        missing_images,
+        missing,
+        missing_policy: config.missing,
         channel_names: plate.metadata.channel_names.clone(),
         stage_positions: plate.metadata.stage_positions.iter().map(|p| ((p.well.clone(), p.site), (p.x_um, p.y_um))).collect(),
         site_cells: plate.metadata.site_cells.iter().map(|c| (c.site, (c.row, c.col))).collect(),
@@ -479,7 +563,9 @@ fn wire_artifacts(spec: &PipelineSpec, registry: &Registry, steps: &mut [StepPla
         registry.functions().filter(|f| f.artifacts.produces.iter().any(|d| d.name == name)).map(|f| f.spec.name).collect()
     };
     for si in 0..steps.len() {
-        let Some(step_spec) = spec.steps.iter().find(|s| s.name == steps[si].name) else { continue };
+        let Some(step_spec) = spec.steps.iter().find(|s| s.name == steps[si].name) else {
+            continue;
+        };
         for (artifact, _) in step_spec.artifacts_from.iter().filter(|(a, _)| !steps[si].consumes.iter().any(|c| &c.name == *a)) {
             errors.push(PipelineError::step(
                 &steps[si].name,
@@ -942,6 +1028,50 @@ fn well_inputs(plate: &Plate, well: &str) -> Vec<InputPlane> {
     }
     v.sort_by_key(|i| i.key);
     v
+}
+
+/// The planes of `inputs` (a well's, from [`well_inputs`]) that have no file,
+/// with where and why, as the plate lists them.
+fn missing_planes(plate: &Plate, well: &str, inputs: &[InputPlane]) -> Vec<MissingPlane> {
+    inputs
+        .iter()
+        .filter(|i| i.path.is_none())
+        .map(|i| {
+            let m = plate.missing.iter().find(|m| m.well == well && key_of(m.site, m.channel, m.z_index, m.timepoint) == i.key);
+            MissingPlane {
+                well: well.to_string(),
+                key: i.key,
+                expected: m.and_then(|m| m.path.clone()),
+                reason: m.map(|m| m.reason.clone()).unwrap_or_else(|| "no image file found".into()),
+            }
+        })
+        .collect()
+}
+
+/// How many missing images [`missing_error`] lists by name.
+const MISSING_LISTED: usize = 10;
+
+/// The refusal under [`MissingPolicy::Error`]: the first missing images, their
+/// count, and the two ways to run anyway.
+fn missing_error(missing: &[MissingPlane]) -> PipelineError {
+    let wells: BTreeSet<&str> = missing.iter().map(|m| m.well.as_str()).collect();
+    let mut message = format!(
+        "{} image(s) the plate declares are missing, in {} well(s); a missing image would become a plane of zeros and change the results:",
+        missing.len(),
+        wells.len()
+    );
+    for m in missing.iter().take(MISSING_LISTED) {
+        message.push_str(&format!("\n      {m}"));
+    }
+    if missing.len() > MISSING_LISTED {
+        message.push_str(&format!("\n      … and {} more (`hcsflow inspect` lists them all)", missing.len() - MISSING_LISTED));
+    }
+    PipelineError::Config {
+        message,
+        fix: "restore the files, or run with --missing skip-well (run the other wells; these are recorded failed and \
+              re-run by --resume once the files are back) or --missing fill (use planes of zeros, reported per well)"
+            .into(),
+    }
 }
 
 /// Groups planes by every component not in `variable`; each group ordered by

@@ -2,17 +2,38 @@
 //! isolated, resumable, with atomic writes and a report.
 //!
 //! Contract:
+//! - One run at a time per output folder: `OUT/.hcsflow.lock` is locked for
+//!   the whole run (released by the OS when the process ends, even killed);
+//!   a second run into OUT is refused before it writes anything.
+//! - OUT holding another run (its manifest names another pipeline digest or
+//!   plate) is refused, unless [`RunOptions::overwrite`]: then what that
+//!   manifest lists, and only that, is removed first.
+//! - hcsflow's own temporaries left in OUT by a killed run are removed at the
+//!   start (under the lock; only names [`hcsflow_core::is_temp_name`] matches).
 //! - A well's failure (unreadable TIFF, function error, even a panic) is
 //!   recorded with its reason; the other wells run to the end. The run's
-//!   [`RunSummary::failed`] lists them; the CLI exits non-zero.
+//!   [`RunSummary::failed`] lists them; the CLI exits non-zero. A failure
+//!   because the output file system takes no more data (full, over quota,
+//!   read-only) stops starting wells: the rest are recorded "not started"
+//!   with that reason ([`RunSummary::stopped`]).
+//! - Missing images follow [`Plan::missing_policy`]: under skip-well a well
+//!   with one is recorded failed (naming them) and not run; under fill every
+//!   plane filled with zeros is listed (manifest per well, report, notes).
 //! - After every well, `OUT/run_manifest.json` is rewritten atomically
-//!   (temporary file, then rename) with the wells completed so far and their
-//!   outputs. [`RunOptions::resume`] skips wells recorded complete by a run of
-//!   the same pipeline (same digest) on the same plate.
+//!   (temporary file, then rename) with the outcome of every well so far
+//!   (complete, failed, and at the end not started). A failed write is
+//!   retried (compact JSON); if it still fails the run goes on and returns its
+//!   summary with [`RunSummary::manifest_error`] naming the wells the file on
+//!   disk misses. [`RunOptions::resume`] skips wells recorded complete by a
+//!   run of the same pipeline (same digest) on the same plate.
 //! - Every image file is written atomically by `hcsflow-tiff`; cancellation
 //!   ([`RunOptions::cancel`]) stops *starting* wells, in-flight wells finish,
-//!   so no half-written file is ever visible under its final name.
+//!   so no half-written file is ever visible under its final name. A write
+//!   that fails removes its temporary.
 //! - Nothing is written inside the input plate (compile refuses such outputs).
+//! - `execute` returns `Err` only for problems found before any well starts
+//!   (OUT not writable or locked by another run, another run's outputs, the
+//!   first manifest write); everything later is in the [`RunSummary`].
 
 use std::collections::BTreeMap;
 use std::panic::AssertUnwindSafe;
@@ -26,7 +47,8 @@ use hcsflow_tiff::WriteOptions;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::compile::{scope_text, Action, GroupPlan, InputPlane, Key, Plan, WellPlan, COLLAPSED, VARIABLE};
+use crate::compile::{scope_text, Action, GroupPlan, InputPlane, Key, MissingPlane, MissingPolicy, Plan, WellPlan, COLLAPSED, VARIABLE};
+use crate::outdir;
 use crate::spec::Component;
 use crate::spec::{InputSource, Materialize};
 use crate::zarr::ZarrOutput;
@@ -53,6 +75,9 @@ pub struct RunOptions {
     pub cancel: Arc<AtomicBool>,
     /// NGFF version of the OME-Zarr plates (`materialize = ["zarr"]`).
     pub zarr_format: hcsflow_zarr::NgffVersion,
+    /// Run even if OUT holds another run's outputs (another pipeline or
+    /// plate): remove what its manifest lists first. Not with `resume`.
+    pub overwrite: bool,
 }
 
 impl Default for RunOptions {
@@ -63,6 +88,7 @@ impl Default for RunOptions {
             resume: false,
             cancel: Arc::new(AtomicBool::new(false)),
             zarr_format: Default::default(),
+            overwrite: false,
         }
     }
 }
@@ -127,7 +153,8 @@ pub struct Note {
 /// A well in the manifest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WellRecord {
-    /// "complete" or "failed".
+    /// "complete", "failed" or "not started" (`error` says why); `--resume`
+    /// runs every well that is not "complete".
     pub status: String,
     pub seconds: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -138,6 +165,9 @@ pub struct WellRecord {
     pub artifacts: Vec<ArtifactRecord>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<Note>,
+    /// Missing images this well used as planes of zeros (`--missing fill`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub filled: Vec<MissingPlane>,
 }
 
 /// `OUT/run_manifest.json`.
@@ -147,6 +177,13 @@ pub struct Manifest {
     pub pipeline: String,
     pub digest: String,
     pub plate: PathBuf,
+    /// Plate-level files the run writes, relative to OUT (summaries, joined
+    /// artifact tables): with the wells' outputs, what `--overwrite` removes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<PathBuf>,
+    /// OME-Zarr plates the run writes, relative to OUT.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub zarr_plates: Vec<PathBuf>,
     pub wells: BTreeMap<String, WellRecord>,
 }
 
@@ -167,12 +204,16 @@ pub struct WellReport {
     /// "complete", "failed", "skipped (resumed)" or "not started".
     pub status: String,
     pub seconds: f64,
+    /// Why it failed or was not started.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     pub steps: Vec<StepTiming>,
     pub bytes_read: u64,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub notes: Vec<Note>,
+    /// Missing images used as planes of zeros (`--missing fill`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub filled: Vec<MissingPlane>,
 }
 
 /// A function chain of a step, for the report.
@@ -224,6 +265,19 @@ pub struct RunReport {
     pub failures: Vec<Failure>,
     /// What functions said about their results, all wells (also in `wells`).
     pub notes: Vec<Note>,
+    /// What was done with missing images: "error", "skip-well" or "fill".
+    pub missing_policy: String,
+    /// Missing images used as planes of zeros, all wells (also in `wells`).
+    pub filled: Vec<MissingPlane>,
+    /// Why the run stopped starting wells (the output file system is full…).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<String>,
+    /// The manifest could not be written (see [`RunSummary::manifest_error`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub manifest_error: Option<String>,
+    /// Plate-level outputs that could not be written (summaries, tables, OME-Zarr metadata).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub write_errors: Vec<String>,
 }
 
 /// The outcome of a run.
@@ -233,13 +287,32 @@ pub struct RunSummary {
     pub completed: Vec<String>,
     pub skipped: Vec<String>,
     pub failed: Vec<Failure>,
-    /// Wells not started because the run was cancelled.
+    /// Wells not started because the run was cancelled or `stopped`.
     pub not_started: Vec<String>,
+    /// Why the run stopped starting wells on its own (the output file system
+    /// is full, over quota or read-only); `None` if it did not, or was cancelled.
+    pub stopped: Option<String>,
+    /// Missing images used as planes of zeros (`--missing fill`), in the
+    /// wells complete in this run or an earlier one.
+    pub filled: Vec<MissingPlane>,
+    /// `OUT/run_manifest.json` could not be written at the end: the error
+    /// and the wells whose outcome the file on disk misses or misstates.
+    pub manifest_error: Option<String>,
+    /// Plate-level outputs that could not be written (OME-Zarr metadata,
+    /// `summary.csv`, artifact tables): each error names its file.
+    pub write_errors: Vec<String>,
     /// OME-Zarr plates written (`materialize = ["zarr"]`).
     pub zarr_plates: Vec<PathBuf>,
     /// Plate-level artifact tables written (`OUT/<step>/<artifact>.csv`).
     pub artifact_tables: Vec<PathBuf>,
     pub report: RunReport,
+}
+
+impl RunSummary {
+    /// True if every well is complete and everything was written.
+    pub fn success(&self) -> bool {
+        self.failed.is_empty() && self.not_started.is_empty() && self.manifest_error.is_none() && self.write_errors.is_empty()
+    }
 }
 
 /// Peak resident set size of this process (Linux `VmHWM`), in bytes.
@@ -254,25 +327,119 @@ fn io_err(path: &Path) -> impl Fn(std::io::Error) -> PipelineError + '_ {
     move |e| PipelineError::Io { path: path.to_path_buf(), message: e.to_string() }
 }
 
-/// Writes `bytes` to `path` atomically (hidden temporary in the same folder, then rename).
+/// Writes `bytes` to `path` atomically (hidden temporary `.NAME.PID.tmp` in
+/// the same folder, then rename). If anything fails the temporary is removed
+/// and `path` is as it was; the error names `path`.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PipelineError> {
+    write_atomic_with(path, bytes, disk_full::write)
+}
+
+/// [`write_atomic`] with the function that fills the temporary.
+fn write_atomic_with(
+    path: &Path,
+    bytes: &[u8],
+    write: impl FnOnce(&mut std::fs::File, &[u8]) -> std::io::Result<()>,
+) -> Result<(), PipelineError> {
     let dir = path.parent().unwrap_or(Path::new("."));
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
-    std::fs::write(&tmp, bytes).map_err(io_err(&tmp))?;
-    std::fs::rename(&tmp, path).map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        io_err(path)(e)
+    let replaced = std::fs::metadata(path).map(|m| m.len()).ok();
+    let result = std::fs::File::create(&tmp).and_then(|mut f| write(&mut f, bytes)).and_then(|()| std::fs::rename(&tmp, path));
+    match result {
+        Ok(()) => {
+            disk_full::freed(replaced.unwrap_or(0));
+            Ok(())
+        }
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            Err(io_err(path)(e))
+        }
+    }
+}
+
+/// Test-only fault injection, not a feature: with the environment variable
+/// `HCSFLOW_TEST_DISK_FULL_AFTER=N` (read once per process), the run's own
+/// writes (wells' TIFF planes and CSV tables, the manifest, summaries; not
+/// OME-Zarr chunks, which `hcsflow-zarr` writes) behave as on a file system
+/// with N bytes free: a write that does not fit writes what fits, then fails
+/// with ENOSPC; a replaced file frees its old size. The process-level
+/// disk-full tests use it, so they run where no small file system can be mounted.
+mod disk_full {
+    use std::io::Write;
+    use std::sync::{Mutex, OnceLock};
+
+    static FREE: OnceLock<Option<Mutex<u64>>> = OnceLock::new();
+
+    fn free() -> Option<&'static Mutex<u64>> {
+        FREE.get_or_init(|| std::env::var("HCSFLOW_TEST_DISK_FULL_AFTER").ok()?.trim().parse().ok().map(Mutex::new)).as_ref()
+    }
+
+    /// "No space left on device": ENOSPC is 28 on Linux, macOS and the BSDs.
+    fn enospc() -> std::io::Error {
+        std::io::Error::from_raw_os_error(28)
+    }
+
+    /// Writes `bytes` to `file` (all of them unless the injection is on).
+    pub(super) fn write(file: &mut std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
+        let Some(free) = free() else {
+            return file.write_all(bytes);
+        };
+        let mut free = free.lock().unwrap_or_else(|p| p.into_inner());
+        let fits = usize::try_from(*free).unwrap_or(usize::MAX).min(bytes.len());
+        file.write_all(&bytes[..fits])?;
+        if fits < bytes.len() {
+            return Err(enospc());
+        }
+        *free -= fits as u64;
+        Ok(())
+    }
+
+    /// Takes `len` bytes for a file another crate writes; ENOSPC if they do not fit.
+    pub(super) fn reserve(len: u64) -> std::io::Result<()> {
+        let Some(free) = free() else { return Ok(()) };
+        let mut free = free.lock().unwrap_or_else(|p| p.into_inner());
+        *free = free.checked_sub(len).ok_or_else(enospc)?;
+        Ok(())
+    }
+
+    /// A file of `len` bytes was replaced or removed.
+    pub(super) fn freed(len: u64) {
+        if let Some(free) = free() {
+            let mut free = free.lock().unwrap_or_else(|p| p.into_inner());
+            *free = free.saturating_add(len);
+        }
+    }
+}
+
+/// True if `message` carries an operating-system error meaning that the
+/// output file system takes no more data: full (ENOSPC), over quota (EDQUOT)
+/// or read-only (EROFS). Messages are what wells fail with, so this reads the
+/// `(os error N)` that every `std::io::Error` from the OS shows, through any
+/// library that kept only the text.
+pub(crate) fn storage_exhausted(message: &str) -> bool {
+    use std::io::ErrorKind::{QuotaExceeded, ReadOnlyFilesystem, StorageFull};
+    const MARK: &str = "(os error ";
+    message.match_indices(MARK).any(|(i, _)| {
+        let code: String = message[i + MARK.len()..].chars().take_while(char::is_ascii_digit).collect();
+        code.parse::<i32>()
+            .is_ok_and(|c| matches!(std::io::Error::from_raw_os_error(c).kind(), StorageFull | QuotaExceeded | ReadOnlyFilesystem))
     })
 }
 
 impl Manifest {
-    fn new(plan: &Plan) -> Manifest {
+    fn new(plan: &Plan, zarr_plates: &[PathBuf]) -> Manifest {
+        let rel = |p: &Path| p.strip_prefix(&plan.out).map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf());
+        let mut files = vec![PathBuf::from(SUMMARY_NAME), PathBuf::from(ARTIFACTS_NAME)];
+        for step in &plan.steps {
+            files.extend(step.produces.iter().map(|name| rel(&step.out_dir.join(format!("{name}.csv")))));
+        }
         Manifest {
             version: 1,
             pipeline: plan.pipeline_name.clone(),
             digest: plan.digest.clone(),
             plate: plan.plate_root.clone(),
+            files,
+            zarr_plates: zarr_plates.iter().map(|p| rel(p)).collect(),
             wells: BTreeMap::new(),
         }
     }
@@ -289,16 +456,62 @@ impl Manifest {
         }
     }
 
+    /// Writes the manifest atomically; if that fails (a full disk), once more
+    /// as compact JSON, which is smaller. The error is the last attempt's.
     fn write(&self, out: &Path) -> Result<(), PipelineError> {
-        let json =
-            serde_json::to_vec_pretty(self).map_err(|e| PipelineError::Io { path: out.join(MANIFEST_NAME), message: e.to_string() })?;
-        write_atomic(&out.join(MANIFEST_NAME), &json)
+        let path = out.join(MANIFEST_NAME);
+        let json = |pretty: bool| {
+            (if pretty { serde_json::to_vec_pretty(self) } else { serde_json::to_vec(self) })
+                .map_err(|e| PipelineError::Io { path: path.clone(), message: e.to_string() })
+        };
+        write_atomic(&path, &json(true)?).or_else(|_| write_atomic(&path, &json(false)?))
     }
 }
 
-/// Runs `plan`. Returns `Err` only for problems that stop the whole run
-/// (output folder not writable, a manifest from another pipeline under
-/// `--resume`); per-well failures are in [`RunSummary::failed`].
+/// The manifest in memory (every well's outcome, always) and what the file
+/// on disk holds.
+struct ManifestState {
+    manifest: Manifest,
+    /// Well → status of the last manifest written.
+    on_disk: BTreeMap<String, String>,
+    /// The last write's error, if it failed.
+    error: Option<PipelineError>,
+}
+
+impl ManifestState {
+    /// Records `record` for `well` and rewrites the file.
+    fn record(&mut self, out: &Path, well: &str, record: WellRecord) {
+        self.manifest.wells.insert(well.to_string(), record);
+        self.save(out);
+    }
+
+    fn save(&mut self, out: &Path) {
+        match self.manifest.write(out) {
+            Ok(()) => {
+                self.on_disk = self.manifest.wells.iter().map(|(w, r)| (w.clone(), r.status.clone())).collect();
+                self.error = None;
+            }
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    /// The wells whose outcome the file on disk misses or misstates.
+    fn unrecorded(&self) -> Vec<String> {
+        self.manifest
+            .wells
+            .iter()
+            .filter(|(w, r)| self.on_disk.get(*w) != Some(&r.status))
+            .map(|(w, r)| format!("{w} ({})", r.status))
+            .collect()
+    }
+}
+
+/// Runs `plan` (see the module's contract). Returns `Err` only for problems
+/// found before any well starts: OUT not writable, OUT in use by another run
+/// (its lock), OUT holding another run's outputs without
+/// [`RunOptions::overwrite`], a manifest from another run under `--resume`;
+/// all of these but I/O errors are usage errors ([`PipelineError::is_usage`]).
+/// Per-well failures and later write errors are in the [`RunSummary`].
 pub fn execute(
     plan: &Plan,
     registry: &Registry,
@@ -308,25 +521,26 @@ pub fn execute(
 ) -> Result<RunSummary, PipelineError> {
     let started = Instant::now();
     std::fs::create_dir_all(&plan.out).map_err(io_err(&plan.out))?;
-    let mut manifest = Manifest::new(plan);
-    if options.resume {
-        if let Some(previous) = Manifest::read(&plan.out)? {
-            if previous.digest != plan.digest {
-                return Err(PipelineError::Config {
-                    message: format!(
-                        "{} was written by a different pipeline (digest {} ≠ {})",
-                        plan.out.join(MANIFEST_NAME).display(),
-                        previous.digest,
-                        plan.digest
-                    ),
-                    fix: "run without --resume to redo every well, or use another output folder".into(),
-                });
-            }
-            manifest.wells = previous.wells.into_iter().filter(|(_, r)| r.status == "complete").collect();
-        }
+    let _lock = outdir::lock(&plan.out, plan)?;
+    let previous = outdir::previous_manifest(&plan.out)?;
+    outdir::check_previous(previous.as_ref(), plan, options.resume, options.overwrite)?;
+    if let (true, Some(previous)) = (options.overwrite, &previous) {
+        let removed = outdir::remove_recorded(&plan.out, previous, &plan.plate_root)?;
+        tracing::info!("--overwrite: removed {removed} output(s) of the previous run in {}", plan.out.display());
+    }
+    let layouts = crate::zarr::layouts(plan, &plan.channel_names, options.zarr_format);
+    let zarr_roots: Vec<PathBuf> = layouts.iter().map(|l| l.root.clone()).collect();
+    let stale = outdir::remove_stale_temps(&plan.out, plan, previous.as_ref(), &zarr_roots);
+    if stale > 0 {
+        tracing::info!("removed {stale} temporary file(s) left in {} by an interrupted run", plan.out.display());
+    }
+    let mut manifest = Manifest::new(plan, &zarr_roots);
+    if let (true, Some(previous)) = (options.resume, previous) {
+        manifest.wells = previous.wells.into_iter().filter(|(_, r)| r.status == "complete").collect();
     }
     manifest.write(&plan.out)?;
-    let zarr = ZarrOutput::open(crate::zarr::layouts(plan, &plan.channel_names, options.zarr_format))?;
+    let on_disk = manifest.wells.iter().map(|(w, r)| (w.clone(), r.status.clone())).collect();
+    let zarr = ZarrOutput::open(layouts)?;
 
     let total = plan.wells.len();
     let mut skipped = Vec::new();
@@ -341,16 +555,23 @@ pub fn execute(
     }
     let queue = Mutex::new(queue);
     let budget = (Mutex::new(0u64), Condvar::new());
-    let manifest = Mutex::new(manifest);
+    let manifest = Mutex::new(ManifestState { manifest, on_disk, error: None });
     let reports: Mutex<Vec<WellReport>> = Mutex::new(Vec::new());
     let done = Mutex::new(skipped.len());
-    let manifest_error: Mutex<Option<PipelineError>> = Mutex::new(None);
+    // Set when the output file system takes no more data: start no more wells.
+    let stopped: Mutex<Option<String>> = Mutex::new(None);
+    let stop = |reason: String| {
+        if let Ok(mut s) = stopped.lock() {
+            s.get_or_insert(reason);
+        }
+    };
+    let halted = || options.cancel.load(Ordering::SeqCst) || stopped.lock().map(|s| s.is_some()).unwrap_or(true);
     let workers = options.workers.max(1).min(queue.lock().map(|q| q.len()).unwrap_or(1).max(1));
 
     std::thread::scope(|scope| {
         for _ in 0..workers {
             scope.spawn(|| loop {
-                if options.cancel.load(Ordering::SeqCst) {
+                if halted() {
                     break;
                 }
                 let Some(i) = queue.lock().ok().and_then(|mut q| q.pop_front()) else { break };
@@ -377,7 +598,7 @@ pub fn execute(
                     }
                     cv.notify_all();
                 };
-                if options.cancel.load(Ordering::SeqCst) {
+                if halted() {
                     if let Ok(mut q) = queue.lock() {
                         q.push_front(i);
                     }
@@ -386,61 +607,86 @@ pub fn execute(
                 }
                 progress(Progress::Started { well: &well.well });
                 let t0 = Instant::now();
-                // Trace spans (`hcsflow run --trace`): well > step > read | stack > call | conversion, and write.
-                let span = tracing::info_span!("well", well = %well.well);
-                let result = std::panic::catch_unwind(AssertUnwindSafe(|| {
-                    span.in_scope(|| run_well(plan, well, registry, conversions, &zarr, progress))
-                }))
-                .unwrap_or_else(|p| {
-                    let msg = p
-                        .downcast_ref::<String>()
-                        .cloned()
-                        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .unwrap_or_else(|| "unknown panic".into());
-                    Err((format!("internal error (panic): {msg}"), Vec::new()))
-                });
+                let missing: Vec<&MissingPlane> = plan.missing.iter().filter(|m| m.well == well.well).collect();
+                let result = if plan.missing_policy != MissingPolicy::Fill && !missing.is_empty() {
+                    // Compile refuses missing images under `error`: this is skip-well.
+                    Err((skipped_for_missing(&missing), Vec::new()))
+                } else {
+                    // Trace spans (`hcsflow run --trace`): well > step > read | stack > call | conversion, and write.
+                    let span = tracing::info_span!("well", well = %well.well);
+                    std::panic::catch_unwind(AssertUnwindSafe(|| {
+                        span.in_scope(|| run_well(plan, well, registry, conversions, &zarr, progress))
+                    }))
+                    .unwrap_or_else(|p| {
+                        let msg = p
+                            .downcast_ref::<String>()
+                            .cloned()
+                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                            .unwrap_or_else(|| "unknown panic".into());
+                        Err((format!("internal error (panic): {msg}"), Vec::new()))
+                    })
+                };
                 release();
                 let seconds = t0.elapsed().as_secs_f64();
                 let (record, report) = match result {
-                    Ok(WellOutcome { outputs, artifacts, notes, timings }) => (
-                        WellRecord { status: "complete".into(), seconds, error: None, outputs, artifacts, notes: notes.clone() },
-                        WellReport {
-                            well: well.well.clone(),
-                            status: "complete".into(),
-                            seconds,
-                            error: None,
-                            steps: timings,
-                            bytes_read: well.input_bytes,
-                            notes,
-                        },
-                    ),
-                    Err((error, steps)) => (
-                        WellRecord {
-                            status: "failed".into(),
-                            seconds,
-                            error: Some(error.clone()),
-                            outputs: Vec::new(),
-                            artifacts: Vec::new(),
-                            notes: Vec::new(),
-                        },
-                        WellReport {
-                            well: well.well.clone(),
-                            status: "failed".into(),
-                            seconds,
-                            error: Some(error),
-                            steps,
-                            bytes_read: 0,
-                            notes: Vec::new(),
-                        },
-                    ),
+                    Ok(WellOutcome { outputs, artifacts, mut notes, timings }) => {
+                        let filled: Vec<MissingPlane> = missing.into_iter().cloned().collect();
+                        let step = well.steps.first().map(|ws| plan.steps[ws.step].name.clone()).unwrap_or_default();
+                        notes.extend(filled.iter().map(|m| Note { well: well.well.clone(), step: step.clone(), text: filled_text(m) }));
+                        (
+                            WellRecord {
+                                status: "complete".into(),
+                                seconds,
+                                error: None,
+                                outputs,
+                                artifacts,
+                                notes: notes.clone(),
+                                filled: filled.clone(),
+                            },
+                            WellReport {
+                                well: well.well.clone(),
+                                status: "complete".into(),
+                                seconds,
+                                error: None,
+                                steps: timings,
+                                bytes_read: well.input_bytes,
+                                notes,
+                                filled,
+                            },
+                        )
+                    }
+                    Err((error, steps)) => {
+                        if storage_exhausted(&error) {
+                            stop(format!("the output file system takes no more data: well {} failed with: {error}", well.well));
+                        }
+                        (
+                            WellRecord {
+                                status: "failed".into(),
+                                seconds,
+                                error: Some(error.clone()),
+                                outputs: Vec::new(),
+                                artifacts: Vec::new(),
+                                notes: Vec::new(),
+                                filled: Vec::new(),
+                            },
+                            WellReport {
+                                well: well.well.clone(),
+                                status: "failed".into(),
+                                seconds,
+                                error: Some(error),
+                                steps,
+                                bytes_read: 0,
+                                notes: Vec::new(),
+                                filled: Vec::new(),
+                            },
+                        )
+                    }
                 };
                 let error = report.error.clone();
                 if let Ok(mut m) = manifest.lock() {
-                    m.wells.insert(well.well.clone(), record);
-                    if let Err(e) = m.write(&plan.out) {
-                        if let Ok(mut slot) = manifest_error.lock() {
-                            slot.get_or_insert(e);
-                        }
+                    m.record(&plan.out, &well.well, record);
+                    if let Some(e) = m.error.as_ref().map(|e| e.to_string()).filter(|e| storage_exhausted(e)) {
+                        stop(format!("the output file system takes no more data: the run manifest could not be written: {e}"));
                     }
                 }
                 if let Ok(mut r) = reports.lock() {
@@ -455,19 +701,51 @@ pub fn execute(
         }
     });
 
-    if let Some(e) = manifest_error.into_inner().ok().flatten() {
-        return Err(e);
-    }
-    let manifest = manifest.into_inner().unwrap_or_else(|p| p.into_inner());
+    let stopped = stopped.into_inner().unwrap_or_else(|p| p.into_inner());
+    let mut state = manifest.into_inner().unwrap_or_else(|p| p.into_inner());
     let mut wells = reports.into_inner().unwrap_or_else(|p| p.into_inner());
     let not_started: Vec<String> =
         queue.into_inner().unwrap_or_else(|p| p.into_inner()).into_iter().map(|i| plan.wells[i].well.clone()).collect();
-    let zarr_plates = zarr.finish()?;
-    write_summary_csv(&plan.out, &manifest)?;
-    let artifact_tables = write_artifact_tables(plan, &manifest)?;
+    // Every well's outcome is in the manifest, the wells never started too.
+    let why_not = match &stopped {
+        Some(reason) => format!("not started: {reason}"),
+        None => "not started: the run was interrupted".to_string(),
+    };
+    for w in &not_started {
+        let record = WellRecord {
+            status: "not started".into(),
+            seconds: 0.0,
+            error: Some(why_not.clone()),
+            outputs: Vec::new(),
+            artifacts: Vec::new(),
+            notes: Vec::new(),
+            filled: Vec::new(),
+        };
+        state.manifest.wells.insert(w.clone(), record);
+    }
+    if !not_started.is_empty() || state.error.is_some() {
+        state.save(&plan.out);
+    }
+    let manifest_error =
+        state.error.as_ref().map(|e| format!("{e}; the file on disk misses the outcome of well(s) {}", state.unrecorded().join(", ")));
+    let manifest = state.manifest;
+    let mut write_errors = Vec::new();
+    let zarr_plates = zarr.finish().unwrap_or_else(|e| {
+        write_errors.push(e.to_string());
+        Vec::new()
+    });
+    if let Err(e) = write_summary_csv(&plan.out, &manifest) {
+        write_errors.push(e.to_string());
+    }
+    let artifact_tables = write_artifact_tables(plan, &manifest).unwrap_or_else(|e| {
+        write_errors.push(e.to_string());
+        Vec::new()
+    });
 
     for w in &skipped {
-        let notes = manifest.wells.get(w).map(|r| r.notes.clone()).unwrap_or_default();
+        let record = manifest.wells.get(w);
+        let notes = record.map(|r| r.notes.clone()).unwrap_or_default();
+        let filled = record.map(|r| r.filled.clone()).unwrap_or_default();
         wells.push(WellReport {
             well: w.clone(),
             status: "skipped (resumed)".into(),
@@ -476,6 +754,7 @@ pub fn execute(
             steps: Vec::new(),
             bytes_read: 0,
             notes,
+            filled,
         });
     }
     for w in &not_started {
@@ -483,10 +762,11 @@ pub fn execute(
             well: w.clone(),
             status: "not started".into(),
             seconds: 0.0,
-            error: None,
+            error: Some(why_not.clone()),
             steps: Vec::new(),
             bytes_read: 0,
             notes: Vec::new(),
+            filled: Vec::new(),
         });
     }
     let order: BTreeMap<&str, usize> = plan.wells.iter().enumerate().map(|(i, w)| (w.well.as_str(), i)).collect();
@@ -497,6 +777,7 @@ pub fn execute(
         .filter(|w| w.status == "failed")
         .map(|w| Failure { well: w.well.clone(), error: w.error.clone().unwrap_or_default() })
         .collect();
+    let filled: Vec<MissingPlane> = wells.iter().flat_map(|w| w.filled.iter().cloned()).collect();
     let seconds = started.elapsed().as_secs_f64();
     let input_bytes: u64 = wells.iter().map(|w| w.bytes_read).sum();
     let steps = plan
@@ -549,8 +830,43 @@ pub fn execute(
         notes: wells.iter().flat_map(|w| w.notes.iter().cloned()).collect(),
         wells,
         failures: failed.clone(),
+        missing_policy: plan.missing_policy.name().to_string(),
+        filled: filled.clone(),
+        stopped: stopped.clone(),
+        manifest_error: manifest_error.clone(),
+        write_errors: write_errors.clone(),
     };
-    Ok(RunSummary { total, completed, skipped, failed, not_started, zarr_plates, artifact_tables, report })
+    Ok(RunSummary {
+        total,
+        completed,
+        skipped,
+        failed,
+        not_started,
+        stopped,
+        filled,
+        manifest_error,
+        write_errors,
+        zarr_plates,
+        artifact_tables,
+        report,
+    })
+}
+
+/// The failure of a well not run under `--missing skip-well`: its missing images.
+fn skipped_for_missing(missing: &[&MissingPlane]) -> String {
+    const LISTED: usize = 10;
+    let mut text = format!("not run: {} missing image(s) (--missing skip-well): ", missing.len());
+    let listed: Vec<String> = missing.iter().take(LISTED).map(|m| m.to_string()).collect();
+    text.push_str(&listed.join("; "));
+    if missing.len() > LISTED {
+        text.push_str(&format!("; … and {} more", missing.len() - LISTED));
+    }
+    text
+}
+
+/// The note for a missing image used as a plane of zeros (`--missing fill`).
+fn filled_text(m: &MissingPlane) -> String {
+    format!("missing image filled with zeros (--missing fill): {m}")
 }
 
 /// Planes of the well currently held in memory, by key.
@@ -590,7 +906,8 @@ fn load<'g>(plan: &Plan, well: &WellPlan, groups: &'g [GroupPlan]) -> Result<Vec
         .collect()
 }
 
-/// One one-plane stack per input, in parallel; a missing image is zeros.
+/// One one-plane stack per input, in parallel; a missing image is zeros
+/// under [`MissingPolicy::Fill`] (execute reports it), an error otherwise.
 /// Each file must be one page of the plan's plane size and dtype, checked
 /// from its tags before its pixels are decoded (the error names the file and
 /// both sizes and dtypes), so a small file claiming a huge image fails its
@@ -601,7 +918,8 @@ fn read_planes(plan: &Plan, inputs: &[&InputPlane]) -> Result<Vec<Stack>, String
     inputs
         .par_iter()
         .map(|input| match &input.path {
-            None => Ok(Stack::zeros(dtype, [1, h, w])),
+            None if plan.missing_policy == MissingPolicy::Fill => Ok(Stack::zeros(dtype, [1, h, w])),
+            None => Err(format!("{}: the image is missing (policy --missing {})", input.rel.display(), plan.missing_policy)),
             Some(p) => hcsflow_tiff::read_stack_expecting(p, expected).map_err(|e| match e {
                 hcsflow_tiff::TiffError::PageCount { path, found, .. } => {
                     format!("{}: {found} pages; plate images have one plane each", path.display())
@@ -744,6 +1062,7 @@ fn run_well(
                     if let Some(parent) = path.parent() {
                         std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
                     }
+                    disk_full::reserve(stack.nbytes() as u64).map_err(|e| format!("{}: {e}", path.display()))?;
                     hcsflow_tiff::write_stack(path, stack, &options).map_err(|e| e.to_string())?;
                     let [_, h, w] = stack.shape();
                     Ok(OutputRecord {
@@ -817,8 +1136,12 @@ fn run_group(
         };
         let mut inputs = BTreeMap::new();
         for d in &call.artifacts.consumes {
-            let Some(idx) = step.consumes.iter().position(|c| c.name == d.name) else { continue };
-            let (Some(from), Some(Some(source))) = (step.consumes[idx].from_step, group.sources.get(idx)) else { continue };
+            let Some(idx) = step.consumes.iter().position(|c| c.name == d.name) else {
+                continue;
+            };
+            let (Some(from), Some(Some(source))) = (step.consumes[idx].from_step, group.sources.get(idx)) else {
+                continue;
+            };
             let table = produced
                 .get(&(from, *source))
                 .and_then(|list| list.iter().find(|p| p.name == d.name))
@@ -875,7 +1198,9 @@ fn reindex(table: &Table, from: &[Key], variable: &[Component], to: &[Key]) -> T
     let mut out = Table { columns: table.columns.clone(), rows: table.rows.iter().filter(|r| r.plane.is_none()).cloned().collect() };
     for (q, kq) in to.iter().enumerate() {
         for row in &table.rows {
-            let Some(kp) = row.plane.and_then(|p| from.get(p)) else { continue };
+            let Some(kp) = row.plane.and_then(|p| from.get(p)) else {
+                continue;
+            };
             if variable.iter().all(|c| kp[c.index()] == kq[c.index()]) {
                 out.rows.push(hcsflow_core::Row { plane: Some(q), cells: row.cells.clone() });
             }
@@ -904,7 +1229,13 @@ fn write_well_artifact(plan: &Plan, well: &str, step: &str, name: &str, tables: 
         csv.push_str(&hcsflow_core::Cell::Text(c.clone()).to_string());
     }
     csv.push('\n');
-    let cell = |v: u32| if v == COLLAPSED || v == VARIABLE { String::new() } else { v.to_string() };
+    let cell = |v: u32| {
+        if v == COLLAPSED || v == VARIABLE {
+            String::new()
+        } else {
+            v.to_string()
+        }
+    };
     let mut rows = 0;
     for p in tables {
         for row in &p.table.rows {
@@ -971,7 +1302,13 @@ fn key_text(k: &Key) -> String {
 /// `OUT/summary.csv`: one row per output plane of every complete well.
 fn write_summary_csv(out: &Path, manifest: &Manifest) -> Result<(), PipelineError> {
     let mut csv = String::from("well,step,site,channel,z_index,timepoint,path,height,width,dtype\n");
-    let cell = |v: u32| if v == COLLAPSED { String::new() } else { v.to_string() };
+    let cell = |v: u32| {
+        if v == COLLAPSED {
+            String::new()
+        } else {
+            v.to_string()
+        }
+    };
     let mut wells: Vec<(&String, &WellRecord)> = manifest.wells.iter().filter(|(_, r)| r.status == "complete").collect();
     wells.sort_by(|a, b| hcsflow_plate::cmp_wells(a.0, b.0));
     for (well, record) in wells {
@@ -992,4 +1329,75 @@ fn write_summary_csv(out: &Path, manifest: &Manifest) -> Result<(), PipelineErro
         }
     }
     write_atomic(&out.join(SUMMARY_NAME), csv.as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A write that fails half-way (the disk fills) leaves no temporary and
+    /// the target as it was.
+    #[test]
+    fn a_failed_atomic_write_removes_its_temporary() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let target = dir.path().join("table.csv");
+        std::fs::write(&target, "old").expect("write");
+        let e = write_atomic_with(&target, b"new contents", |f, bytes| {
+            std::io::Write::write_all(f, &bytes[..4])?;
+            Err(std::io::Error::from_raw_os_error(28))
+        })
+        .expect_err("the write fails");
+        let text = e.to_string();
+        assert!(text.starts_with(&target.display().to_string()) && text.contains("(os error 28)"), "{text}");
+        assert!(storage_exhausted(&text));
+        let names: Vec<String> = std::fs::read_dir(dir.path())
+            .expect("read_dir")
+            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names, ["table.csv"]);
+        assert_eq!(std::fs::read_to_string(&target).expect("read"), "old");
+        write_atomic(&target, b"new").expect("write");
+        assert_eq!(std::fs::read_to_string(&target).expect("read"), "new");
+    }
+
+    #[test]
+    fn full_quota_and_read_only_file_systems_stop_the_run() {
+        for code in [28, 122, 30] {
+            let e = std::io::Error::from_raw_os_error(code);
+            assert!(storage_exhausted(&format!("step 'x': /o/a.tif: I/O error: {e}")), "{e}");
+        }
+        for text in ["/o/a.tif: No such file or directory (os error 2)", "not a TIFF file", "(os error )", "(os error 99999999999)"] {
+            assert!(!storage_exhausted(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn the_manifest_state_names_the_wells_the_file_misses() {
+        let record = |status: &str| WellRecord {
+            status: status.into(),
+            seconds: 0.0,
+            error: None,
+            outputs: Vec::new(),
+            artifacts: Vec::new(),
+            notes: Vec::new(),
+            filled: Vec::new(),
+        };
+        let manifest = Manifest {
+            version: 1,
+            pipeline: "p".into(),
+            digest: "d".into(),
+            plate: PathBuf::from("/plate"),
+            files: Vec::new(),
+            zarr_plates: Vec::new(),
+            wells: [
+                ("A01".to_string(), record("complete")),
+                ("A02".to_string(), record("failed")),
+                ("A03".to_string(), record("not started")),
+            ]
+            .into(),
+        };
+        let on_disk = [("A01".to_string(), "complete".to_string()), ("A03".to_string(), "failed".to_string())].into();
+        let state = ManifestState { manifest, on_disk, error: None };
+        assert_eq!(state.unrecorded(), ["A02 (failed)", "A03 (not started)"]);
+    }
 }

@@ -18,18 +18,20 @@
 mod compile;
 mod error;
 mod exec;
+mod outdir;
 pub mod spec;
 mod zarr;
 
 pub use compile::{
-    compile, Action, ArtifactInput, ChainPlan, CompileConfig, GroupPlan, InputPlane, Key, OutPlane, Plan, StepPlan, WellPlan, WellStepPlan,
-    COLLAPSED, VARIABLE,
+    compile, Action, ArtifactInput, ChainPlan, CompileConfig, GroupPlan, InputPlane, Key, MissingPlane, MissingPolicy, OutPlane, Plan,
+    StepPlan, WellPlan, WellStepPlan, COLLAPSED, VARIABLE,
 };
 pub use error::PipelineError;
 pub use exec::{
     execute, peak_rss_bytes, ArtifactRecord, Manifest, Note, OutputRecord, Progress, RunOptions, RunReport, RunSummary, WellRecord,
     WellReport, ARTIFACTS_NAME, MANIFEST_NAME, SUMMARY_NAME,
 };
+pub use outdir::LOCK_NAME;
 pub use spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, StepSpec};
 
 pub use hcsflow_zarr::NgffVersion;

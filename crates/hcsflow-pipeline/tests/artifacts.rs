@@ -27,7 +27,13 @@ fn synth(dir: &Path, size: u32, blank: bool) -> PathBuf {
 }
 
 fn config(out: &Path) -> CompileConfig {
-    CompileConfig { device: Device::Cpu, device_reason: "test".into(), policy: ConversionPolicy::default(), out: out.to_path_buf() }
+    CompileConfig {
+        device: Device::Cpu,
+        device_reason: "test".into(),
+        policy: ConversionPolicy::default(),
+        out: out.to_path_buf(),
+        missing: Default::default(),
+    }
 }
 
 fn plan_for(plate: &Plate, toml: &str, out: &Path) -> Result<Plan, PipelineError> {

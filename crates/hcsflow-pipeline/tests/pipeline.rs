@@ -45,7 +45,13 @@ fn registry() -> (Registry, Conversions) {
 }
 
 fn config(out: &Path, device: Device) -> CompileConfig {
-    CompileConfig { device, device_reason: "test".into(), policy: ConversionPolicy::default(), out: out.to_path_buf() }
+    CompileConfig {
+        device,
+        device_reason: "test".into(),
+        policy: ConversionPolicy::default(),
+        out: out.to_path_buf(),
+        missing: Default::default(),
+    }
 }
 
 fn plan_for(plate: &Plate, toml: &str, out: &Path) -> Result<Plan, PipelineError> {

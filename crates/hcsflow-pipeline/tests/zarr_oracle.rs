@@ -106,7 +106,13 @@ fn run_demo_and_check(version: NgffVersion) {
     }
     let out = dir.path().join("out");
     let (registry, conversions) = builtin();
-    let config = CompileConfig { device: Device::Cpu, device_reason: "test".into(), policy: ConversionPolicy::default(), out: out.clone() };
+    let config = CompileConfig {
+        device: Device::Cpu,
+        device_reason: "test".into(),
+        policy: ConversionPolicy::default(),
+        out: out.clone(),
+        missing: Default::default(),
+    };
     let plan = compile(&plate, &spec, &registry, &conversions, &config).expect("compile the demo pipeline");
     let options = RunOptions { workers: 2, zarr_format: version, ..RunOptions::default() };
     let summary = execute(&plan, &registry, &conversions, &options, &|_| {}).expect("execute");
