@@ -308,13 +308,6 @@ pub struct RunSummary {
     pub report: RunReport,
 }
 
-impl RunSummary {
-    /// True if every well is complete and everything was written.
-    pub fn success(&self) -> bool {
-        self.failed.is_empty() && self.not_started.is_empty() && self.manifest_error.is_none() && self.write_errors.is_empty()
-    }
-}
-
 /// Peak resident set size of this process (Linux `VmHWM`), in bytes.
 pub fn peak_rss_bytes() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;

@@ -10,7 +10,8 @@
 //!    the components that are not variable, numeric order) and output paths.
 //! 3. [`execute`] — wells in parallel within a memory budget, each well
 //!    isolated (a failing well does not lose the others), resumable through
-//!    `OUT/run_manifest.json`, atomic writes, cancellation between wells.
+//!    `OUT/run_manifest.json`, atomic writes, cancellation between wells, one
+//!    run at a time per output folder (`OUT/.hcsflow.lock`).
 //!
 //! [`builtin`] is the one place that assembles the functions and converters
 //! this build has; the CLI and tests use it.
