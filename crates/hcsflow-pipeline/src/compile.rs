@@ -474,9 +474,7 @@ pub fn compile(
     errors.extend(wiring_errors.into_values());
     // Map keys must be group values of this plate; missing groups follow the policy.
     for (si, step) in steps.iter().enumerate() {
-        let Some(group_by) = step.group_by else {
-            continue;
-        };
+        let Some(group_by) = step.group_by else { continue };
         for chain in &step.chains {
             if let (Some(label), Some(v)) = (&chain.label, chain.group_value) {
                 if !seen[si].contains(&v) {
@@ -563,9 +561,7 @@ fn wire_artifacts(spec: &PipelineSpec, registry: &Registry, steps: &mut [StepPla
         registry.functions().filter(|f| f.artifacts.produces.iter().any(|d| d.name == name)).map(|f| f.spec.name).collect()
     };
     for si in 0..steps.len() {
-        let Some(step_spec) = spec.steps.iter().find(|s| s.name == steps[si].name) else {
-            continue;
-        };
+        let Some(step_spec) = spec.steps.iter().find(|s| s.name == steps[si].name) else { continue };
         for (artifact, _) in step_spec.artifacts_from.iter().filter(|(a, _)| !steps[si].consumes.iter().any(|c| &c.name == *a)) {
             errors.push(PipelineError::step(
                 &steps[si].name,

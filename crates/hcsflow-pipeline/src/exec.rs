@@ -1129,12 +1129,8 @@ fn run_group(
         };
         let mut inputs = BTreeMap::new();
         for d in &call.artifacts.consumes {
-            let Some(idx) = step.consumes.iter().position(|c| c.name == d.name) else {
-                continue;
-            };
-            let (Some(from), Some(Some(source))) = (step.consumes[idx].from_step, group.sources.get(idx)) else {
-                continue;
-            };
+            let Some(idx) = step.consumes.iter().position(|c| c.name == d.name) else { continue };
+            let (Some(from), Some(Some(source))) = (step.consumes[idx].from_step, group.sources.get(idx)) else { continue };
             let table = produced
                 .get(&(from, *source))
                 .and_then(|list| list.iter().find(|p| p.name == d.name))
@@ -1191,9 +1187,7 @@ fn reindex(table: &Table, from: &[Key], variable: &[Component], to: &[Key]) -> T
     let mut out = Table { columns: table.columns.clone(), rows: table.rows.iter().filter(|r| r.plane.is_none()).cloned().collect() };
     for (q, kq) in to.iter().enumerate() {
         for row in &table.rows {
-            let Some(kp) = row.plane.and_then(|p| from.get(p)) else {
-                continue;
-            };
+            let Some(kp) = row.plane.and_then(|p| from.get(p)) else { continue };
             if variable.iter().all(|c| kp[c.index()] == kq[c.index()]) {
                 out.rows.push(hcsflow_core::Row { plane: Some(q), cells: row.cells.clone() });
             }
