@@ -32,7 +32,8 @@ use rayon::prelude::*;
 
 use crate::well::{parse_well, well_name};
 use crate::{
-    io_err, list_dir, metaseries_props, Format, ImageRecord, MissingImage, Plate, PlateError, PlateMetadata, SiteCell, StagePosition,
+    io_err, list_dir, metaseries_props, not_a_regular_file, EntryKind, Format, ImageRecord, MissingImage, Plate, PlateError, PlateMetadata,
+    SiteCell, StagePosition,
 };
 
 /// Decodes descriptor bytes: UTF-8 when valid (BOM stripped), otherwise
@@ -67,16 +68,20 @@ pub struct HtdInfo {
     pub z_projection: bool,
     pub x_wells: u32,
     pub y_wells: u32,
-    /// `WellsSelection<r>` rows, when present.
-    pub wells_selection: Option<Vec<Vec<bool>>>,
+    /// `WellsSelection<r>` rows present in the file, by 1-based row `r`
+    /// (absent rows select no well); `None` when the HTD has no `WellsSelection1`.
+    pub wells_selection: Option<BTreeMap<u32, Vec<bool>>>,
     pub sites: bool,
     pub x_sites: u32,
     pub y_sites: u32,
-    /// `SiteSelection<r>` rows, when present.
-    pub site_selection: Option<Vec<Vec<bool>>>,
+    /// `SiteSelection<r>` rows present in the file, by 1-based row `r`
+    /// (absent rows select no site); `None` when the HTD has no `SiteSelection1`.
+    pub site_selection: Option<BTreeMap<u32, Vec<bool>>>,
     pub waves: bool,
     pub n_wavelengths: u32,
+    /// `WaveName<w>` records present, for `w` in `1..=n_wavelengths`.
     pub wave_names: BTreeMap<u32, String>,
+    /// `WaveCollect<w>` records present, for `w` in `1..=n_wavelengths`.
     pub wave_collect: BTreeMap<u32, bool>,
     pub unique_id: Option<String>,
     /// False when the file does not end with `"EndFile"` (possibly truncated).
@@ -86,27 +91,63 @@ pub struct HtdInfo {
 }
 
 impl HtdInfo {
+    /// Number of sites [`site_cells`](Self::site_cells) returns, computed
+    /// without enumerating them (the grid may be absurdly large in a corrupt file).
+    pub fn site_count(&self) -> u64 {
+        if !self.sites {
+            return 1;
+        }
+        match &self.site_selection {
+            Some(rows) => rows
+                .iter()
+                .filter(|(r, _)| **r <= self.y_sites.max(1))
+                .map(|(_, row)| row.iter().take(self.x_sites.max(1) as usize).filter(|b| **b).count() as u64)
+                .sum(),
+            None => u64::from(self.x_sites.max(1)) * u64::from(self.y_sites.max(1)),
+        }
+    }
+
     /// Grid cells (0-based row, col) of sites 1.., reading order over selected cells.
+    ///
+    /// Allocates one entry per site: check [`site_count`](Self::site_count)
+    /// first on an HTD that has not been checked against the files on disk.
     pub fn site_cells(&self) -> Vec<SiteCell> {
         if !self.sites {
             return vec![SiteCell { site: 1, row: 0, col: 0 }];
         }
         let mut out = Vec::new();
-        for r in 0..self.y_sites.max(1) {
-            for c in 0..self.x_sites.max(1) {
-                let selected = match &self.site_selection {
-                    Some(rows) => rows.get(r as usize).and_then(|row| row.get(c as usize)).copied().unwrap_or(false),
-                    None => true,
-                };
-                if selected {
-                    out.push(SiteCell { site: out.len() as u32 + 1, row: r, col: c });
+        let mut push = |r: u32, c: u32| out.push(SiteCell { site: out.len() as u32 + 1, row: r, col: c });
+        match &self.site_selection {
+            // Only rows present in the file can select a site.
+            Some(rows) => {
+                for (&r, row) in rows.range(1..=self.y_sites.max(1)) {
+                    for (c, _) in row.iter().enumerate().take(self.x_sites.max(1) as usize).filter(|(_, b)| **b) {
+                        push(r - 1, c as u32);
+                    }
+                }
+            }
+            None => {
+                for r in 0..self.y_sites.max(1) {
+                    for c in 0..self.x_sites.max(1) {
+                        push(r, c);
+                    }
                 }
             }
         }
         out
     }
 
+    /// Number of channels [`channels`](Self::channels) returns, computed without enumerating them.
+    pub fn channel_count(&self) -> u64 {
+        let n = if self.waves { self.n_wavelengths.max(1) } else { 1 };
+        let skipped = self.wave_collect.iter().filter(|(w, on)| **w <= n && !**on).count() as u64;
+        u64::from(n) - skipped
+    }
+
     /// Collected channel numbers (waves), ascending.
+    ///
+    /// Allocates one entry per channel: check [`channel_count`](Self::channel_count)
+    /// first on an HTD that has not been checked against the files on disk.
     pub fn channels(&self) -> Vec<u32> {
         let n = if self.waves { self.n_wavelengths.max(1) } else { 1 };
         (1..=n).filter(|w| self.wave_collect.get(w).copied().unwrap_or(true)).collect()
@@ -116,10 +157,10 @@ impl HtdInfo {
     pub fn selected_wells(&self) -> Option<Vec<String>> {
         let rows = self.wells_selection.as_ref()?;
         let mut out = Vec::new();
-        for (r, row) in rows.iter().enumerate() {
+        for (&r, row) in rows {
             for (c, &sel) in row.iter().enumerate() {
                 if sel {
-                    if let Some(w) = well_name(r as u32 + 1, c as u32 + 1) {
+                    if let Some(w) = well_name(r, c as u32 + 1) {
                         out.push(w);
                     }
                 }
@@ -223,23 +264,31 @@ pub fn parse_htd(bytes: &[u8], path: &Path) -> Result<HtdInfo, PlateError> {
                 .ok_or_else(|| bad(*line, format!("{k} must be TRUE or FALSE, found {v:?}"))),
         }
     };
-    let selection = |prefix: &str, rows: u32, cols: u32| -> Result<Option<Vec<Vec<bool>>>, PlateError> {
+    // Keys `<prefix><n>` present in the file, with n parsed: loops over what
+    // the file holds, never over a count it declares (a corrupt count must
+    // not turn into billions of iterations or allocations).
+    let numbered_keys = |prefix: &str| -> Vec<(u32, &(usize, Vec<String>))> {
+        entries
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .filter_map(|(k, v)| Some((k[prefix.len()..].parse::<u32>().ok().filter(|n| *n > 0)?, v)))
+            .collect()
+    };
+    let selection = |prefix: &str, rows: u32, cols: u32| -> Result<Option<BTreeMap<u32, Vec<bool>>>, PlateError> {
         if !entries.contains_key(&format!("{prefix}1")) {
             return Ok(None);
         }
-        let mut out = Vec::new();
-        for r in 1..=rows {
-            match entries.get(&format!("{prefix}{r}")) {
-                None => out.push(vec![false; cols as usize]),
-                Some((line, v)) => {
-                    let row: Option<Vec<bool>> = v.iter().map(|s| parse_bool(s)).collect();
-                    let row = row.ok_or_else(|| bad(*line, format!("{prefix}{r}: values must be TRUE or FALSE")))?;
-                    if row.len() != cols as usize {
-                        return Err(bad(*line, format!("{prefix}{r} has {} values, expected {cols}", row.len())));
-                    }
-                    out.push(row);
-                }
+        let mut out = BTreeMap::new();
+        for (r, (line, v)) in numbered_keys(prefix) {
+            if r > rows {
+                continue;
             }
+            let row: Option<Vec<bool>> = v.iter().map(|s| parse_bool(s)).collect();
+            let row = row.ok_or_else(|| bad(*line, format!("{prefix}{r}: values must be TRUE or FALSE")))?;
+            if row.len() != cols as usize {
+                return Err(bad(*line, format!("{prefix}{r} has {} values, expected {cols}", row.len())));
+            }
+            out.insert(r, row);
         }
         Ok(Some(out))
     };
@@ -250,20 +299,22 @@ pub fn parse_htd(bytes: &[u8], path: &Path) -> Result<HtdInfo, PlateError> {
         return Err(bad(0, "XWells and YWells (plate columns and rows) are required and must be positive".into()));
     }
     // When an on/off key is absent, the counts decide (some exporters omit them).
-    let sites = boolean("Sites", num("XSites", 1)?.max(1) * num("YSites", 1)?.max(1) > 1)?;
+    let sites = boolean("Sites", u64::from(num("XSites", 1)?.max(1)) * u64::from(num("YSites", 1)?.max(1)) > 1)?;
     let (x_sites, y_sites) = if sites { (num("XSites", 1)?.max(1), num("YSites", 1)?.max(1)) } else { (1, 1) };
     let z_series = boolean("ZSeries", num("ZSteps", 1)? > 1)?;
     let n_wavelengths = num("NWavelengths", 1)?.max(1);
     let waves = boolean("Waves", n_wavelengths > 1)?;
     let mut wave_names = BTreeMap::new();
     let mut wave_collect = BTreeMap::new();
-    for w in 1..=n_wavelengths {
-        if let Some(n) = get(&format!("WaveName{w}")) {
+    let declared_waves = if waves { n_wavelengths } else { 1 };
+    for (w, (_, v)) in numbered_keys("WaveName") {
+        if let (true, Some(n)) = (w <= declared_waves, v.first()) {
             wave_names.insert(w, n.to_string());
         }
-        let key = format!("WaveCollect{w}");
-        if entries.contains_key(&key) {
-            wave_collect.insert(w, num(&key, 1)? != 0);
+    }
+    for (w, _) in numbered_keys("WaveCollect") {
+        if w <= declared_waves {
+            wave_collect.insert(w, num(&format!("WaveCollect{w}"), 1)? != 0);
         }
     }
     Ok(HtdInfo {
@@ -421,11 +472,12 @@ pub fn parse_image_name(name: &str) -> Option<ImageName> {
     Some(ImageName { prefix, well: well.to_string(), site, wave, timepoint, z, thumb, guid })
 }
 
-/// `.HTD`/`.htd` files directly in `dir`, sorted.
+/// `.HTD`/`.htd` files directly in `dir`, sorted. Hidden names (starting
+/// with `.`, e.g. macOS `._Plate.HTD` AppleDouble companions) are not descriptors.
 pub fn find_htd_files(dir: &Path) -> Result<Vec<PathBuf>, PlateError> {
     Ok(list_dir(dir)?
         .into_iter()
-        .filter(|(n, is_dir)| !is_dir && n.to_ascii_lowercase().ends_with(".htd"))
+        .filter(|(n, kind)| *kind != EntryKind::Dir && !n.starts_with('.') && n.to_ascii_lowercase().ends_with(".htd"))
         .map(|(n, _)| dir.join(n))
         .collect())
 }
@@ -458,6 +510,68 @@ enum FolderZ {
     BesideSteps,
 }
 
+/// Expected planes an HTD may declare whatever the folder holds (see [`check_counts`]).
+pub const MAX_EXPECTED_FLOOR: u64 = 100_000;
+/// Expected planes an HTD may declare per image file found on disk (see [`check_counts`]).
+pub const MAX_EXPECTED_PER_FILE: u64 = 100;
+
+/// The plausibility rule for the HTD's counts, checked before any plane is
+/// enumerated: **the planes the HTD expects (selected wells × sites ×
+/// channels × z steps × time points) may be at most
+/// max([`MAX_EXPECTED_FLOOR`], [`MAX_EXPECTED_PER_FILE`] × the image files
+/// found on disk)**. A plate that has lost most of its files (an aborted
+/// acquisition) still opens, with its absent planes listed as missing; a
+/// count corrupted into the billions (`"ZSteps", 2147483648`) is refused with
+/// [`PlateError::ImplausibleCount`], naming the key that is furthest above
+/// what the file names show, instead of listing billions of missing planes.
+fn check_counts(htd: &HtdInfo, htd_path: &Path, found: &[Found], other_files: usize) -> Result<(), PlateError> {
+    let files = found.len() + other_files;
+    let wells = match htd.selected_wells() {
+        Some(w) => w.len() as u64,
+        None => found.iter().map(|f| f.name.well.as_str()).collect::<BTreeSet<_>>().len() as u64,
+    };
+    let dims: [(String, u64, &str, u64); 5] = [
+        (
+            if htd.wells_selection.is_some() { "WellsSelection (selected wells)".into() } else { "wells".into() },
+            wells,
+            "well",
+            found.iter().map(|f| f.name.well.as_str()).collect::<BTreeSet<_>>().len() as u64,
+        ),
+        (
+            if htd.site_selection.is_some() { "SiteSelection (selected sites)".into() } else { "XSites × YSites".into() },
+            htd.site_count(),
+            "site",
+            found.iter().filter_map(|f| f.name.site).max().unwrap_or(1).into(),
+        ),
+        ("NWavelengths".into(), htd.channel_count(), "channel", found.iter().filter_map(|f| f.name.wave).max().unwrap_or(1).into()),
+        ("ZSteps".into(), htd.z_steps.into(), "z step", found.iter().filter_map(|f| f.z).max().unwrap_or(1).into()),
+        ("TimePoints".into(), htd.timepoints.into(), "time point", found.iter().map(|f| f.t).max().unwrap_or(1).into()),
+    ];
+    let expected: u128 = dims.iter().map(|d| u128::from(d.1)).product();
+    let limit = MAX_EXPECTED_FLOOR.max(MAX_EXPECTED_PER_FILE.saturating_mul(files as u64));
+    if expected <= u128::from(limit) {
+        return Ok(());
+    }
+    // Name the count furthest above what the file names show.
+    let worst = dims
+        .iter()
+        .max_by(|a, b| (u128::from(a.1) * u128::from(b.3.max(1))).cmp(&(u128::from(b.1) * u128::from(a.3.max(1)))))
+        .unwrap_or(&dims[0]);
+    let product =
+        dims.iter().map(|(_, v, unit, _)| format!("{v} {unit}{}", if *v == 1 { "" } else { "s" })).collect::<Vec<_>>().join(" × ");
+    Err(PlateError::ImplausibleCount {
+        path: htd_path.to_path_buf(),
+        key: worst.0.clone(),
+        value: worst.1,
+        files,
+        detail: format!(
+            "the HTD expects {product} = {expected} planes, more than {limit} (the limit is {MAX_EXPECTED_PER_FILE} × the image files found, at least {MAX_EXPECTED_FLOOR}); the file names go up to {} {}",
+            worst.2,
+            worst.3
+        ),
+    })
+}
+
 /// Opens an ImageXpress plate (folder or `.HTD` file).
 pub fn open(path: &Path) -> Result<Plate, PlateError> {
     let (root, htd_path) = if path.is_file() {
@@ -474,6 +588,9 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
             }
         }
     };
+    if let Some(reason) = not_a_regular_file(&htd_path) {
+        return Err(PlateError::NotRegularFile { path: htd_path, reason });
+    }
     let bytes = std::fs::read(&htd_path).map_err(io_err(&htd_path))?;
     let htd = parse_htd(&bytes, &htd_path)?;
     let mut warnings = Vec::new();
@@ -487,19 +604,26 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
     // Collect candidate files from every folder variant.
     let mut found = Vec::new();
     let mut unknown = Vec::new();
+    let mut hidden = Vec::new();
+    let mut not_regular: Vec<(Found, String)> = Vec::new();
     let mut scan = |dir: &Path,
                     t: u32,
                     folder_z: FolderZ,
                     found: &mut Vec<Found>,
                     warnings: &mut Vec<String>|
-     -> Result<Vec<(String, bool)>, PlateError> {
+     -> Result<Vec<(String, EntryKind)>, PlateError> {
         let entries = list_dir(dir)?;
-        for (n, is_dir) in &entries {
-            if *is_dir {
-                continue;
-            }
+        for (n, kind) in &entries {
+            // Folders named like an image are reported below, like FIFOs.
             let lower = n.to_ascii_lowercase();
             if !(lower.ends_with(".tif") || lower.ends_with(".tiff")) {
+                continue;
+            }
+            // Hidden files are never images: macOS writes `._<name>`
+            // AppleDouble companions next to every file it copies to SMB or
+            // exFAT, and they parse as a second plate prefix.
+            if n.starts_with('.') {
+                hidden.push(dir.join(n));
                 continue;
             }
             match parse_image_name(n) {
@@ -517,7 +641,16 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
                         (FolderZ::Flat, None) => Some(1),
                         (FolderZ::BesideSteps, None) => None,
                     };
-                    found.push(Found { name, path, t, z })
+                    // Only regular files (or links to them) are images: a
+                    // FIFO would block the first read forever.
+                    let problem = match kind {
+                        EntryKind::File => None,
+                        _ => not_a_regular_file(&path),
+                    };
+                    match problem {
+                        None => found.push(Found { name, path, t, z }),
+                        Some(why) => not_regular.push((Found { name, path, t, z }, why)),
+                    }
                 }
                 None => unknown.push(dir.join(n)),
             }
@@ -525,12 +658,17 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
         Ok(entries)
     };
     let root_entries = scan(&root, 1, FolderZ::Flat, &mut found, &mut warnings)?;
-    for (n, is_dir) in &root_entries {
-        let Some(t) = numbered(n, "TimePoint_").filter(|_| *is_dir) else { continue };
+    for (n, kind) in &root_entries {
+        let Some(t) = numbered(n, "TimePoint_").filter(|_| *kind == EntryKind::Dir) else {
+            continue;
+        };
         let tdir = root.join(n);
         let tentries = list_dir(&tdir)?;
-        let zdirs: Vec<(u32, PathBuf)> =
-            tentries.iter().filter(|(_, d)| *d).filter_map(|(zn, _)| numbered(zn, "ZStep_").map(|z| (z, tdir.join(zn)))).collect();
+        let zdirs: Vec<(u32, PathBuf)> = tentries
+            .iter()
+            .filter(|(_, k)| *k == EntryKind::Dir)
+            .filter_map(|(zn, _)| numbered(zn, "ZStep_").map(|z| (z, tdir.join(zn))))
+            .collect();
         let here_z = if zdirs.is_empty() { FolderZ::Flat } else { FolderZ::BesideSteps };
         scan(&tdir, t, here_z, &mut found, &mut warnings)?;
         for (z, zdir) in zdirs {
@@ -546,6 +684,26 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
             if unknown.len() > 10 { ", …" } else { "" }
         ));
     }
+    if !hidden.is_empty() {
+        let shown: Vec<String> = hidden.iter().take(3).map(|p| p.display().to_string()).collect();
+        warnings.push(format!(
+            "{} hidden TIFF-named file(s) (name starting with '.', e.g. macOS '._' AppleDouble companions) were ignored: {}{}",
+            hidden.len(),
+            shown.join(", "),
+            if hidden.len() > 3 { ", …" } else { "" }
+        ));
+    }
+    for (f, why) in &not_regular {
+        warnings.push(format!("{} {why}; not opened, the plane counts as missing", f.path.display()));
+    }
+
+    check_counts(&htd, &htd_path, &found, not_regular.len())?;
+
+    // Duplicates keep the first file of `found`: files whose prefix is the
+    // HTD's name come first, so a stray copy with another prefix never
+    // replaces the acquisition's own image (stable: otherwise folder order).
+    let htd_stem = htd_path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    found.sort_by_key(|f| !f.name.prefix.as_deref().is_some_and(|p| p.eq_ignore_ascii_case(&htd_stem)));
 
     let cells = htd.site_cells();
     let n_sites = cells.len() as u32;
@@ -634,21 +792,31 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
             w
         }
     };
+    // Files named like an expected image but not regular files: missing, with why.
+    let odd: BTreeMap<(String, u32, u32, u32, u32), (&PathBuf, &String)> = not_regular
+        .iter()
+        .filter_map(|(f, why)| Some(((f.name.well.clone(), f.name.site.unwrap_or(1), f.name.wave.unwrap_or(1), f.z?, f.t), (&f.path, why))))
+        .collect();
     let mut missing = Vec::new();
     for well in &wells {
         for cell in &cells {
             for &ch in &channels {
                 for z in 1..=htd.z_steps {
                     for t in 1..=htd.timepoints {
-                        if !seen.contains(&(well.clone(), cell.site, ch, z, t)) {
+                        let key = (well.clone(), cell.site, ch, z, t);
+                        if !seen.contains(&key) {
+                            let (path, reason) = match odd.get(&key) {
+                                Some((p, why)) => (Some(p.to_path_buf()), format!("the file {why}")),
+                                None => (None, "no image file found".to_string()),
+                            };
                             missing.push(MissingImage {
                                 well: well.clone(),
                                 site: cell.site,
                                 channel: ch,
                                 z_index: z,
                                 timepoint: t,
-                                path: None,
-                                reason: "no image file found".into(),
+                                path,
+                                reason,
                             });
                         }
                     }

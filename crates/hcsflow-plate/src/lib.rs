@@ -33,9 +33,11 @@ use serde::{Deserialize, Serialize};
 pub mod imagexpress;
 pub mod phenix;
 mod summary;
+pub mod verify;
 pub mod well;
 
 pub use summary::summary_text;
+pub use verify::{verify, FileProblem, PlaneShape, ProblemKind, VerifyReport};
 pub use well::{cmp_wells, parse_well, well_name};
 
 /// A microscope plate format hcsflow reads.
@@ -246,22 +248,92 @@ pub enum PlateError {
     MixedNaming { path: PathBuf, prefixed: PathBuf, bare: PathBuf },
     #[error("{path}: no images of the plate found ({detail})")]
     NoImages { path: PathBuf, detail: String },
+    /// A descriptor count that the files on disk cannot back: reading on
+    /// would enumerate (and list as missing) billions of planes. See
+    /// [`imagexpress::MAX_EXPECTED_FLOOR`] for the rule.
+    #[error("{path}: {key} {value} but the plate folder has {files} image file(s); {detail}; a corrupt HTD?")]
+    ImplausibleCount { path: PathBuf, key: String, value: u64, files: usize, detail: String },
+    /// The descriptor is not a regular file (a FIFO, a device, a folder…).
+    #[error("{path}: {reason}; not opened")]
+    NotRegularFile { path: PathBuf, reason: String },
 }
 
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PlateError + '_ {
     move |source| PlateError::Io { path: path.to_path_buf(), source }
 }
 
-/// Lists a folder's entries (file names), sorted; errors name the folder.
-pub(crate) fn list_dir(dir: &Path) -> Result<Vec<(String, bool)>, PlateError> {
+/// What a folder entry is, from its directory entry (symlinks not followed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum EntryKind {
+    Dir,
+    File,
+    /// A symbolic link, not followed (it may name a file, a folder, nothing, or itself).
+    Symlink,
+    /// A FIFO, socket or device.
+    Other,
+}
+
+/// Lists a folder's entries (file names and kinds), sorted; errors name the folder.
+pub(crate) fn list_dir(dir: &Path) -> Result<Vec<(String, EntryKind)>, PlateError> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(io_err(dir))? {
         let entry = entry.map_err(io_err(dir))?;
-        let is_dir = entry.file_type().map_err(io_err(dir))?.is_dir();
-        out.push((entry.file_name().to_string_lossy().into_owned(), is_dir));
+        let t = entry.file_type().map_err(io_err(dir))?;
+        let kind = if t.is_dir() {
+            EntryKind::Dir
+        } else if t.is_file() {
+            EntryKind::File
+        } else if t.is_symlink() {
+            EntryKind::Symlink
+        } else {
+            EntryKind::Other
+        };
+        out.push((entry.file_name().to_string_lossy().into_owned(), kind));
     }
     out.sort();
     Ok(out)
+}
+
+/// Why `path` cannot be an image or descriptor file, or `None` when it is a
+/// regular file or a symbolic link that resolves to one.
+///
+/// Only such files are ever opened by the plate readers: opening a FIFO
+/// blocks until a writer appears, a device can be endless, and a folder is
+/// not an image. Symbolic links are followed (plates are often built from
+/// links into an acquisition share, possibly outside the plate folder); what
+/// the link resolves to must be a regular file. The reason reads as a
+/// predicate: "is a FIFO, not a regular file".
+pub fn not_a_regular_file(path: &Path) -> Option<String> {
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => None,
+        Ok(m) => Some(format!("is {}, not a regular file", describe_file_type(m.file_type()))),
+        Err(e) if std::fs::symlink_metadata(path).is_ok() => Some(format!("is a symbolic link that cannot be followed ({e})")),
+        Err(e) => Some(format!("cannot be read ({e})")),
+    }
+}
+
+fn describe_file_type(t: std::fs::FileType) -> &'static str {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if t.is_fifo() {
+            return "a FIFO (named pipe)";
+        }
+        if t.is_socket() {
+            return "a socket";
+        }
+        if t.is_char_device() {
+            return "a character device";
+        }
+        if t.is_block_device() {
+            return "a block device";
+        }
+    }
+    if t.is_dir() {
+        "a folder"
+    } else {
+        "not a file"
+    }
 }
 
 /// Which format the folder (or descriptor file) `path` holds.

@@ -21,7 +21,10 @@ use std::path::{Path, PathBuf};
 use roxmltree::Node;
 
 use crate::well::well_name;
-use crate::{io_err, list_dir, Format, ImageRecord, MissingImage, Plate, PlateError, PlateMetadata, SiteCell, StagePosition};
+use crate::{
+    io_err, list_dir, not_a_regular_file, EntryKind, Format, ImageRecord, MissingImage, Plate, PlateError, PlateMetadata, SiteCell,
+    StagePosition,
+};
 use hcsflow_core::DType;
 
 /// Index file names, in the order they are looked for.
@@ -35,7 +38,7 @@ pub fn find_index(dir: &Path) -> Result<Option<PathBuf>, PlateError> {
         }
         let entries = list_dir(&d)?;
         for want in INDEX_NAMES {
-            if let Some((n, _)) = entries.iter().find(|(n, is_dir)| !is_dir && n.eq_ignore_ascii_case(want)) {
+            if let Some((n, _)) = entries.iter().find(|(n, kind)| *kind != EntryKind::Dir && n.eq_ignore_ascii_case(want)) {
                 return Ok(Some(d.join(n)));
             }
         }
@@ -189,6 +192,42 @@ fn cluster(values: &[f64], tol: f64) -> (Vec<u32>, u32) {
     (out, if values.is_empty() { 0 } else { k + 1 })
 }
 
+/// Where an index `<URL>` names a file, or `None` when it points outside
+/// the plate: a URL is opened only if it is a relative path (no scheme such
+/// as `http://` or `file:`, no root, no drive) that stays inside `root` once
+/// its `.` and `..` are applied lexically, starting from `base` (the index's
+/// folder relative to `root`). What the metadata names is checked, not where
+/// a symbolic link inside the plate resolves to: plates are often folders of
+/// links into an acquisition share, and those are followed.
+fn inside_plate(root: &Path, base: &Path, url: &str) -> Option<PathBuf> {
+    use std::path::Component;
+    // A scheme (`http:`, `file:`; RFC 3986: letters, digits, `+`, `-`, `.`
+    // before a `:`), which also catches a Windows drive (`C:`); UNC paths next.
+    if let Some((scheme, _)) = url.split_once(':') {
+        if !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c)) {
+            return None;
+        }
+    }
+    if url.starts_with('\\') || url.contains(":\\") {
+        return None;
+    }
+    let mut parts: Vec<&std::ffi::OsStr> = base.iter().collect();
+    for c in Path::new(url).components() {
+        match c {
+            Component::Normal(p) => parts.push(p),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                parts.pop()?;
+            }
+            Component::RootDir | Component::Prefix(_) => return None,
+        }
+    }
+    if parts.is_empty() {
+        return None;
+    }
+    Some(parts.iter().fold(root.to_path_buf(), |p, c| p.join(c)))
+}
+
 /// Opens a Harmony plate (folder, `Images/` folder or index file).
 pub fn open(path: &Path) -> Result<Plate, PlateError> {
     let index = if path.is_file() {
@@ -200,6 +239,9 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
     let in_images = index_dir.file_name().is_some_and(|n| n.eq_ignore_ascii_case("Images"));
     let root = if in_images { index_dir.parent().map(Path::to_path_buf).unwrap_or(index_dir.clone()) } else { index_dir.clone() };
 
+    if let Some(reason) = not_a_regular_file(&index) {
+        return Err(PlateError::NotRegularFile { path: index, reason });
+    }
     let bytes = std::fs::read(&index).map_err(io_err(&index))?;
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
     let xml = std::str::from_utf8(bytes).map_err(|e| PlateError::Xml { path: index.clone(), message: format!("not UTF-8: {e}") })?;
@@ -327,19 +369,25 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
             missing.push(miss(None, "empty URL in the index"));
             continue;
         }
-        if e.url.contains("://") {
-            missing.push(miss(None, &format!("remote URL not supported: {}", e.url)));
+        let base = if in_images { Path::new("Images") } else { Path::new("") };
+        let Some(mut file) = inside_plate(&root, base, &e.url) else {
+            let reason = format!("URL {:?} points outside the plate; not opened", e.url);
+            warnings.push(format!("{}: Image {:?}: {reason}", index.display(), e.id));
+            missing.push(miss(None, &reason));
             continue;
-        }
-        let mut file = index_dir.join(&e.url);
-        if !file.is_file() && !in_images {
-            let alt = root.join("Images").join(&e.url);
-            if alt.is_file() {
+        };
+        if !file.exists() && !in_images {
+            if let Some(alt) = inside_plate(&root, Path::new("Images"), &e.url).filter(|a| a.exists()) {
                 file = alt;
             }
         }
-        if !file.is_file() {
+        if std::fs::symlink_metadata(&file).is_err() {
             missing.push(miss(Some(file), "file not found"));
+            continue;
+        }
+        if let Some(why) = not_a_regular_file(&file) {
+            warnings.push(format!("{} {why}; not opened, the plane counts as missing", file.display()));
+            missing.push(miss(Some(file), &format!("the file {why}")));
             continue;
         }
         let fname = Path::new(&e.url).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();

@@ -1,0 +1,214 @@
+//! `hcsflow inspect --verify`: every image header of a plate, checked.
+//!
+//! Opening a plate reads one TIFF header per (well, site) for metadata, so a
+//! zero-byte, truncated or foreign file elsewhere is found only when a run
+//! reaches it. [`verify`] reads the header of every image (and projection) in
+//! parallel — tags only, no pixels — and reports each file that would fail or
+//! mislead a run, plus images that disagree among themselves about the plane
+//! size and dtype.
+//!
+//! What is checked per file: it is a regular file; it is not empty; it is a
+//! TIFF hcsflow reads (u8/u16/f32 grayscale) whose IFD chain is intact; it has
+//! one page; for uncompressed files, the file is long enough for the pixels
+//! its header declares; its plane size and dtype are the plate's. Damage
+//! inside compressed pixel data is not found (that needs decoding every
+//! plane: a run finds it and fails that well).
+//!
+//! The plate's plane size and dtype are those of the majority of readable
+//! images (ties: the one of the earliest image in plate order). When the
+//! plate's metadata says something else — it is taken from the first image
+//! header read (ImageXpress) or from the index (Opera Phenix) — the report
+//! says so in [`VerifyReport::plate_problems`].
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use hcsflow_core::DType;
+use hcsflow_tiff::TiffError;
+use rayon::prelude::*;
+use serde::Serialize;
+
+use crate::{not_a_regular_file, Plate};
+
+/// Width, height and dtype of one plane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PlaneShape {
+    pub width: usize,
+    pub height: usize,
+    pub dtype: DType,
+}
+
+impl fmt::Display for PlaneShape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} x {} {}", self.width, self.height, self.dtype)
+    }
+}
+
+/// What is wrong with one image file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case", tag = "kind")]
+pub enum ProblemKind {
+    /// A FIFO, socket, device, folder or broken link named like an image (not opened).
+    NotRegularFile,
+    /// Zero bytes.
+    Empty,
+    /// Starts like a TIFF but its structure is broken, or it is shorter than its pixels.
+    Truncated,
+    /// Not a TIFF at all (garbage, another image format).
+    NotTiff,
+    /// A TIFF hcsflow does not read (RGB, 32-bit integer, …).
+    Unsupported,
+    /// The file could not be read (permissions, I/O error).
+    Unreadable,
+    /// More than one page: it would add planes to its stack.
+    MultiPage { pages: usize },
+    /// Plane size or dtype differs from the plate's.
+    Mismatch { found: PlaneShape, expected: PlaneShape },
+}
+
+/// One image file with a problem.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FileProblem {
+    pub path: PathBuf,
+    #[serde(flatten)]
+    pub kind: ProblemKind,
+    /// One line naming the file and the problem.
+    pub message: String,
+}
+
+/// What [`verify`] found.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct VerifyReport {
+    /// Image files checked (images and projections).
+    pub checked: usize,
+    /// The plane size and dtype of the majority of readable images, if any.
+    pub plane: Option<PlaneShape>,
+    /// How many readable images have that plane.
+    pub plane_count: usize,
+    /// What the plate's metadata says the plane is, when it says.
+    pub metadata_plane: Option<PlaneShape>,
+    /// Files with problems, in plate order.
+    pub problems: Vec<FileProblem>,
+    /// Problems of the plate as a whole (e.g. its metadata plane is not the
+    /// images' majority plane).
+    pub plate_problems: Vec<String>,
+}
+
+impl VerifyReport {
+    /// True when no file and nothing plate-wide has a problem.
+    pub fn is_clean(&self) -> bool {
+        self.problems.is_empty() && self.plate_problems.is_empty()
+    }
+}
+
+/// Reads the header of every image and projection of `plate` in parallel
+/// and reports each file's problems (see the module documentation). Never
+/// decodes pixels, never opens a file that is not a regular file, never
+/// writes. The order of [`VerifyReport::problems`] is the plate's image order.
+pub fn verify(plate: &Plate) -> VerifyReport {
+    let paths: Vec<&Path> = plate.images.iter().chain(&plate.projections).map(|i| i.path.as_path()).collect();
+    let results: Vec<Result<(PlaneShape, usize), FileProblem>> = paths.par_iter().map(|p| check_file(p)).collect();
+
+    // The majority plane; ties go to the plane seen first in plate order.
+    let mut counts: Vec<(PlaneShape, usize)> = Vec::new();
+    for (shape, _) in results.iter().flatten() {
+        match counts.iter_mut().find(|(s, _)| s == shape) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((*shape, 1)),
+        }
+    }
+    let majority = counts.iter().fold(None::<(PlaneShape, usize)>, |best, &(s, n)| match best {
+        Some((_, m)) if m >= n => best,
+        _ => Some((s, n)),
+    });
+
+    let mut problems = Vec::new();
+    for (path, r) in paths.iter().zip(results) {
+        match r {
+            Err(p) => problems.push(p),
+            Ok((shape, pages)) => {
+                if pages > 1 {
+                    problems.push(FileProblem {
+                        path: path.to_path_buf(),
+                        kind: ProblemKind::MultiPage { pages },
+                        message: format!("{}: {pages} pages; an image of the plate is one plane (one page)", path.display()),
+                    });
+                }
+                if let Some((expected, n)) = majority.filter(|(m, _)| *m != shape) {
+                    problems.push(FileProblem {
+                        path: path.to_path_buf(),
+                        kind: ProblemKind::Mismatch { found: shape, expected },
+                        message: format!(
+                            "{}: plane is {shape} but the plate's is {expected} ({n} of {} images)",
+                            path.display(),
+                            paths.len()
+                        ),
+                    });
+                }
+            }
+        }
+    }
+
+    let m = &plate.metadata;
+    let metadata_plane = match (m.image_width, m.image_height, m.dtype) {
+        (Some(w), Some(h), Some(dtype)) => Some(PlaneShape { width: w as usize, height: h as usize, dtype }),
+        _ => None,
+    };
+    let mut plate_problems = Vec::new();
+    if let (Some(meta), Some((maj, n))) = (metadata_plane, majority) {
+        if meta != maj {
+            let source = match plate.format {
+                crate::Format::ImageXpress => "taken from the first image header read".to_string(),
+                crate::Format::OperaPhenix => format!("from {}", plate.descriptor.display()),
+            };
+            let odd = problems.iter().filter(|p| matches!(p.kind, ProblemKind::Mismatch { .. })).count();
+            plate_problems.push(format!(
+                "the plate's plane size {meta} ({source}) is not the images' majority {maj} ({n} of {} images); \
+                 {odd} image(s) differ from the majority (listed above)",
+                paths.len()
+            ));
+        }
+    }
+    VerifyReport {
+        checked: paths.len(),
+        plane: majority.map(|(s, _)| s),
+        plane_count: majority.map_or(0, |(_, n)| n),
+        metadata_plane,
+        problems,
+        plate_problems,
+    }
+}
+
+/// The plane and page count of one file, or its problem.
+fn check_file(path: &Path) -> Result<(PlaneShape, usize), FileProblem> {
+    let problem = |kind: ProblemKind, message: String| FileProblem { path: path.to_path_buf(), kind, message };
+    if let Some(why) = not_a_regular_file(path) {
+        return Err(problem(ProblemKind::NotRegularFile, format!("{} {why}; not opened", path.display())));
+    }
+    let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+    let info = hcsflow_tiff::read_info(path).map_err(|e| {
+        let kind = match &e {
+            TiffError::Empty { .. } => ProblemKind::Empty,
+            TiffError::NotTiff { .. } => ProblemKind::NotTiff,
+            TiffError::Corrupt { .. } => ProblemKind::Truncated,
+            TiffError::Unsupported { .. } => ProblemKind::Unsupported,
+            _ => ProblemKind::Unreadable,
+        };
+        problem(kind, e.to_string())
+    })?;
+    let shape = PlaneShape { width: info.width, height: info.height, dtype: info.dtype };
+    if info.compression == "none" {
+        let need = info.width as u128 * info.height as u128 * info.dtype.size_bytes() as u128 * info.pages as u128;
+        if u128::from(len) < need {
+            return Err(problem(
+                ProblemKind::Truncated,
+                format!(
+                    "{}: truncated: {len} bytes, but its {} uncompressed page(s) of {shape} need {need} bytes of pixels",
+                    path.display(),
+                    info.pages
+                ),
+            ));
+        }
+    }
+    Ok((shape, info.pages))
+}
