@@ -1,10 +1,16 @@
 //! `hcsflow inspect PLATE`: what a plate folder holds. Never writes into the plate.
+//!
+//! With `--verify`, also reads every image's TIFF header (in parallel, no
+//! pixels) and lists each file that would fail or mislead a run; the exit
+//! code is then 1 when anything was found, 0 when the plate is clean.
 
+use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use hcsflow_plate::Format;
+use hcsflow_plate::{Format, VerifyReport};
 
 use crate::{CliError, CliResult, Exit};
 
@@ -18,15 +24,67 @@ pub struct InspectArgs {
     /// Print JSON instead of text.
     #[arg(long)]
     json: bool,
+    /// Read the header of every image (no pixels) and report zero-byte,
+    /// truncated, non-TIFF and multi-page files and planes whose size or
+    /// dtype differs from the plate's. Exit code 1 if anything is found.
+    #[arg(long)]
+    verify: bool,
 }
 
 pub fn run(a: InspectArgs) -> CliResult {
     let format = a.format.as_deref().map(str::parse::<Format>).transpose().map_err(|e| CliError::new(Exit::Usage, e))?;
     let plate = hcsflow_plate::open_plate(&a.plate, format).with_context(|| format!("opening plate {}", a.plate.display()))?;
-    if a.json {
-        println!("{}", serde_json::to_string_pretty(&plate).context("serialising the plate")?);
+    let report = a.verify.then(|| hcsflow_plate::verify(&plate));
+    let text = if a.json {
+        let mut v = serde_json::to_value(&plate).context("serialising the plate")?;
+        if let (Some(r), Some(obj)) = (&report, v.as_object_mut()) {
+            obj.insert("verify".into(), serde_json::to_value(r).context("serialising the verification")?);
+        }
+        serde_json::to_string_pretty(&v).context("serialising the plate")? + "\n"
     } else {
-        print!("{}", hcsflow_plate::summary_text(&plate));
+        let mut s = hcsflow_plate::summary_text(&plate);
+        if let Some(r) = &report {
+            s.push_str(&verify_text(r));
+        }
+        s
+    };
+    // A reader that went away (`| head`) is not an error of ours.
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(anyhow::Error::new(e).context("writing to stdout").into()),
+        _ => {}
     }
-    Ok(())
+    match report {
+        Some(r) if !r.is_clean() => Err(CliError::new(
+            Exit::Failure,
+            anyhow::anyhow!(
+                "verify: {} problem(s) in {} image file(s) checked{}{}",
+                r.problems.len(),
+                r.checked,
+                if r.plate_problems.is_empty() { String::new() } else { format!(", {} plate-wide", r.plate_problems.len()) },
+                if r.missing == 0 { String::new() } else { format!(", {} missing image(s)", r.missing) }
+            ),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The `--verify` section of the text summary: every problem, one line each.
+fn verify_text(r: &VerifyReport) -> String {
+    let mut s = String::new();
+    let plane = match r.plane {
+        Some(p) => format!("plane {p} ({} of {} images)", r.plane_count, r.checked),
+        None => "no readable image".to_string(),
+    };
+    let _ = writeln!(s, "Verify:      {} image file(s) checked, {plane}", r.checked);
+    let _ = writeln!(s, "Problems:    {}", r.problems.len() + r.plate_problems.len());
+    if r.missing > 0 {
+        let _ = writeln!(s, "  {} image(s) the plate declares are missing (listed above under Missing)", r.missing);
+    }
+    for p in &r.problems {
+        let _ = writeln!(s, "  {}", p.message);
+    }
+    for p in &r.plate_problems {
+        let _ = writeln!(s, "  {p}");
+    }
+    s
 }

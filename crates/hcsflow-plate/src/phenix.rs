@@ -401,7 +401,12 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
     if images.is_empty() {
         return Err(PlateError::NoImages {
             path: root.clone(),
-            detail: format!("{} index entries, {} missing", entries.len(), missing.len()),
+            detail: format!(
+                "{} index entries, {} missing{}",
+                entries.len(),
+                missing.len(),
+                missing.first().map(|m| format!(", the first because: {}", m.reason)).unwrap_or_default()
+            ),
         });
     }
 

@@ -87,17 +87,23 @@ pub struct VerifyReport {
     pub plane_count: usize,
     /// What the plate's metadata says the plane is, when it says.
     pub metadata_plane: Option<PlaneShape>,
-    /// Files with problems, in plate order.
+    /// Files with problems, in plate order; then files named like an
+    /// expected image that are not regular files (they are also in
+    /// [`Plate::missing`]).
     pub problems: Vec<FileProblem>,
+    /// How many images the plate declares but does not have
+    /// ([`Plate::missing`], listed by the plate summary).
+    pub missing: usize,
     /// Problems of the plate as a whole (e.g. its metadata plane is not the
     /// images' majority plane).
     pub plate_problems: Vec<String>,
 }
 
 impl VerifyReport {
-    /// True when no file and nothing plate-wide has a problem.
+    /// True when no file and nothing plate-wide has a problem, and no
+    /// declared image is missing.
     pub fn is_clean(&self) -> bool {
-        self.problems.is_empty() && self.plate_problems.is_empty()
+        self.problems.is_empty() && self.plate_problems.is_empty() && self.missing == 0
     }
 }
 
@@ -149,6 +155,14 @@ pub fn verify(plate: &Plate) -> VerifyReport {
         }
     }
 
+    for (path, why) in plate.missing.iter().filter_map(|m| Some((m.path.as_deref()?, not_a_regular_file(m.path.as_deref()?)?))) {
+        problems.push(FileProblem {
+            path: path.to_path_buf(),
+            kind: ProblemKind::NotRegularFile,
+            message: format!("{} {why}; not opened", path.display()),
+        });
+    }
+
     let m = &plate.metadata;
     let metadata_plane = match (m.image_width, m.image_height, m.dtype) {
         (Some(w), Some(h), Some(dtype)) => Some(PlaneShape { width: w as usize, height: h as usize, dtype }),
@@ -175,6 +189,7 @@ pub fn verify(plate: &Plate) -> VerifyReport {
         plane_count: majority.map_or(0, |(_, n)| n),
         metadata_plane,
         problems,
+        missing: plate.missing.len(),
         plate_problems,
     }
 }
