@@ -510,6 +510,9 @@ enum FolderZ {
     BesideSteps,
 }
 
+/// (well, site, channel, z, timepoint) of one plane.
+type PlaneKey = (String, u32, u32, u32, u32);
+
 /// Expected planes an HTD may declare whatever the folder holds (see [`check_counts`]).
 pub const MAX_EXPECTED_FLOOR: u64 = 100_000;
 /// Expected planes an HTD may declare per image file found on disk (see [`check_counts`]).
@@ -793,7 +796,7 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
         }
     };
     // Files named like an expected image but not regular files: missing, with why.
-    let odd: BTreeMap<(String, u32, u32, u32, u32), (&PathBuf, &String)> = not_regular
+    let odd: BTreeMap<PlaneKey, (&PathBuf, &String)> = not_regular
         .iter()
         .filter_map(|(f, why)| Some(((f.name.well.clone(), f.name.site.unwrap_or(1), f.name.wave.unwrap_or(1), f.z?, f.t), (&f.path, why))))
         .collect();

@@ -64,10 +64,13 @@ fn tiff(path: &Path, size: usize, dtype: DType, planes: usize) {
 
 // ---------------------------------------------------------------- D3
 
+type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], &'a str, u64);
+
 #[test]
 fn d3_absurd_htd_counts_are_refused_naming_the_htd_the_key_its_value_and_the_files() {
     let d = tempfile::tempdir().unwrap();
-    let cases: [(&str, &[(&str, &str)], &str, u64); 3] = [
+    // (plate name, HTD edits, the key refused, its value)
+    let cases: [Case; 3] = [
         ("z", &[("\"ZSteps\", 2", "\"ZSteps\", 2147483648")], "ZSteps", 2147483648),
         ("t", &[("\"TimePoints\", 1", "\"TimePoints\", 2147483647")], "TimePoints", 2147483647),
         ("w", &[("\"NWavelengths\", 1", "\"NWavelengths\", 1000000"), ("\"Waves\", FALSE", "\"Waves\", TRUE")], "NWavelengths", 1000000),
