@@ -24,6 +24,11 @@
 //! take MetaXpress stage Y to grow with image rows (no flip); no public source
 //! states the sign, and the synthetic generator writes the same convention.
 //! Only one TIFF header per (well, site) is read (first channel/plane/time).
+//!
+//! Hidden files (`._Plate_A01_s1_w1.tif`, what macOS leaves on SMB/exFAT) are
+//! never images; a duplicate image keeps the file whose prefix is the HTD's
+//! name. The HTD's counts must be backed by files on disk: see
+//! [`MAX_EXPECTED_FLOOR`] for the rule, checked before anything is enumerated.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -513,9 +518,13 @@ enum FolderZ {
 /// (well, site, channel, z, timepoint) of one plane.
 type PlaneKey = (String, u32, u32, u32, u32);
 
-/// Expected planes an HTD may declare whatever the folder holds (see [`check_counts`]).
+/// The rule for HTD counts: **the planes an HTD expects (selected wells ×
+/// sites × channels × z steps × time points) may be at most
+/// max(`MAX_EXPECTED_FLOOR`, [`MAX_EXPECTED_PER_FILE`] × the image files
+/// found on disk)**, otherwise [`PlateError::ImplausibleCount`]. Checked
+/// before any plane, site or channel is enumerated.
 pub const MAX_EXPECTED_FLOOR: u64 = 100_000;
-/// Expected planes an HTD may declare per image file found on disk (see [`check_counts`]).
+/// Expected planes an HTD may declare per image file found on disk (see [`MAX_EXPECTED_FLOOR`]).
 pub const MAX_EXPECTED_PER_FILE: u64 = 100;
 
 /// The plausibility rule for the HTD's counts, checked before any plane is

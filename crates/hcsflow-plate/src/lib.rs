@@ -20,7 +20,21 @@
 //!   [`Plate::warnings`]: real plate folders contain stray TIFFs (exports,
 //!   overlays), so they must not make a plate unreadable. What makes a plate
 //!   unreadable — no descriptor, a descriptor that is not one, malformed XML,
-//!   not a single image — is a [`PlateError`] naming the file.
+//!   not a single image, counts the files on disk cannot back
+//!   ([`imagexpress::MAX_EXPECTED_FLOOR`]) — is a [`PlateError`] naming the file.
+//! - **Only regular files are opened** (or symbolic links resolving to one,
+//!   wherever they point: plates are often folders of links into a share).
+//!   A FIFO, socket, device or folder named like an image is a warning and
+//!   its plane is missing ([`not_a_regular_file`]); a FIFO would block forever.
+//! - **Only what is inside the plate is named.** An index `<URL>` that is
+//!   absolute, has a scheme, or leaves the plate through `..` is never opened:
+//!   the image is missing, with a warning saying why.
+//! - **Hidden files are never images.** Names starting with `.` (macOS
+//!   `._name.tif` AppleDouble companions) are skipped with one summary
+//!   warning; among duplicate images, the one whose prefix is the
+//!   descriptor's name wins.
+//! - [`verify`] reads every image header (not only one per site) for
+//!   `hcsflow inspect --verify`.
 
 use std::collections::BTreeMap;
 use std::fmt;
