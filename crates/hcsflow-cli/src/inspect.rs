@@ -5,7 +5,6 @@
 //! code is then 1 when anything was found, 0 when the plate is clean.
 
 use std::fmt::Write as _;
-use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::Context;
@@ -48,11 +47,8 @@ pub fn run(a: InspectArgs) -> CliResult {
         }
         s
     };
-    // A reader that went away (`| head`) is not an error of ours.
-    match std::io::stdout().lock().write_all(text.as_bytes()) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => return Err(anyhow::Error::new(e).context("writing to stdout").into()),
-        _ => {}
-    }
+    // A reader that went away (`| head`) ends the command quietly (console.rs).
+    out!("{text}")?;
     match report {
         Some(r) if !r.is_clean() => Err(CliError::new(
             Exit::Failure,

@@ -40,7 +40,7 @@ fn run(root: &Path, toml: &str, out: &Path) -> RunSummary {
     let (registry, conversions) = builtin();
     let spec = PipelineSpec::parse(toml, "test.toml").expect("pipeline");
     let config =
-        CompileConfig { device: Device::Cpu, device_reason: "test".into(), policy: ConversionPolicy::default(), out: out.to_path_buf() };
+        CompileConfig { device: Device::Cpu, device_reason: "test".into(), policy: ConversionPolicy::default(), out: out.to_path_buf(), missing: Default::default() };
     let plan = compile(&plate, &spec, &registry, &conversions, &config).expect("compile");
     let options = RunOptions { workers: 2, ..RunOptions::default() };
     execute(&plan, &registry, &conversions, &options, &|_| {}).expect("execute")

@@ -206,6 +206,7 @@ fn mutated_pipeline_files_never_panic_parse_or_compile() {
         device_reason: "test".into(),
         policy: ConversionPolicy::default(),
         out: dir.path().join("out"),
+        missing: Default::default(),
     };
     let seeds = seeds();
     assert!(seeds.len() >= 4, "{} seed files", seeds.len());
