@@ -72,11 +72,11 @@ fn without_timings(v: &mut Value) {
     }
 }
 
-/// A hidden temporary of an atomic write (`.NAME.PID.tmp`, `.NAME.PID-N.tmp`),
-/// never a result (their cleanup is D7, not checked here).
-fn is_temp(p: &Path) -> bool {
-    let name = p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    name.starts_with('.') && name.ends_with(".tmp")
+/// The output folder's lock file: it names its last holder (pid, start
+/// time), so it differs between any two runs. Everything else must match,
+/// hidden temporaries included: a resumed run leaves none (D7).
+fn is_lock(p: &Path) -> bool {
+    p.file_name().is_some_and(|n| n == hcsflow_pipeline::LOCK_NAME)
 }
 
 /// Relative path → comparable content of every file under `root`: bytes, or
@@ -84,7 +84,7 @@ fn is_temp(p: &Path) -> bool {
 fn tree(root: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
     snapshot(root)
         .into_iter()
-        .filter(|(p, _)| !is_temp(p))
+        .filter(|(p, _)| !is_lock(p))
         .map(|(p, e)| {
             let rel = p.strip_prefix(root).unwrap().to_path_buf();
             if e.is_dir {
