@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use forge::{tiff, zlib_zeros, Page};
 use hcsflow_core::{ConversionPolicy, DType, Device, Stack};
-use hcsflow_pipeline::{builtin, compile, execute, peak_rss_bytes, CompileConfig, PipelineSpec, RunOptions, RunSummary};
+use hcsflow_pipeline::{
+    builtin, compile, execute, peak_rss_bytes, CompileConfig, MissingPolicy, PipelineError, PipelineSpec, RunOptions, RunSummary,
+};
 use hcsflow_plate::open_plate;
 use hcsflow_synth::{generate, SynthConfig};
 
@@ -36,14 +38,24 @@ materialize = ["tiff"]
 
 /// Compiles `toml` for the plate at `root` and runs it with two workers.
 fn run(root: &Path, toml: &str, out: &Path) -> RunSummary {
+    run_with(root, toml, out, MissingPolicy::default()).expect("compile")
+}
+
+/// [`run`] with a missing-image policy; `Err` is the compile error.
+fn run_with(root: &Path, toml: &str, out: &Path, missing: MissingPolicy) -> Result<RunSummary, PipelineError> {
     let plate = open_plate(root, None).expect("open plate");
     let (registry, conversions) = builtin();
     let spec = PipelineSpec::parse(toml, "test.toml").expect("pipeline");
-    let config =
-        CompileConfig { device: Device::Cpu, device_reason: "test".into(), policy: ConversionPolicy::default(), out: out.to_path_buf(), missing: Default::default() };
-    let plan = compile(&plate, &spec, &registry, &conversions, &config).expect("compile");
+    let config = CompileConfig {
+        device: Device::Cpu,
+        device_reason: "test".into(),
+        policy: ConversionPolicy::default(),
+        out: out.to_path_buf(),
+        missing,
+    };
+    let plan = compile(&plate, &spec, &registry, &conversions, &config)?;
     let options = RunOptions { workers: 2, ..RunOptions::default() };
-    execute(&plan, &registry, &conversions, &options, &|_| {}).expect("execute")
+    Ok(execute(&plan, &registry, &conversions, &options, &|_| {}).expect("execute"))
 }
 
 /// The image of `well`, site, channel and z (1-based) of a synthetic plate.
@@ -148,8 +160,11 @@ fn a_well_of_another_size_fails_instead_of_being_zero_padded_into_the_zarr_plate
 
 #[cfg(unix)]
 #[test]
-fn a_fifo_named_like_an_image_fails_its_well_without_blocking() {
-    // D14: opening a FIFO for reading blocks until a writer comes.
+fn a_fifo_named_like_an_image_is_a_missing_image_and_never_blocks() {
+    // D14: opening a FIFO for reading blocks until a writer comes. The plate
+    // never takes it for an image (it is a missing plane, with a warning), so
+    // the default policy refuses the run at compile and skip-well runs the
+    // other well; the TIFF reader's own refusal is tested in hcsflow-tiff.
     let dir = tempfile::tempdir().expect("tempdir");
     let root = synth(&dir.path().join("plate"), &["A01", "B01"], 64);
     let fifo = image(&root, "A01", 3, 1, 2);
@@ -157,12 +172,17 @@ fn a_fifo_named_like_an_image_fails_its_well_without_blocking() {
     let status = std::process::Command::new("mkfifo").arg(&fifo).status().expect("mkfifo runs");
     assert!(status.success(), "mkfifo");
     let (tx, rx) = mpsc::channel();
-    let out = dir.path().join("out");
+    let base = dir.path().to_path_buf();
     std::thread::spawn(move || {
-        let _ = tx.send(run(&root, MAX_Z, &out));
+        let refused = run_with(&root, MAX_Z, &base.join("out1"), MissingPolicy::Error);
+        let skipped = run_with(&root, MAX_Z, &base.join("out2"), MissingPolicy::SkipWell);
+        let _ = tx.send((refused, skipped));
     });
-    let s = rx.recv_timeout(Duration::from_secs(30)).expect("the run blocked on the FIFO");
+    let (refused, skipped) = rx.recv_timeout(Duration::from_secs(30)).expect("the run blocked on the FIFO");
+    let e = refused.expect_err("a FIFO is a missing image: refused by default").to_string();
+    assert!(e.contains("1 image(s) the plate declares are missing") && e.contains("well A01 site 3, channel 1, z 2"), "{e}");
+    let s = skipped.expect("compiles with --missing skip-well");
     assert_eq!(s.completed, ["B01"]);
     let e = only_failure(&s, "A01");
-    assert!(e.contains(&format!("{}: is a FIFO, not a regular file", fifo.display())), "{e}");
+    assert!(e.contains("not run: 1 missing image(s)"), "{e}");
 }

@@ -32,7 +32,13 @@ fn plate(dir: &Path) -> Plate {
 fn compile_text(plate: &Plate, toml: &str, out: &Path) -> Result<Plan, PipelineError> {
     let (registry, conversions) = builtin();
     let spec = PipelineSpec::parse(toml, "test.toml")?;
-    let config = CompileConfig { device: Device::Cpu, device_reason: "test".into(), policy: ConversionPolicy::default(), out: out.into(), missing: Default::default() };
+    let config = CompileConfig {
+        device: Device::Cpu,
+        device_reason: "test".into(),
+        policy: ConversionPolicy::default(),
+        out: out.into(),
+        missing: Default::default(),
+    };
     compile(plate, &spec, &registry, &conversions, &config)
 }
 
