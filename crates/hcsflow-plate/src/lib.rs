@@ -350,6 +350,16 @@ fn describe_file_type(t: std::fs::FileType) -> &'static str {
     }
 }
 
+/// `NotFound` when `path` does not exist; any other reason it cannot be
+/// reached (a symlink loop, a permission) as that reason, not as "no such file".
+fn require_exists(path: &Path) -> Result<(), PlateError> {
+    match std::fs::metadata(path) {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(PlateError::NotFound { path: path.to_path_buf() }),
+        Err(source) => Err(PlateError::Io { path: path.to_path_buf(), source }),
+    }
+}
+
 /// Which format the folder (or descriptor file) `path` holds.
 ///
 /// A `.HTD`/`.htd` file, or a folder containing one, is ImageXpress; an
@@ -357,9 +367,7 @@ fn describe_file_type(t: std::fs::FileType) -> &'static str {
 /// them (or with one in `Images/`), is Opera Phenix. A folder with both is
 /// [`PlateError::AmbiguousFormat`]: guessing would silently read the wrong one.
 pub fn detect(path: &Path) -> Result<Format, PlateError> {
-    if !path.exists() {
-        return Err(PlateError::NotFound { path: path.to_path_buf() });
-    }
+    require_exists(path)?;
     if path.is_file() {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         if name.to_ascii_lowercase().ends_with(".htd") {
@@ -383,9 +391,7 @@ pub fn detect(path: &Path) -> Result<Format, PlateError> {
 /// Opens the plate at `path` (its folder, or its descriptor file), with the
 /// format detected unless `format` overrides it. Never writes into the plate.
 pub fn open_plate(path: &Path, format: Option<Format>) -> Result<Plate, PlateError> {
-    if !path.exists() {
-        return Err(PlateError::NotFound { path: path.to_path_buf() });
-    }
+    require_exists(path)?;
     let format = match format {
         Some(f) => f,
         None => detect(path)?,

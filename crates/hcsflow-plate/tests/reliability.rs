@@ -371,3 +371,17 @@ fn verify_says_when_the_first_image_is_the_odd_one() {
     let msg = &r.plate_problems[0];
     assert!(msg.starts_with("the plate's plane size 24 x 24 u16 (taken from the first image header read) is not the images' majority 16 x 16 u16 (2 of 3 images)"), "{msg}");
 }
+
+/// D17: a plate path that is a symlink loop says so, not "no such file or folder".
+#[cfg(unix)]
+#[test]
+fn a_symlink_loop_as_the_plate_is_named_as_one() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let link = dir.path().join("loop");
+    std::os::unix::fs::symlink(&link, &link).expect("symlink");
+    let e = open_plate(&link, None).expect_err("a loop is not a plate");
+    assert!(matches!(e, PlateError::Io { .. }), "{e:?}");
+    assert!(e.to_string().contains("symbolic links"), "{e}");
+    let gone = open_plate(&dir.path().join("absent"), None).expect_err("absent");
+    assert!(matches!(gone, PlateError::NotFound { .. }), "{gone:?}");
+}
