@@ -197,6 +197,43 @@ fn sigkill_at_several_points_then_resume_equals_an_uninterrupted_run() {
     }
 }
 
+// ---------------------------------------------------------------- two runs
+
+/// D12 / probe 7: a second run into an OUT that a run is writing, with another
+/// pipeline, is refused at once (exit 2, naming the first run's pid) and
+/// writes nothing; the first run finishes with exactly the outputs of a run
+/// that had the folder to itself.
+#[test]
+fn a_second_run_into_the_same_folder_is_refused_and_the_first_is_unharmed() {
+    let dir = tempfile::tempdir().unwrap();
+    let plate = dir.path().join("plate");
+    synth(&plate, &WELLS[..6]);
+    let pipeline = demo_toml();
+    let reference = dir.path().join("reference");
+    let o = hcsflow(&run_args(&plate, &pipeline, &reference, &["--workers", "1"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    let max_z = dir.path().join("max_z.toml");
+    std::fs::write(
+        &max_z,
+        "name = \"other\"\n[[steps]]\nname = \"other_max\"\nfunc = \"max_projection\"\nvariable_components = [\"z_index\"]\nmaterialize = [\"tiff\"]\n",
+    )
+    .unwrap();
+
+    let out = dir.path().join("out");
+    let mut first = hcsflow_cmd(&run_args(&plate, &pipeline, &out, &["--workers", "1"])).stderr(Stdio::piped()).spawn().unwrap();
+    let rx = lines(first.stderr.take().unwrap());
+    wait_for_line(&rx, |l| l.starts_with("[1/6] ") && l.contains("done in"));
+    let second = hcsflow(&run_args(&plate, s(&max_z), &out, &[]));
+    let err = stderr(&second);
+    assert_eq!(second.status.code(), Some(2), "{err}");
+    assert!(err.contains(&format!("is in use by hcsflow run pid {}", first.id())), "{err}");
+    let status = wait(&mut first);
+    let rest: Vec<String> = rx.iter().collect();
+    assert!(status.success(), "the first run: {status}\n{}", rest.join("\n"));
+    assert!(!out.join("other_max").exists(), "the refused run wrote its step folder");
+    assert_same_outputs(&out, &reference);
+}
+
 // ---------------------------------------------------------------- SIGTERM
 
 /// D6 / probe 5d: SIGTERM stops like a first Ctrl-C: the well in flight is
