@@ -316,37 +316,13 @@ pub(crate) fn list_dir(dir: &Path) -> Result<Vec<(String, EntryKind)>, PlateErro
 /// not an image. Symbolic links are followed (plates are often built from
 /// links into an acquisition share, possibly outside the plate folder); what
 /// the link resolves to must be a regular file. The reason reads as a
-/// predicate: "is a FIFO, not a regular file".
+/// predicate: "is a FIFO (named pipe), not a regular file".
 pub fn not_a_regular_file(path: &Path) -> Option<String> {
     match std::fs::metadata(path) {
         Ok(m) if m.is_file() => None,
-        Ok(m) => Some(format!("is {}, not a regular file", describe_file_type(m.file_type()))),
+        Ok(m) => Some(format!("is {}, not a regular file", hcsflow_tiff::file_kind(&m.file_type()))),
         Err(e) if std::fs::symlink_metadata(path).is_ok() => Some(format!("is a symbolic link that cannot be followed ({e})")),
         Err(e) => Some(format!("cannot be read ({e})")),
-    }
-}
-
-fn describe_file_type(t: std::fs::FileType) -> &'static str {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt;
-        if t.is_fifo() {
-            return "a FIFO (named pipe)";
-        }
-        if t.is_socket() {
-            return "a socket";
-        }
-        if t.is_char_device() {
-            return "a character device";
-        }
-        if t.is_block_device() {
-            return "a block device";
-        }
-    }
-    if t.is_dir() {
-        "a folder"
-    } else {
-        "not a file"
     }
 }
 

@@ -33,7 +33,9 @@ mod read;
 mod write;
 
 pub use error::TiffError;
-pub use read::{read_info, read_stack, read_stack_expecting, read_stacks, read_stacks_expecting, Expected, PlaneFormat, TiffInfo};
+pub use read::{
+    file_kind, read_info, read_stack, read_stack_expecting, read_stacks, read_stacks_expecting, Expected, PlaneFormat, TiffInfo,
+};
 pub use write::{write_stack, Compression, WriteOptions};
 
 pub use hcsflow_core::{DType, Stack};

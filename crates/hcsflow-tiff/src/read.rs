@@ -327,16 +327,18 @@ fn open_regular(path: &Path) -> Result<(File, u64), TiffError> {
     Ok((file, meta.len()))
 }
 
-/// What a file that is not a regular file is, for [`TiffError::NotRegularFile`].
-fn file_kind(kind: &std::fs::FileType) -> &'static str {
+/// What a file that is not a regular file is ("a FIFO (named pipe)", "a
+/// folder", …), for [`TiffError::NotRegularFile`] and for the plate reader's
+/// warnings: one wording everywhere.
+pub fn file_kind(kind: &std::fs::FileType) -> &'static str {
     if kind.is_dir() {
-        return "a directory";
+        return "a folder";
     }
     #[cfg(unix)]
     {
         use std::os::unix::fs::FileTypeExt;
         if kind.is_fifo() {
-            return "a FIFO";
+            return "a FIFO (named pipe)";
         }
         if kind.is_socket() {
             return "a socket";
