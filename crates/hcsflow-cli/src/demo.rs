@@ -98,7 +98,7 @@ pub fn run(a: DemoArgs) -> CliResult {
         zarr_format,
     };
     let plate = hcsflow_plate::open_plate(&plate_dir, None).with_context(|| format!("opening {}", plate_dir.display()))?;
-    let (registry, conversions) = hcsflow_pipeline::builtin();
+    let (registry, conversions) = hcsflow::builtin();
     let plan = run::compile(&plate, &spec, &registry, &conversions, &setup, &results)?;
     err!("{}", run::plan_text(&plan));
     let summary = run::execute(&plan, &registry, &conversions, &setup)?;

@@ -5,7 +5,7 @@ use hcsflow_core::{select_device, AdapterInfo, Conversions, DeviceChoice, Device
 
 /// Every function this build has and the converters: one implementation, in hcsflow-pipeline.
 pub fn builtin() -> (Registry, Conversions) {
-    hcsflow_pipeline::builtin()
+    hcsflow::builtin()
 }
 
 /// True if the flag is given or the environment variable is set to 1/true/yes.

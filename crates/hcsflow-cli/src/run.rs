@@ -156,7 +156,7 @@ pub fn run(a: RunArgs) -> CliResult {
         return Err(usage(anyhow::anyhow!("--workers must be at least 1")));
     }
     let plate = hcsflow_plate::open_plate(&a.plate, format).with_context(|| format!("opening plate {}", a.plate.display()))?;
-    let (registry, conversions) = hcsflow_pipeline::builtin();
+    let (registry, conversions) = hcsflow::builtin();
     let plan = compile(&plate, &spec, &registry, &conversions, &setup, &a.out)?;
     if a.dry_run {
         out!("{}", plan_text(&plan))?;

@@ -77,7 +77,7 @@ fn functions_json_lists_every_registered_function() {
     assert!(o.status.success(), "{}", stderr(&o));
     let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     let names: Vec<&str> = v.as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
-    let (registry, _) = hcsflow_pipeline::builtin();
+    let (registry, _) = hcsflow::builtin();
     let expected: Vec<&str> = registry.functions().map(|f| f.spec.name).collect();
     assert_eq!(names, expected);
     let max = v.as_array().unwrap().iter().find(|f| f["name"] == "max_projection").unwrap();

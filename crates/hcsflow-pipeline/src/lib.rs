@@ -13,8 +13,11 @@
 //!    `OUT/run_manifest.json`, atomic writes, cancellation between wells, one
 //!    run at a time per output folder (`OUT/.hcsflow.lock`).
 //!
-//! [`builtin`] is the one place that assembles the functions and converters
-//! this build has; the CLI and tests use it.
+//! The pipeline receives the functions it may call as a
+//! [`Registry`](hcsflow_core::Registry) and their converters as
+//! [`Conversions`](hcsflow_core::Conversions): it links no implementation and
+//! no GPU runtime. The engine facade (`hcsflow::builtin()`) assembles the ones
+//! a build has.
 
 mod compile;
 mod error;
@@ -36,17 +39,3 @@ pub use outdir::LOCK_NAME;
 pub use spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, StepSpec};
 
 pub use hcsflow_zarr::NgffVersion;
-
-use hcsflow_core::{Conversions, Registry};
-
-/// Every function this build has (host implementations, then GPU ones) and
-/// the converters between memory types.
-pub fn builtin() -> (Registry, Conversions) {
-    let mut registry = Registry::new();
-    let mut conversions = Conversions::default();
-    hcsflow_ops::register(&mut registry);
-    hcsflow_stitch::register(&mut registry);
-    // GPU implementations attach to the functions declared above.
-    hcsflow_gpu::register(&mut registry, &mut conversions);
-    (registry, conversions)
-}

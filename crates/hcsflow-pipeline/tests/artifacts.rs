@@ -6,8 +6,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use hcsflow::builtin;
 use hcsflow_core::{ArtifactDecl, Artifacts, Contract, ConversionPolicy, Device, FunctionSpec, Implementation, Stack};
-use hcsflow_pipeline::{builtin, compile, execute, CompileConfig, PipelineError, PipelineSpec, Plan, RunOptions, RunSummary};
+use hcsflow_pipeline::{compile, execute, CompileConfig, PipelineError, PipelineSpec, Plan, RunOptions, RunSummary};
 use hcsflow_plate::{open_plate, Plate};
 use hcsflow_synth::{generate, SynthConfig};
 

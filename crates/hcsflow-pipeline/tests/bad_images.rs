@@ -12,9 +12,10 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use forge::{tiff, zlib_zeros, Page};
+use hcsflow::builtin;
 use hcsflow_core::{ConversionPolicy, DType, Device, Stack};
 use hcsflow_pipeline::{
-    builtin, compile, execute, peak_rss_bytes, CompileConfig, MissingPolicy, PipelineError, PipelineSpec, RunOptions, RunSummary,
+    compile, execute, peak_rss_bytes, CompileConfig, MissingPolicy, PipelineError, PipelineSpec, RunOptions, RunSummary,
 };
 use hcsflow_plate::open_plate;
 use hcsflow_synth::{generate, SynthConfig};

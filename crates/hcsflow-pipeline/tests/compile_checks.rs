@@ -6,8 +6,9 @@
 
 use std::path::{Path, PathBuf};
 
+use hcsflow::builtin;
 use hcsflow_core::{Array, ConversionPolicy, Device, FunctionError, MemoryType, Stack, StackShape};
-use hcsflow_pipeline::{builtin, compile, CompileConfig, PipelineError, PipelineSpec, Plan};
+use hcsflow_pipeline::{compile, CompileConfig, PipelineError, PipelineSpec, Plan};
 use hcsflow_plate::{open_plate, Plate};
 use hcsflow_synth::{generate, SynthConfig};
 use ndarray::Array3;

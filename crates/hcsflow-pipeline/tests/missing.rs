@@ -5,9 +5,10 @@
 
 use std::path::{Path, PathBuf};
 
+use hcsflow::builtin;
 use hcsflow_core::{ConversionPolicy, Device, Stack};
 use hcsflow_pipeline::{
-    builtin, compile, execute, CompileConfig, Manifest, MissingPolicy, PipelineError, PipelineSpec, Plan, RunOptions, RunSummary,
+    compile, execute, CompileConfig, Manifest, MissingPolicy, PipelineError, PipelineSpec, Plan, RunOptions, RunSummary,
 };
 use hcsflow_plate::open_plate;
 use hcsflow_synth::{generate, SynthConfig};

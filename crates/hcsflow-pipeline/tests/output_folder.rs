@@ -8,9 +8,10 @@ use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
+use hcsflow::builtin;
 use hcsflow_core::{ConversionPolicy, Device};
 use hcsflow_pipeline::{
-    builtin, compile, execute, CompileConfig, Manifest, PipelineError, PipelineSpec, Plan, Progress, RunOptions, RunSummary, LOCK_NAME,
+    compile, execute, CompileConfig, Manifest, PipelineError, PipelineSpec, Plan, Progress, RunOptions, RunSummary, LOCK_NAME,
 };
 use hcsflow_plate::open_plate;
 use hcsflow_synth::{generate, SynthConfig};

@@ -5,9 +5,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use hcsflow::builtin;
 use hcsflow_core::{ArgSpec, Contract, ConversionPolicy, Conversions, Device, FunctionSpec, Implementation, Registry, Stack};
 use hcsflow_pipeline::{
-    builtin, compile, execute, Action, CompileConfig, Manifest, PipelineError, PipelineSpec, Plan, RunOptions, RunSummary, COLLAPSED,
+    compile, execute, Action, CompileConfig, Manifest, PipelineError, PipelineSpec, Plan, RunOptions, RunSummary, COLLAPSED,
 };
 use hcsflow_plate::{open_plate, Plate};
 use hcsflow_synth::{generate, SynthConfig};

@@ -9,9 +9,10 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 
+use hcsflow::builtin;
 use hcsflow_core::registry::ArgKind;
 use hcsflow_core::{ConversionPolicy, Device};
-use hcsflow_pipeline::{builtin, compile, CompileConfig, PipelineSpec};
+use hcsflow_pipeline::{compile, CompileConfig, PipelineSpec};
 use hcsflow_plate::open_plate;
 use hcsflow_synth::{generate, SynthConfig};
 

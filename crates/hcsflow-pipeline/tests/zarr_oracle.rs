@@ -19,8 +19,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use hcsflow::builtin;
 use hcsflow_core::{ConversionPolicy, Device};
-use hcsflow_pipeline::{builtin, compile, execute, CompileConfig, Materialize, NgffVersion, PipelineSpec, RunOptions};
+use hcsflow_pipeline::{compile, execute, CompileConfig, Materialize, NgffVersion, PipelineSpec, RunOptions};
 use hcsflow_synth::{generate, SynthConfig};
 use serde_json::json;
 
