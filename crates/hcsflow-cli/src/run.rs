@@ -179,7 +179,6 @@ pub fn compile(
     setup: &Setup,
     out: &Path,
 ) -> Result<Plan, CliError> {
-    check_out_folder(out)?;
     let allow = engine::software_gpu_allowed(setup.allow_software_gpu);
     let (choice, _) = engine::choose_device(setup.device, allow).map_err(|e| CliError::new(Exit::DeviceUnavailable, e))?;
     let config = CompileConfig {
@@ -190,35 +189,6 @@ pub fn compile(
         missing: setup.missing,
     };
     hcsflow_pipeline::compile(plate, spec, registry, conversions, &config).map_err(pipeline_err)
-}
-
-/// OUT must be a folder or not exist yet, and then its nearest existing
-/// ancestor must be a folder (it is created): otherwise a usage error (exit 2)
-/// naming what is in the way, before any pixel is read.
-fn check_out_folder(out: &Path) -> Result<(), CliError> {
-    let usage = |text: String| CliError::new(Exit::Usage, anyhow::anyhow!(text));
-    for p in out.ancestors().filter(|p| !p.as_os_str().is_empty()) {
-        match std::fs::metadata(p) {
-            Ok(m) if m.is_dir() => return Ok(()),
-            Ok(_) if p == out => {
-                return Err(usage(format!(
-                    "output folder {} exists and is not a folder; fix: choose a folder (created if missing)",
-                    out.display()
-                )))
-            }
-            Ok(_) => {
-                return Err(usage(format!(
-                    "output folder {}: {} is not a folder; fix: choose another output folder",
-                    out.display(),
-                    p.display()
-                )))
-            }
-            // Missing, or below a file (then the loop reaches the file).
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {}
-            Err(e) => return Err(usage(format!("output folder {}: {}: {e}", out.display(), p.display()))),
-        }
-    }
-    Ok(())
 }
 
 /// Runs a compiled plan with the graceful stop of `signals` and progress lines on stderr.

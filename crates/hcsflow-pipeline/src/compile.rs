@@ -268,6 +268,34 @@ pub struct Plan {
     pub site_cells: BTreeMap<u32, (u32, u32)>,
 }
 
+/// OUT must be a folder or not exist yet, and then its nearest existing
+/// ancestor must be a folder (it is created): otherwise a configuration error
+/// naming what is in the way (not "File exists (os error 17)" at run time).
+fn check_out_is_a_folder(out: &Path) -> Result<(), PipelineError> {
+    let config = |message: String, fix: &str| PipelineError::Config { message, fix: fix.into() };
+    for p in out.ancestors().filter(|p| !p.as_os_str().is_empty()) {
+        match std::fs::metadata(p) {
+            Ok(m) if m.is_dir() => return Ok(()),
+            Ok(_) if p == out => {
+                return Err(config(
+                    format!("output folder {} exists and is not a folder", out.display()),
+                    "choose a folder (created if missing)",
+                ))
+            }
+            Ok(_) => {
+                return Err(config(
+                    format!("output folder {}: {} is not a folder", out.display(), p.display()),
+                    "choose another output folder",
+                ))
+            }
+            // Missing, or below a file (then the loop reaches the file).
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory) => {}
+            Err(e) => return Err(config(format!("output folder {}: {}: {e}", out.display(), p.display()), "choose another output folder")),
+        }
+    }
+    Ok(())
+}
+
 /// A plane as compile tracks it through the steps.
 #[derive(Debug, Clone)]
 struct Flow {
@@ -1142,6 +1170,7 @@ fn resolve(path: &Path) -> PathBuf {
 
 /// The input plate is read-only: no output may land inside it.
 fn check_out_dir(plate: &Plate, spec: &PipelineSpec, out: &Path) -> Result<(), PipelineError> {
+    check_out_is_a_folder(out)?;
     let root = resolve(&plate.root);
     let out_abs = resolve(out);
     let inside = |p: &Path| p.starts_with(&root);
