@@ -3,17 +3,62 @@
 //!
 //! The engine crates each have one job ([`core`] stacks, memory types and the
 //! function registry; [`plate`] microscope layouts; [`tiff`] and [`zarr`]
-//! image files; [`pipeline`] compile and run). They do not choose which
-//! implementations of the functions a build has: this crate does, with cargo
-//! features, as ripgrep's `grep` and burn's facades do.
+//! image files; [`stitch`] tile registration and assembly; [`pipeline`]
+//! compile and run). They do not choose which implementations of the
+//! functions a build has: this crate does, with cargo features, as ripgrep's
+//! `grep` and burn's facades do. It also owns what every front end would
+//! otherwise rewrite: device choice and its report ([`choose_device`],
+//! [`device_report`]), the options of a run with their defaults
+//! ([`RunOptions`]), plate + pipeline → [`Plan`](pipeline::Plan) as one call
+//! ([`Engine::plan`]), execution with progress and cancellation
+//! ([`Engine::execute`]), one function on one stack ([`Engine::plan_call`],
+//! [`Engine::run_call`]), the texts a person reads ([`plan_text`],
+//! [`summary_text`], [`run_problems`]) and one error type whose
+//! [`kind`](Error::kind) says what to do about it.
 //!
 //! | feature | default | what it adds |
 //! |---|---|---|
-//! | `wgpu` | on | GPU implementations on wgpu (CubeCL) and the host ↔ wgpu converters |
+//! | `wgpu` | on | GPU implementations on wgpu (CubeCL), the host ↔ wgpu converters and adapter discovery |
 //!
 //! Without default features the engine is CPU-only: every function keeps its
-//! host implementation, and `--device gpu` finds none (a compile error, never
-//! a silent CPU fallback).
+//! host implementation, no adapter is found, and a GPU request is
+//! [`Error::Device`] (never a silent CPU fallback).
+//!
+//! A whole run: a small synthetic plate, the demo pipeline, on the CPU.
+//!
+//! ```
+//! use std::sync::atomic::AtomicBool;
+//! use std::sync::Arc;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let plate = dir.path().join("plate");
+//! let config = hcsflow_synth::SynthConfig {
+//!     wells: vec!["A01".into()],
+//!     size: 64,
+//!     z_planes: 2,
+//!     ..Default::default()
+//! };
+//! hcsflow_synth::generate(&config, &plate)?;
+//!
+//! let engine = hcsflow::Engine::builtin();
+//! let options = hcsflow::RunOptions { device: hcsflow::DeviceOptions::cpu(), workers: 1, ..Default::default() };
+//! let spec = hcsflow::demo_pipeline()?;
+//! let out = dir.path().join("out");
+//! let plan = engine.plan_spec(&plate, &spec, &out, &options)?;
+//! let cancel = Arc::new(AtomicBool::new(false));
+//! let summary = engine.execute(&plan, &options, cancel, &|_progress| {})?;
+//!
+//! assert_eq!(summary.completed, ["A01"]);
+//! assert!(hcsflow::run_problems(&summary, "cancelled").is_empty());
+//! let text = hcsflow::summary_text(&plan, &summary);
+//! assert!(text.starts_with("1 of 1 well(s) complete (0 skipped as already complete), 0 failed, 0 not started;"));
+//! assert!(out.join(hcsflow::pipeline::SUMMARY_NAME).is_file());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! The functions of this build:
 //!
 //! ```
 //! let (registry, _conversions) = hcsflow::builtin();
@@ -21,11 +66,26 @@
 //! assert!(max.memory_types().contains(&hcsflow::core::MemoryType::Host));
 //! ```
 
+mod demo;
+mod device;
+mod engine;
+mod error;
+mod options;
+mod text;
+
 pub use hcsflow_core as core;
 pub use hcsflow_pipeline as pipeline;
 pub use hcsflow_plate as plate;
+pub use hcsflow_stitch as stitch;
 pub use hcsflow_tiff as tiff;
 pub use hcsflow_zarr as zarr;
+
+pub use demo::{demo_pipeline, DEMO_PIPELINE, DEMO_PIPELINE_ORIGIN};
+pub use device::{choose_device, device_report, discover_adapters, software_gpu_allowed, DeviceOptions, DeviceReport};
+pub use engine::{Engine, PreparedCall};
+pub use error::{Error, ErrorKind, OptionsError};
+pub use options::{default_workers, parse_size, RunOptions};
+pub use text::{plan_text, run_problems, start_text, summary_text, RunProblem};
 
 use hcsflow_core::{Conversions, Registry};
 

@@ -1,0 +1,154 @@
+//! [`Engine`]: a set of functions and converters, and the calls a front end
+//! makes with them: plan a pipeline run and execute it, or plan and run one
+//! function on one stack.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use hcsflow_core::{Array, CallPlan, Conversions, DTypePolicy, Device, DeviceChoice, MemoryType, Registry, Route, Stack, StackShape};
+use hcsflow_pipeline::{CompileConfig, PipelineSpec, Plan, Progress, RunSummary};
+
+use crate::device::DeviceOptions;
+use crate::error::Error;
+use crate::options::RunOptions;
+
+/// The functions a front end may call and the converters between their
+/// memory types. [`Engine::builtin`] has every function of this build;
+/// [`Engine::new`] takes any other set (e.g. with functions written in Python).
+pub struct Engine {
+    registry: Registry,
+    conversions: Conversions,
+}
+
+/// One function call planned for a device ([`Engine::plan_call`]): host
+/// memory in, the chosen implementation, host memory out.
+#[derive(Debug, Clone)]
+pub struct PreparedCall {
+    /// The function, its arguments, implementation and the route into it.
+    pub call: CallPlan,
+    /// The route of the result back to host memory.
+    pub back: Route,
+    /// The device chosen, and why.
+    pub device: DeviceChoice,
+}
+
+impl Engine {
+    /// An engine over `registry` and the converters between its memory types.
+    pub fn new(registry: Registry, conversions: Conversions) -> Self {
+        Engine { registry, conversions }
+    }
+
+    /// Every function this build has ([`crate::builtin`]).
+    pub fn builtin() -> Self {
+        let (registry, conversions) = crate::builtin();
+        Engine { registry, conversions }
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn conversions(&self) -> &Conversions {
+        &self.conversions
+    }
+
+    /// Reads the pipeline file and plans it for the plate: [`Engine::plan_spec`]
+    /// after [`PipelineSpec::read`]. Any problem with the file (missing, a
+    /// folder, not UTF-8, bad TOML) is [`Error::Spec`], found before the plate
+    /// is opened.
+    pub fn plan(&self, plate: &Path, pipeline: &Path, out: &Path, options: &RunOptions) -> Result<Plan, Error> {
+        let spec = PipelineSpec::read(pipeline).map_err(Error::Spec)?;
+        self.plan_spec(plate, &spec, out, options)
+    }
+
+    /// Plans `spec` for the plate at `plate`, writing to `out`: checks the
+    /// options, opens the plate, chooses the device, then compiles. Nothing is
+    /// read beyond the plate's metadata and nothing is written: every problem
+    /// the plan can show (unknown function, bad argument, output folder inside
+    /// the plate, missing images under [`MissingPolicy::Error`](hcsflow_pipeline::MissingPolicy::Error), …) is an
+    /// error here, before any pixel.
+    pub fn plan_spec(&self, plate: &Path, spec: &PipelineSpec, out: &Path, options: &RunOptions) -> Result<Plan, Error> {
+        options.check()?;
+        let plate =
+            hcsflow_plate::open_plate(plate, options.format).map_err(|source| Error::Plate { path: plate.to_path_buf(), source })?;
+        let choice = options.device.choose()?;
+        let config = CompileConfig {
+            device: choice.device,
+            device_reason: choice.reason,
+            policy: options.device.conversion_policy(),
+            out: out.to_path_buf(),
+            missing: options.missing,
+        };
+        Ok(hcsflow_pipeline::compile(&plate, spec, &self.registry, &self.conversions, &config)?)
+    }
+
+    /// Runs a plan: wells in parallel (`options.workers`, within
+    /// `options.max_memory`), each well isolated, outputs written atomically,
+    /// resumable. `progress` hears of every well and step as it happens (from
+    /// worker threads). Setting `cancel` stops starting wells; the wells in
+    /// flight finish and the summary says which were not started.
+    ///
+    /// A failing well is not an error here: it is in the summary
+    /// ([`crate::run_problems`]). Errors are what stops the whole run before or
+    /// while it starts (output folder locked or not writable, …).
+    pub fn execute(
+        &self,
+        plan: &Plan,
+        options: &RunOptions,
+        cancel: Arc<AtomicBool>,
+        progress: &(dyn Fn(Progress<'_>) + Sync),
+    ) -> Result<RunSummary, Error> {
+        let run = hcsflow_pipeline::RunOptions {
+            workers: options.workers,
+            max_memory: options.max_memory,
+            resume: options.resume,
+            cancel,
+            zarr_format: options.zarr_format,
+            overwrite: options.overwrite,
+        };
+        Ok(hcsflow_pipeline::execute(plan, &self.registry, &self.conversions, &run, progress)?)
+    }
+
+    /// Plans one call of `function` with `args` (`name=value` texts) on a
+    /// stack in host memory, for the device `device` chooses: the function and
+    /// its arguments are checked ([`Error::Call`], [`Error::Arg`]), the device
+    /// chosen ([`Error::Device`]), and the routes in and back to the host
+    /// planned ([`Error::Route`]). Nothing is run.
+    pub fn plan_call(&self, function: &str, args: &[String], device: &DeviceOptions) -> Result<PreparedCall, Error> {
+        let parsed = self.registry.get(function)?.parse_args(args)?;
+        let choice = device.choose()?;
+        let policy = device.conversion_policy();
+        let call = self.registry.plan_call(function, parsed, MemoryType::Host, choice.device, &self.conversions, policy)?;
+        let back = self.conversions.plan(call.implementation.memory_out, MemoryType::Host, policy).map_err(Error::Route)?;
+        Ok(PreparedCall { call, back, device: choice })
+    }
+
+    /// Checks the call's arguments against an input of `shape` (e.g. a filter
+    /// size larger than the plane), before any pixel is read.
+    pub fn check_call(&self, call: &PreparedCall, shape: &StackShape) -> Result<(), Error> {
+        Ok(self.registry.check_call(&call.call, shape)?)
+    }
+
+    /// Runs a planned call on `input`: the upload (if any), the function, the
+    /// download, then `dtype` against the input's dtype. The result is a stack
+    /// in host memory.
+    ///
+    /// ```
+    /// use hcsflow::core::{DTypePolicy, Stack};
+    ///
+    /// let engine = hcsflow::Engine::builtin();
+    /// let call = engine.plan_call("max_projection", &[], &hcsflow::DeviceOptions::cpu())?;
+    /// let planes = ndarray::Array3::from_shape_fn((3, 4, 5), |(z, y, x)| (z * 100 + y * 10 + x) as u16);
+    /// let out = engine.run_call(&call, Stack::from(planes), DTypePolicy::default())?;
+    /// assert_eq!(out.shape(), [1, 4, 5]);
+    /// # Ok::<(), hcsflow::Error>(())
+    /// ```
+    pub fn run_call(&self, call: &PreparedCall, input: Stack, dtype: DTypePolicy) -> Result<Stack, Error> {
+        let input_dtype = input.dtype();
+        let out = self.registry.execute(&call.call, Array::from(input), &self.conversions)?;
+        let out = self.conversions.execute(&call.back, out, Device::Cpu).map_err(Error::CopyBack)?;
+        let stack = out.into_host_stack().ok_or_else(|| Error::NotAStack { function: call.call.function.to_string() })?;
+        Ok(stack.apply_policy(input_dtype, dtype))
+    }
+}

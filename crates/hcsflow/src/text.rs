@@ -1,0 +1,287 @@
+//! The texts a front end shows a person about a run: the plan (`--dry-run`),
+//! the line that starts a run, the summary after it and its problems. They
+//! name the CLI's flags (`--missing fill`, `--resume`), which every front end
+//! documents under the same names.
+
+use std::collections::BTreeSet;
+use std::fmt::{self, Write as _};
+
+use hcsflow_pipeline::{Action, InputSource, MissingPolicy, Plan, RunSummary, MANIFEST_NAME, SUMMARY_NAME};
+
+/// The plan as a person reads it (`hcsflow run --dry-run`): plate, missing
+/// images, device and output folder; per step the function chain with
+/// contracts, memory types, routes and devices, the artifacts it produces and
+/// consumes, and per well the number of stacks; then the disabled steps.
+///
+/// ```
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// # let dir = tempfile::tempdir()?;
+/// # let config = hcsflow_synth::SynthConfig {
+/// #     wells: vec!["A01".into()], size: 64, z_planes: 2, grid_rows: 2, grid_cols: 2,
+/// #     ..Default::default()
+/// # };
+/// # hcsflow_synth::generate(&config, &dir.path().join("plate"))?;
+/// let engine = hcsflow::Engine::builtin();
+/// let spec = hcsflow::pipeline::PipelineSpec::parse(
+///     r#"
+///     name = "max_z"
+///     [[steps]]
+///     name = "max_z"
+///     func = "max_projection"
+///     variable_components = ["z_index"]
+///     "#,
+///     "inline",
+/// )?;
+/// let options = hcsflow::RunOptions { device: hcsflow::DeviceOptions::cpu(), ..Default::default() };
+/// let plan = engine.plan_spec(&dir.path().join("plate"), &spec, &dir.path().join("out"), &options)?;
+/// let text = hcsflow::plan_text(&plan);
+/// assert!(text.starts_with("plan: pipeline 'max_z'"));
+/// assert!(text.contains("device: cpu (requested: --device cpu)"));
+/// assert!(text.contains("chain: max_projection (volumetric_to_slice, host → host on cpu)"));
+/// # Ok(())
+/// # }
+/// ```
+pub fn plan_text(plan: &Plan) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "plan: pipeline '{}' (digest {})", plan.pipeline_name, plan.digest);
+    let _ = writeln!(
+        s,
+        "plate: {} ({} wells, planes {}×{} {})",
+        plan.plate_root.display(),
+        plan.wells.len(),
+        plan.plane.0,
+        plan.plane.1,
+        plan.plane.2
+    );
+    s.push_str(&missing_text(plan));
+    let _ = writeln!(s, "device: {} ({})", plan.device, plan.device_reason);
+    let _ = writeln!(s, "output: {}", plan.out.display());
+    for (i, step) in plan.steps.iter().enumerate() {
+        let variable: Vec<&str> = step.variable.iter().map(|c| c.name()).collect();
+        let _ = writeln!(
+            s,
+            "step {} '{}': variable_components [{}], group_by {}, input {}, materialize [{}], dtype {:?}",
+            i + 1,
+            step.name,
+            variable.join(", "),
+            step.group_by.map(|g| g.name()).unwrap_or("none"),
+            match step.input_source {
+                InputSource::Previous => "previous",
+                InputSource::PipelineStart => "pipeline_start (re-read from the plate)",
+            },
+            step.materialize.iter().map(|m| format!("{m:?}").to_lowercase()).collect::<Vec<_>>().join(", "),
+            step.dtype.output,
+        );
+        for chain in &step.chains {
+            let prefix = chain.label.as_ref().map(|l| format!("  [{l}] ")).unwrap_or_else(|| "  ".into());
+            let calls: Vec<String> = chain
+                .calls
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{} ({}, {} → {} on {})",
+                        c.function, c.contract, c.implementation.memory_in, c.implementation.memory_out, c.device
+                    )
+                })
+                .collect();
+            let _ = writeln!(s, "{prefix}chain: {}", calls.join(" → "));
+            for c in &chain.calls {
+                let _ = writeln!(s, "      route into {}: {}", c.function, c.route_in);
+            }
+            let _ = writeln!(s, "      route out: {}", chain.route_out);
+        }
+        for a in &step.produces {
+            let _ = writeln!(s, "  produces '{a}': {}", step.out_dir.join(format!("{a}.csv")).display());
+        }
+        for a in &step.consumes {
+            match a.from_step {
+                Some(from) => {
+                    let _ = writeln!(s, "  consumes '{}' from step '{}'", a.name, plan.steps[from].name);
+                }
+                None => {
+                    let _ = writeln!(s, "  consumes '{}': no earlier step produces it (optional: the function works without it)", a.name);
+                }
+            }
+        }
+        s.push_str(&stacks_text(plan, i));
+    }
+    for d in &plan.disabled {
+        let _ = writeln!(s, "step '{d}': disabled");
+    }
+    s
+}
+
+/// The plan's lines on step `i`'s stacks: per well the groups and their
+/// inputs, and the groups without a map entry.
+fn stacks_text(plan: &Plan, i: usize) -> String {
+    let mut s = String::new();
+    let (mut pass, mut skip) = (0, 0);
+    let counts: Vec<String> = plan
+        .wells
+        .iter()
+        .filter_map(|w| w.steps.iter().find(|ws| ws.step == i).map(|ws| (w, ws)))
+        .map(|(w, ws)| {
+            pass += ws.groups.iter().filter(|g| g.action == Action::Passthrough).count();
+            skip += ws.groups.iter().filter(|g| g.action == Action::Skip).count();
+            let n_in = ws.groups.first().map(|g| g.inputs.len()).unwrap_or(0);
+            format!("{} {}×[{n_in}]", w.well, ws.groups.len())
+        })
+        .collect();
+    let _ = writeln!(s, "  stacks per well: {}", counts.join(", "));
+    if pass + skip > 0 {
+        let _ = writeln!(s, "  groups without a map entry: {pass} passed through, {skip} skipped");
+    }
+    s
+}
+
+/// The plan's lines on missing images: the policy and what the run does.
+fn missing_text(plan: &Plan) -> String {
+    let mut s = String::new();
+    let policy = plan.missing_policy;
+    if plan.missing.is_empty() {
+        let _ = writeln!(s, "missing images: none (--missing {policy})");
+        return s;
+    }
+    let mut wells: Vec<&str> = plan.missing.iter().map(|m| m.well.as_str()).collect();
+    wells.dedup();
+    let what = match policy {
+        MissingPolicy::SkipWell => format!("well(s) {} will not be run and are recorded failed", wells.join(", ")),
+        MissingPolicy::Fill => "each becomes a plane of zeros in memory, reported per well".to_string(),
+        // Compile refuses the run: no plan to print.
+        MissingPolicy::Error => "the run is refused".to_string(),
+    };
+    let _ = writeln!(s, "missing images: {} in {} well(s) (--missing {policy}): {what}", plan.missing.len(), wells.len());
+    const LISTED: usize = 10;
+    for m in plan.missing.iter().take(LISTED) {
+        let _ = writeln!(s, "  {m}");
+    }
+    if plan.missing.len() > LISTED {
+        let _ = writeln!(s, "  … and {} more", plan.missing.len() - LISTED);
+    }
+    s
+}
+
+/// The line that starts a run: steps, wells, plate, device and why, workers.
+pub fn start_text(plan: &Plan, workers: usize) -> String {
+    format!(
+        "running {} step(s) on {} well(s) of {} on {} ({}); {} worker(s)\n",
+        plan.steps.len(),
+        plan.wells.len(),
+        plan.plate_root.display(),
+        plan.device,
+        plan.device_reason,
+        workers
+    )
+}
+
+/// The summary of a finished run, one line each: wells complete, skipped,
+/// failed and not started with time, throughput and peak memory; where the
+/// outputs, OME-Zarr plates and tables are; the planes filled with zeros;
+/// then every note functions made about their results (never silent).
+pub fn summary_text(plan: &Plan, summary: &RunSummary) -> String {
+    let r = &summary.report;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "{} of {} well(s) complete ({} skipped as already complete), {} failed, {} not started; {:.2} s, {:.1} MB/s, peak RSS {}",
+        summary.completed.len() + summary.skipped.len(),
+        summary.total,
+        summary.skipped.len(),
+        summary.failed.len(),
+        summary.not_started.len(),
+        r.seconds,
+        r.mb_per_s,
+        r.peak_rss_bytes.map(|b| format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64)).unwrap_or_else(|| "unknown".into())
+    );
+    let _ = writeln!(s, "outputs: {} (summary: {})", plan.out.display(), plan.out.join(SUMMARY_NAME).display());
+    for z in &summary.zarr_plates {
+        let _ = writeln!(s, "OME-Zarr: {}", z.display());
+    }
+    for t in &summary.artifact_tables {
+        let _ = writeln!(s, "table: {}", t.display());
+    }
+    if !summary.filled.is_empty() {
+        let wells: BTreeSet<&str> = summary.filled.iter().map(|m| m.well.as_str()).collect();
+        let _ = writeln!(
+            s,
+            "missing images: {} filled with zeros in {} well(s) (--missing fill); each is a note below and in {}",
+            summary.filled.len(),
+            wells.len(),
+            plan.out.join(MANIFEST_NAME).display()
+        );
+    }
+    // What functions said about their results (e.g. stitching fell back to
+    // stage positions) and the planes filled with zeros.
+    for n in &r.notes {
+        let _ = writeln!(s, "note: well {}, step '{}': {}", n.well, n.step, n.text);
+    }
+    s
+}
+
+/// Something a finished run could not do, for the person to act on. Its
+/// text ([`fmt::Display`]) says what and how to recover.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunProblem {
+    /// The run manifest could not be written at the end.
+    ManifestNotWritten(String),
+    /// A plate-level output could not be written (the error names the file).
+    NotWritten(String),
+    /// Wells failed: `(well, error)` each; the others' results are kept.
+    WellsFailed(Vec<(String, String)>),
+    /// The run stopped starting wells on its own (full or read-only output
+    /// file system): `not_started` wells left, and why.
+    Stopped { not_started: usize, reason: String },
+    /// The run was cancelled (its cancel flag was set), by `cause` (e.g.
+    /// `SIGTERM`), with `not_started` wells left.
+    Cancelled { not_started: usize, cause: String },
+}
+
+impl fmt::Display for RunProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RunProblem::ManifestNotWritten(e) => write!(
+                f,
+                "the run manifest could not be written: {e}. Its wells' outputs on disk are intact; a --resume run redoes the wells it misses"
+            ),
+            RunProblem::NotWritten(e) => write!(f, "could not write: {e}"),
+            RunProblem::WellsFailed(failed) => {
+                let list: Vec<String> = failed.iter().map(|(well, error)| format!("  {well}: {error}")).collect();
+                write!(
+                    f,
+                    "{} well(s) failed (the others' results are kept; fix and re-run with --resume):\n{}",
+                    failed.len(),
+                    list.join("\n")
+                )
+            }
+            RunProblem::Stopped { not_started, reason } => write!(
+                f,
+                "stopped: {not_started} well(s) not started because {reason}; free space (or fix the output folder) and re-run with --resume"
+            ),
+            RunProblem::Cancelled { not_started, cause } => {
+                write!(f, "interrupted ({cause}): {not_started} well(s) not started; re-run with --resume to finish")
+            }
+        }
+    }
+}
+
+/// The problems of a finished run, in the order to report them (none: every
+/// well is complete and every output written). `cancel_cause` names what set
+/// the cancel flag, for [`RunProblem::Cancelled`].
+pub fn run_problems(summary: &RunSummary, cancel_cause: &str) -> Vec<RunProblem> {
+    let mut problems = Vec::new();
+    if let Some(e) = &summary.manifest_error {
+        problems.push(RunProblem::ManifestNotWritten(e.clone()));
+    }
+    problems.extend(summary.write_errors.iter().map(|e| RunProblem::NotWritten(e.clone())));
+    if !summary.failed.is_empty() {
+        problems.push(RunProblem::WellsFailed(summary.failed.iter().map(|f| (f.well.clone(), f.error.clone())).collect()));
+    }
+    if !summary.not_started.is_empty() {
+        let not_started = summary.not_started.len();
+        problems.push(match &summary.stopped {
+            Some(reason) => RunProblem::Stopped { not_started, reason: reason.clone() },
+            None => RunProblem::Cancelled { not_started, cause: cancel_cause.to_string() },
+        });
+    }
+    problems
+}
