@@ -5,10 +5,13 @@ use std::time::Instant;
 
 use anyhow::Context;
 use clap::Args;
-use hcsflow_core::{Array, ConversionPolicy, DTypeConversion, DTypePolicy, DeviceRequest, MemoryType, OutputDType, StackShape};
-use hcsflow_tiff::{Compression, WriteOptions};
+use hcsflow::core::dtype::UnknownDType;
+use hcsflow::core::{DTypeConversion, DTypePolicy, OutputDType, StackShape};
+use hcsflow::tiff::{Compression, WriteOptions};
+use hcsflow::Engine;
 
-use crate::{engine, CliError, CliResult, Exit};
+use crate::flags::DeviceArgs;
+use crate::{CliError, CliResult, Exit};
 
 #[derive(Args)]
 pub struct ApplyArgs {
@@ -21,15 +24,8 @@ pub struct ApplyArgs {
     /// Function argument as name=value; repeatable.
     #[arg(long = "arg", value_name = "NAME=VALUE")]
     args: Vec<String>,
-    /// auto | cpu | gpu | gpu:N.
-    #[arg(long, default_value = "auto")]
-    device: String,
-    /// Allow a software GPU adapter (lavapipe/llvmpipe), for tests and CI.
-    #[arg(long)]
-    allow_software_gpu: bool,
-    /// Allow copies through host memory between two GPU libraries that cannot share memory.
-    #[arg(long)]
-    allow_host_round_trip: bool,
+    #[command(flatten)]
+    device: DeviceArgs,
     /// Output dtype: input (default: the input's dtype), u8, u16 or f32.
     #[arg(long, default_value = "input")]
     dtype: String,
@@ -51,8 +47,8 @@ pub fn run(a: ApplyArgs) -> CliResult {
             a.input.display()
         )));
     }
-    let request: DeviceRequest = a.device.parse().map_err(|e: hcsflow_core::BadDevice| usage(e.into()))?;
-    let output_dtype: OutputDType = a.dtype.parse().map_err(|e: hcsflow_core::dtype::UnknownDType| usage(e.into()))?;
+    let device = a.device.options()?;
+    let output_dtype: OutputDType = a.dtype.parse().map_err(|e: UnknownDType| usage(e.into()))?;
     let compression = match a.compression.as_str() {
         "none" => Compression::None,
         "deflate" => Compression::Deflate,
@@ -60,33 +56,27 @@ pub fn run(a: ApplyArgs) -> CliResult {
     };
     let dtype_policy =
         DTypePolicy { output: output_dtype, conversion: if a.stretch { DTypeConversion::Stretch } else { DTypeConversion::Clip } };
-    let policy = ConversionPolicy { allow_host_round_trip: a.allow_host_round_trip };
-    let (registry, conversions) = engine::builtin();
-    let function = registry.get(&a.function).map_err(|e| usage(e.into()))?;
-    let args = function.parse_args(&a.args).map_err(|e| usage(e.into()))?;
-    let allow = engine::software_gpu_allowed(a.allow_software_gpu);
-    let (choice, _) = engine::choose_device(request, allow).map_err(|e| CliError::new(Exit::DeviceUnavailable, e))?;
+    let engine = Engine::builtin();
+    let call = engine.plan_call(&a.function, &a.args, &device)?;
+    let (plan, choice) = (&call.call, &call.device);
     tracing::info!(device = %choice.device, reason = %choice.reason, "device chosen");
-    let plan = registry.plan_call(&a.function, args, MemoryType::Host, choice.device, &conversions, policy).map_err(|e| usage(e.into()))?;
-    let back = conversions.plan(plan.implementation.memory_out, MemoryType::Host, policy).map_err(|e| usage(e.into()))?;
-    errln!("{} on {} ({}); input {}; output {}", plan.function, choice.device, choice.reason, plan.route_in, back);
+    errln!("{} on {} ({}); input {}; output {}", plan.function, choice.device, choice.reason, plan.route_in, call.back);
 
     // The function's argument check against the input's shape, from its header (no pixel read yet).
-    let info = hcsflow_tiff::read_info(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
-    registry.check_call(&plan, &StackShape::new(info.pages, info.height, info.width)).map_err(|e| usage(e.into()))?;
+    let info = hcsflow::tiff::read_info(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
+    engine.check_call(&call, &StackShape::new(info.pages, info.height, info.width))?;
     let started = Instant::now();
-    let stack = hcsflow_tiff::read_stack(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
-    let input_dtype = stack.dtype();
-    let out = registry
-        .execute(&plan, Array::from(stack), &conversions)
-        .with_context(|| format!("running {} on {}", plan.function, a.input.display()))?;
-    let out = conversions.execute(&back, out, hcsflow_core::Device::Cpu).context("copying the result to the host")?;
-    let result = out
-        .into_host_stack()
-        .ok_or_else(|| anyhow::anyhow!("{} did not return a 3D stack", plan.function))?
-        .apply_policy(input_dtype, dtype_policy);
+    let stack = hcsflow::tiff::read_stack(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
+    let result = engine.run_call(&call, stack, dtype_policy).map_err(|e| match e {
+        // The function's own failure names the call; the engine's other
+        // errors (the copy back to the host) speak for themselves.
+        e @ hcsflow::Error::Function(_) => {
+            CliError::from(anyhow::Error::new(e).context(format!("running {} on {}", plan.function, a.input.display())))
+        }
+        e => CliError::from(e),
+    })?;
     let options = WriteOptions { compression, ..Default::default() };
-    hcsflow_tiff::write_stack(&a.output, &result, &options).with_context(|| format!("writing {}", a.output.display()))?;
+    hcsflow::tiff::write_stack(&a.output, &result, &options).with_context(|| format!("writing {}", a.output.display()))?;
     let [z, y, x] = result.shape();
     errln!("wrote {} ({z}×{y}×{x} {}) in {:.3} s", a.output.display(), result.dtype(), started.elapsed().as_secs_f64());
     Ok(())

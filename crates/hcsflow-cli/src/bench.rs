@@ -6,10 +6,12 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
-use hcsflow_core::{Array, ConversionPolicy, DTypeConversion, DTypePolicy, DeviceRequest, MemoryType, OutputDType};
+use hcsflow::core::dtype::UnknownDType;
+use hcsflow::core::{BadDevice, DTypeConversion, DTypePolicy, DeviceRequest, OutputDType};
+use hcsflow::{DeviceOptions, Engine};
 use serde::Serialize;
 
-use crate::{engine, CliError, CliResult, Exit};
+use crate::{CliError, CliResult, Exit};
 
 #[derive(Args)]
 pub struct BenchArgs {
@@ -91,9 +93,9 @@ struct OpReport {
     input: PathBuf,
     input_sha256: String,
     input_shape: [usize; 3],
-    input_dtype: hcsflow_core::DType,
+    input_dtype: hcsflow::core::DType,
     output_shape: [usize; 3],
-    output_dtype: hcsflow_core::DType,
+    output_dtype: hcsflow::core::DType,
     #[serde(flatten)]
     timing: hcsflow_bench::Measurement,
 }
@@ -107,29 +109,21 @@ pub fn run(a: BenchArgs) -> CliResult {
 
 fn run_op(a: OpArgs) -> CliResult {
     let usage = |e: anyhow::Error| CliError::new(Exit::Usage, e);
-    let request: DeviceRequest = a.device.parse().map_err(|e: hcsflow_core::BadDevice| usage(e.into()))?;
-    let output: OutputDType = a.dtype.parse().map_err(|e: hcsflow_core::dtype::UnknownDType| usage(e.into()))?;
+    let request: DeviceRequest = a.device.parse().map_err(|e: BadDevice| usage(e.into()))?;
+    let output: OutputDType = a.dtype.parse().map_err(|e: UnknownDType| usage(e.into()))?;
     let policy = DTypePolicy { output, conversion: DTypeConversion::Clip };
-    let (registry, conversions) = engine::builtin();
-    let function = registry.get(&a.function).map_err(|e| usage(e.into()))?;
-    let args = function.parse_args(&a.args).map_err(|e| usage(e.into()))?;
-    let (choice, _) = engine::choose_device(request, engine::software_gpu_allowed(a.allow_software_gpu))
-        .map_err(|e| CliError::new(Exit::DeviceUnavailable, e))?;
-    let cp = ConversionPolicy::default();
-    let plan = registry.plan_call(&a.function, args, MemoryType::Host, choice.device, &conversions, cp).map_err(|e| usage(e.into()))?;
-    let back = conversions.plan(plan.implementation.memory_out, MemoryType::Host, cp).map_err(|e| usage(e.into()))?;
+    let engine = Engine::builtin();
+    let device = DeviceOptions { request, allow_software_gpu: a.allow_software_gpu, allow_host_round_trip: false };
+    let call = engine.plan_call(&a.function, &a.args, &device)?;
 
     let stack = hcsflow_bench::read_npy(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
     let input_sha256 = hcsflow_bench::checksum(stack.as_bytes());
     let (input_shape, input_dtype) = (stack.shape(), stack.dtype());
     // Timed: upload (if any), the function, download, the dtype policy — what a step pays.
     // The copy of the input each run consumes is made outside the timed region.
-    let setup = || Array::from(stack.clone());
-    let (timing, result) = hcsflow_bench::measure_with_setup(a.warmup, a.repeats, setup, |input| -> anyhow::Result<hcsflow_core::Stack> {
-        let out = registry.execute(&plan, input, &conversions)?;
-        let out = conversions.execute(&back, out, hcsflow_core::Device::Cpu)?;
-        let s = out.into_host_stack().ok_or_else(|| anyhow::anyhow!("{} did not return a 3D stack", plan.function))?;
-        Ok(s.apply_policy(input_dtype, policy))
+    let setup = || stack.clone();
+    let (timing, result) = hcsflow_bench::measure_with_setup(a.warmup, a.repeats, setup, |input| -> anyhow::Result<hcsflow::core::Stack> {
+        Ok(engine.run_call(&call, input, policy)?)
     })
     .with_context(|| format!("running {} on {}", a.function, a.input.display()))?;
     let result = result.ok_or_else(|| usage(anyhow::anyhow!("--repeats must be at least 1")))?;
@@ -140,7 +134,7 @@ fn run_op(a: OpArgs) -> CliResult {
         op: a.label.unwrap_or_else(|| a.function.clone()),
         function: a.function,
         args: a.args,
-        device: choice.device.to_string(),
+        device: call.device.device.to_string(),
         input: a.input,
         input_sha256,
         input_shape,
@@ -164,7 +158,7 @@ struct StitchReport {
     /// `hashlib.sha256(np.stack(tiles).tobytes())` computes it.
     input_sha256: String,
     input_shape: [usize; 3],
-    input_dtype: hcsflow_core::DType,
+    input_dtype: hcsflow::core::DType,
     /// Reading the tiles plus `tile_positions`: what a peer's alignment timing covers.
     positions: hcsflow_bench::Measurement,
     /// `tile_positions` alone, tiles already in memory.
@@ -189,9 +183,9 @@ fn tile_path(dir: &std::path::Path, pattern: &str, k: u32) -> PathBuf {
 }
 
 /// Reads the `rows × cols` tiles into one stack, plane = raster index.
-fn read_tiles(a: &StitchArgs) -> anyhow::Result<hcsflow_core::Stack> {
+fn read_tiles(a: &StitchArgs) -> anyhow::Result<hcsflow::core::Stack> {
     let paths: Vec<PathBuf> = (0..a.rows * a.cols).map(|k| tile_path(&a.dir, &a.pattern, k)).collect();
-    hcsflow_tiff::read_stacks(&paths).with_context(|| format!("reading the tiles in {}", a.dir.display()))
+    hcsflow::tiff::read_stacks(&paths).with_context(|| format!("reading the tiles in {}", a.dir.display()))
 }
 
 fn run_stitch(a: StitchArgs) -> CliResult {
@@ -202,17 +196,17 @@ fn run_stitch(a: StitchArgs) -> CliResult {
     if a.repeats == 0 {
         return Err(usage(anyhow::anyhow!("--repeats must be at least 1")));
     }
-    let blend: hcsflow_stitch::Blend = a.blend.parse().map_err(|e: hcsflow_stitch::StitchError| usage(e.into()))?;
+    let blend: hcsflow::stitch::Blend = a.blend.parse().map_err(|e: hcsflow::stitch::StitchError| usage(e.into()))?;
     let tiles = read_tiles(&a)?;
     let [_, h, w] = tiles.shape();
-    let layout = hcsflow_stitch::TileLayout::grid(a.rows, a.cols, w, h, a.overlap);
-    let params = hcsflow_stitch::PositionParams::default();
-    let positions_of = |t: &hcsflow_core::Stack| hcsflow_stitch::tile_positions(t, &layout, &params).context("tile_positions");
+    let layout = hcsflow::stitch::TileLayout::grid(a.rows, a.cols, w, h, a.overlap);
+    let params = hcsflow::stitch::PositionParams::default();
+    let positions_of = |t: &hcsflow::core::Stack| hcsflow::stitch::tile_positions(t, &layout, &params).context("tile_positions");
 
     let (positions, _) = hcsflow_bench::measure(a.warmup, a.repeats, || read_tiles(&a).and_then(|t| positions_of(&t)))?;
     let (positions_in_memory, result) = hcsflow_bench::measure(a.warmup, a.repeats, || positions_of(&tiles))?;
     let result = result.ok_or_else(|| anyhow::anyhow!("no positions computed"))?;
-    let assemble_of = |t: &hcsflow_core::Stack| hcsflow_stitch::assemble(t, &result.positions, blend).context("assemble");
+    let assemble_of = |t: &hcsflow::core::Stack| hcsflow::stitch::assemble(t, &result.positions, blend).context("assemble");
     let (assemble, _) = hcsflow_bench::measure(a.warmup, a.repeats, || read_tiles(&a).and_then(|t| assemble_of(&t)))?;
     let (assemble_in_memory, mosaic) = hcsflow_bench::measure(a.warmup, a.repeats, || assemble_of(&tiles))?;
     let [_, mh, mw] = mosaic.ok_or_else(|| anyhow::anyhow!("no mosaic assembled"))?.shape();

@@ -1,19 +1,17 @@
 //! `hcsflow demo [OUT]`: a small synthetic plate and the demo pipeline, end to
-//! end, with nothing to download: what to run right after building.
+//! end, with nothing to download: what to run right after building. The same
+//! path as `run` (`hcsflow::Engine`), on a plate synthesized first.
 
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::Args;
-use hcsflow_core::{ConversionPolicy, DeviceRequest};
-use hcsflow_pipeline::PipelineSpec;
+use hcsflow::pipeline::{Materialize, MANIFEST_NAME, SUMMARY_NAME};
+use hcsflow::{Engine, RunOptions};
 use hcsflow_synth::SynthConfig;
 
-use crate::run::{self, Setup};
+use crate::flags::{DeviceArgs, OutputArgs};
+use crate::run;
 use crate::{CliError, CliResult, Exit};
-
-/// The demo pipeline, also in `examples/demo.toml` (one file, embedded).
-pub const DEMO_PIPELINE: &str = include_str!("../../../examples/demo.toml");
 
 #[derive(Args)]
 pub struct DemoArgs {
@@ -29,12 +27,8 @@ pub struct DemoArgs {
     /// Number of z planes.
     #[arg(long, default_value_t = 3)]
     z: u32,
-    /// auto | cpu | gpu | gpu:N.
-    #[arg(long, default_value = "auto")]
-    device: String,
-    /// Allow a software GPU adapter (lavapipe/llvmpipe), for tests and CI.
-    #[arg(long)]
-    allow_software_gpu: bool,
+    #[command(flatten)]
+    device: DeviceArgs,
     /// Wells processed at the same time.
     #[arg(long)]
     workers: Option<usize>,
@@ -42,12 +36,12 @@ pub struct DemoArgs {
     #[arg(long)]
     report: Option<PathBuf>,
     #[command(flatten)]
-    pub output: run::OutputArgs,
+    pub output: OutputArgs,
 }
 
 pub fn run(a: DemoArgs) -> CliResult {
     let usage = |e: anyhow::Error| CliError::new(Exit::Usage, e);
-    let device: DeviceRequest = a.device.parse().map_err(|e: hcsflow_core::BadDevice| usage(e.into()))?;
+    let device = a.device.options()?;
     let zarr_format = a.output.zarr_format()?;
     if a.wells == 0 || a.wells > 96 {
         return Err(usage(anyhow::anyhow!("--wells must be between 1 and 96")));
@@ -55,7 +49,7 @@ pub fn run(a: DemoArgs) -> CliResult {
     let plate_dir = a.out.join("plate");
     let results = a.out.join("results");
     let config = SynthConfig {
-        wells: (0..a.wells).filter_map(|i| hcsflow_plate::well_name(i / 12 + 1, i % 12 + 1)).collect(),
+        wells: (0..a.wells).filter_map(|i| hcsflow::plate::well_name(i / 12 + 1, i % 12 + 1)).collect(),
         size: a.size,
         z_planes: a.z,
         grid_rows: 3,
@@ -83,30 +77,26 @@ pub fn run(a: DemoArgs) -> CliResult {
         config.size,
         synth.bytes_written as f64 / 1e6
     );
-    let spec = PipelineSpec::parse(DEMO_PIPELINE, "examples/demo.toml (built in)").map_err(|e| CliError::new(Exit::Failure, e))?;
-    let setup = Setup {
+    // The built-in pipeline is tested: an error here is this build's, not the user's.
+    let spec = hcsflow::demo_pipeline().map_err(|e| CliError::new(Exit::Failure, e))?;
+    let options = RunOptions {
         device,
-        allow_software_gpu: a.allow_software_gpu,
-        policy: ConversionPolicy::default(),
-        workers: a.workers.unwrap_or_else(run::default_workers).max(1),
-        max_memory: None,
-        resume: false,
-        // The demo plate has every image; its own earlier results are the same run.
-        overwrite: false,
-        missing: hcsflow_pipeline::MissingPolicy::Error,
-        report: a.report,
+        workers: a.workers.unwrap_or_else(hcsflow::default_workers).max(1),
         zarr_format,
+        // Every image is there (`missing` error), no earlier run of another
+        // pipeline in OUT/results (its own earlier results are the same run:
+        // no `overwrite`), no `resume`, no memory budget: the defaults.
+        ..RunOptions::default()
     };
-    let plate = hcsflow_plate::open_plate(&plate_dir, None).with_context(|| format!("opening {}", plate_dir.display()))?;
-    let (registry, conversions) = hcsflow::builtin();
-    let plan = run::compile(&plate, &spec, &registry, &conversions, &setup, &results)?;
-    err!("{}", run::plan_text(&plan));
-    let summary = run::execute(&plan, &registry, &conversions, &setup)?;
-    run::finish(&plan, &summary, &setup)?;
+    let engine = Engine::builtin();
+    let plan = engine.plan_spec(&plate_dir, &spec, &results, &options)?;
+    err!("{}", hcsflow::plan_text(&plan));
+    let summary = run::execute(&engine, &plan, &options)?;
+    run::finish(&plan, &summary, a.report.as_deref())?;
     outln!("plate:    {}", plate_dir.display())?;
-    outln!("pipeline: examples/demo.toml (built in)")?;
+    outln!("pipeline: {}", hcsflow::DEMO_PIPELINE_ORIGIN)?;
     for step in &plan.steps {
-        if step.materialize.contains(&hcsflow_pipeline::Materialize::Tiff) {
+        if step.materialize.contains(&Materialize::Tiff) {
             outln!("{:<9} {}", format!("{}:", step.name), step.out_dir.display())?;
         }
     }
@@ -116,7 +106,7 @@ pub fn run(a: DemoArgs) -> CliResult {
     for t in &summary.artifact_tables {
         outln!("table:    {}", t.display())?;
     }
-    outln!("summary:  {}", results.join(hcsflow_pipeline::SUMMARY_NAME).display())?;
-    outln!("manifest: {}", results.join(hcsflow_pipeline::MANIFEST_NAME).display())?;
+    outln!("summary:  {}", results.join(SUMMARY_NAME).display())?;
+    outln!("manifest: {}", results.join(MANIFEST_NAME).display())?;
     Ok(())
 }

@@ -4,11 +4,11 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use clap::Args;
-use hcsflow_core::adapter::ALLOW_SOFTWARE_GPU_ENV;
-use hcsflow_core::{AdapterInfo, DeviceChoice, DeviceRequest};
+use hcsflow::core::adapter::ALLOW_SOFTWARE_GPU_ENV;
+use hcsflow::core::{AdapterInfo, DeviceChoice};
 use serde::Serialize;
 
-use crate::{engine, CliResult};
+use crate::CliResult;
 
 #[derive(Args)]
 pub struct DoctorArgs {
@@ -105,13 +105,12 @@ fn cuda_driver() -> CudaDriver {
 }
 
 pub fn run(a: DoctorArgs) -> CliResult {
-    let allow = engine::software_gpu_allowed(a.allow_software_gpu);
+    let devices = hcsflow::device_report(a.allow_software_gpu).context("selecting the default device")?;
+    let allow = devices.software_gpu_allowed;
     let mut sys = sysinfo::System::new();
     sys.refresh_memory();
     sys.refresh_cpu_all();
     let brand = sys.cpus().first().map(|c| c.brand().trim().to_string()).unwrap_or_default();
-    let adapters = hcsflow_gpu::discover_adapters();
-    let default_device = hcsflow_core::select_device(DeviceRequest::Auto, &adapters, allow).context("selecting the default device")?;
     let report = Report {
         version: env!("CARGO_PKG_VERSION"),
         cpu: Cpu {
@@ -122,11 +121,11 @@ pub fn run(a: DoctorArgs) -> CliResult {
             simd: simd_features(),
         },
         memory: Memory { total_bytes: sys.total_memory(), available_bytes: sys.available_memory() },
-        hardware_gpu: adapters.iter().any(|a| !a.is_software()),
-        gpu_adapters: adapters,
+        hardware_gpu: devices.hardware_gpu,
+        gpu_adapters: devices.gpu_adapters,
         software_gpu_allowed: allow,
         cuda_driver: cuda_driver(),
-        default_device,
+        default_device: devices.default_device,
     };
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&report).context("serialising the report")?)?;

@@ -2,10 +2,10 @@
 
 use anyhow::Context;
 use clap::Args;
-use hcsflow_core::registry::ArgKind;
+use hcsflow::core::registry::ArgKind;
 use serde::Serialize;
 
-use crate::{engine, CliResult};
+use crate::CliResult;
 
 #[derive(Args)]
 pub struct FunctionsArgs {
@@ -18,14 +18,14 @@ pub struct FunctionsArgs {
 struct FunctionListing<'a> {
     name: &'a str,
     doc: &'a str,
-    contract: hcsflow_core::Contract,
-    memory_types: Vec<hcsflow_core::MemoryType>,
-    args: Vec<hcsflow_core::ArgSpec>,
-    artifacts: &'a hcsflow_core::Artifacts,
+    contract: hcsflow::core::Contract,
+    memory_types: Vec<hcsflow::core::MemoryType>,
+    args: Vec<hcsflow::core::ArgSpec>,
+    artifacts: &'a hcsflow::core::Artifacts,
 }
 
 pub fn run(a: FunctionsArgs) -> CliResult {
-    let (registry, _) = engine::builtin();
+    let (registry, _) = hcsflow::builtin();
     let listing: Vec<FunctionListing> = registry
         .functions()
         .map(|f| FunctionListing {

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use clap::Args;
-use hcsflow_plate::{Format, VerifyReport};
+use hcsflow::plate::{Format, VerifyReport};
 
 use crate::{CliError, CliResult, Exit};
 
@@ -32,8 +32,8 @@ pub struct InspectArgs {
 
 pub fn run(a: InspectArgs) -> CliResult {
     let format = a.format.as_deref().map(str::parse::<Format>).transpose().map_err(|e| CliError::new(Exit::Usage, e))?;
-    let plate = hcsflow_plate::open_plate(&a.plate, format).with_context(|| format!("opening plate {}", a.plate.display()))?;
-    let report = a.verify.then(|| hcsflow_plate::verify(&plate));
+    let plate = hcsflow::plate::open_plate(&a.plate, format).with_context(|| format!("opening plate {}", a.plate.display()))?;
+    let report = a.verify.then(|| hcsflow::plate::verify(&plate));
     let text = if a.json {
         let mut v = serde_json::to_value(&plate).context("serialising the plate")?;
         if let (Some(r), Some(obj)) = (&report, v.as_object_mut()) {
@@ -41,7 +41,7 @@ pub fn run(a: InspectArgs) -> CliResult {
         }
         serde_json::to_string_pretty(&v).context("serialising the plate")? + "\n"
     } else {
-        let mut s = hcsflow_plate::summary_text(&plate);
+        let mut s = hcsflow::plate::summary_text(&plate);
         if let Some(r) = &report {
             s.push_str(&verify_text(r));
         }

@@ -8,7 +8,7 @@ mod apply;
 mod bench;
 mod demo;
 mod doctor;
-mod engine;
+mod flags;
 mod functions;
 mod inspect;
 mod progress;
@@ -47,6 +47,19 @@ pub struct CliError {
 impl CliError {
     pub fn new(exit: Exit, error: impl Into<anyhow::Error>) -> Self {
         CliError { exit, error: error.into() }
+    }
+}
+
+/// The engine's errors carry their class: usage (2), failure (1), device
+/// unavailable (3).
+impl From<hcsflow::Error> for CliError {
+    fn from(error: hcsflow::Error) -> Self {
+        let exit = match error.kind() {
+            hcsflow::ErrorKind::Usage => Exit::Usage,
+            hcsflow::ErrorKind::Failure => Exit::Failure,
+            hcsflow::ErrorKind::DeviceUnavailable => Exit::DeviceUnavailable,
+        };
+        CliError::new(exit, error)
     }
 }
 
