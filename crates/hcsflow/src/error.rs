@@ -10,7 +10,9 @@ use hcsflow_plate::PlateError;
 
 /// What went wrong in a call to the engine. Every variant keeps the engine's
 /// typed error: match on it, or ask [`Error::kind`] for the broad class.
+/// More variants come with more runtimes and front ends (`non_exhaustive`).
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The pipeline file is missing, unreadable or not a valid pipeline.
     /// Always the user's to fix, whatever went wrong reading it.
