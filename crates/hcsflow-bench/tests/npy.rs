@@ -1,28 +1,18 @@
 //! .npy round trips, numpy as the oracle for reading and checksums.
 
-use std::process::Command;
-
 use hcsflow_bench::{checksum, read_npy, write_npy};
 use hcsflow_core::{DType, Stack};
+use hcsflow_testkit::oracle::Oracle;
 use ndarray::Array3;
 
-fn python_oracle() -> Option<()> {
-    let ok = Command::new("python3").args(["-c", "import numpy"]).status().map(|s| s.success()).unwrap_or(false);
-    if ok {
-        return Some(());
-    }
-    if std::env::var("HCSFLOW_SKIP_ORACLES").as_deref() == Ok("1") {
-        println!("SKIPPED: numpy oracle not available (HCSFLOW_SKIP_ORACLES=1)");
-        return None;
-    }
-    panic!("the numpy oracle is missing: pip install numpy (or set HCSFLOW_SKIP_ORACLES=1)");
+/// numpy, or `None` when it is missing and may be skipped (`hcsflow_testkit::oracle`'s policy).
+fn numpy() -> Option<Oracle> {
+    hcsflow_testkit::oracle::require(&["numpy"], "pip install numpy")
 }
 
 #[test]
 fn numpy_writes_we_read_and_checksums_agree() {
-    if python_oracle().is_none() {
-        return;
-    }
+    let Some(python) = numpy() else { return };
     let dir = tempfile::tempdir().unwrap();
     let script = r#"
 import hashlib, sys, numpy as np
@@ -38,9 +28,8 @@ for k, a in arrs.items():
     np.save(f"{d}/{k}.npy", a)
     print(k, hashlib.sha256(np.ascontiguousarray(a).tobytes()).hexdigest(), ' '.join(repr(float(v)) for v in a.ravel()))
 "#;
-    let out = Command::new("python3").args(["-c", script, dir.path().to_str().unwrap()]).output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    for line in String::from_utf8(out.stdout).unwrap().lines() {
+    let out = python.run(["-c", script, dir.path().to_str().unwrap()]);
+    for line in out.lines() {
         let mut parts = line.split(' ');
         let (name, sum) = (parts.next().unwrap(), parts.next().unwrap());
         let values: Vec<f64> = parts.map(|v| v.parse().unwrap()).collect();
@@ -58,24 +47,18 @@ for k, a in arrs.items():
 
 #[test]
 fn we_write_numpy_reads() {
-    if python_oracle().is_none() {
-        return;
-    }
+    let Some(python) = numpy() else { return };
     let dir = tempfile::tempdir().unwrap();
     let s = Stack::U16(Array3::from_shape_fn((2, 3, 5), |(z, y, x)| (z * 1000 + y * 10 + x) as u16));
     let p = dir.path().join("ours.npy");
     write_npy(&p, &s).unwrap();
-    let out = Command::new("python3")
-        .args([
-            "-c",
-            "import sys, numpy as np; a = np.load(sys.argv[1]); print(a.dtype, a.shape, int(a[1, 2, 4]), int(a.sum()))",
-            p.to_str().unwrap(),
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = python.run([
+        "-c",
+        "import sys, numpy as np; a = np.load(sys.argv[1]); print(a.dtype, a.shape, int(a[1, 2, 4]), int(a.sum()))",
+        p.to_str().unwrap(),
+    ]);
     let total: u64 = s.to_f32().iter().map(|&v| v as u64).sum();
-    assert_eq!(String::from_utf8(out.stdout).unwrap().trim(), format!("uint16 (2, 3, 5) 1024 {total}"));
+    assert_eq!(out.trim(), format!("uint16 (2, 3, 5) 1024 {total}"));
     assert_eq!(read_npy(&p).unwrap(), s);
     for dtype in DType::ALL {
         let z = Stack::zeros(dtype, [1, 2, 2]);

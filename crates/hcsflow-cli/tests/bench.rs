@@ -3,22 +3,16 @@
 
 use std::process::Command;
 
-fn numpy_available() -> bool {
-    if Command::new("python3").args(["-c", "import numpy"]).status().map(|s| s.success()).unwrap_or(false) {
-        return true;
-    }
-    if std::env::var("HCSFLOW_SKIP_ORACLES").as_deref() == Ok("1") {
-        println!("SKIPPED: numpy oracle not available (HCSFLOW_SKIP_ORACLES=1)");
-        return false;
-    }
-    panic!("the numpy oracle is missing: pip install numpy (or set HCSFLOW_SKIP_ORACLES=1)");
+use hcsflow_testkit::oracle::Oracle;
+
+/// numpy, or `None` when it is missing and may be skipped (`hcsflow_testkit::oracle`'s policy).
+fn numpy() -> Option<Oracle> {
+    hcsflow_testkit::oracle::require(&["numpy"], "pip install numpy")
 }
 
 #[test]
 fn bench_op_reports_checksum_timings_and_a_correct_result() {
-    if !numpy_available() {
-        return;
-    }
+    let Some(python) = numpy() else { return };
     let dir = tempfile::tempdir().unwrap();
     let (input, output) = (dir.path().join("in.npy"), dir.path().join("out.npy"));
     let make = r#"
@@ -27,9 +21,7 @@ a = np.random.default_rng(5).integers(0, 65536, (6, 33, 47), dtype=np.uint16)
 np.save(sys.argv[1], a)
 print(hashlib.sha256(a.tobytes()).hexdigest())
 "#;
-    let o = Command::new("python3").args(["-c", make, input.to_str().unwrap()]).output().unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let sum = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    let sum = python.run(["-c", make, input.to_str().unwrap()]).trim().to_string();
 
     let o = Command::new(env!("CARGO_BIN_EXE_hcsflow"))
         .args([
@@ -60,8 +52,7 @@ print(hashlib.sha256(a.tobytes()).hexdigest())
 
     let check =
         "import sys, numpy as np; a = np.load(sys.argv[1]); o = np.load(sys.argv[2]); print(bool((o[0] == a.max(0)).all()), o.dtype)";
-    let o = Command::new("python3").args(["-c", check, input.to_str().unwrap(), output.to_str().unwrap()]).output().unwrap();
-    assert_eq!(String::from_utf8_lossy(&o.stdout).trim(), "True uint16");
+    assert_eq!(python.run(["-c", check, input.to_str().unwrap(), output.to_str().unwrap()]).trim(), "True uint16");
 }
 
 #[test]
@@ -86,9 +77,8 @@ fn bench_op_rejects_bad_usage_before_reading() {
 /// the tiles' pixels in raster order.
 #[test]
 fn bench_stitch_reports_checksum_timings_and_true_positions() {
-    if !numpy_available() {
-        return;
-    }
+    let Some(python) = hcsflow_testkit::oracle::require(&["hashlib"], "install python3") else { return };
+    let Some(python) = numpy() else { return };
     let (cols, th, tw, overlap) = (3u32, 192usize, 160usize, 0.25);
     let (sy, sx) = (th as f64 * (1.0 - overlap), tw as f64 * (1.0 - overlap));
     // Stage error of each tile (dy, dx), px: the positions the stitcher has to find.
@@ -124,11 +114,12 @@ fn bench_stitch_reports_checksum_timings_and_true_positions() {
     }
     let raw_path = dir.path().join("tiles.raw");
     std::fs::write(&raw_path, &raw).unwrap();
-    let o = Command::new("python3")
-        .args(["-c", "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest())", raw_path.to_str().unwrap()])
-        .output()
-        .unwrap();
-    let sum = String::from_utf8(o.stdout).unwrap().trim().to_string();
+    let sum = python.run([
+        "-c",
+        "import hashlib, sys; print(hashlib.sha256(open(sys.argv[1], 'rb').read()).hexdigest())",
+        raw_path.to_str().unwrap(),
+    ]);
+    let sum = sum.trim().to_string();
 
     let o = Command::new(env!("CARGO_BIN_EXE_hcsflow"))
         .args([

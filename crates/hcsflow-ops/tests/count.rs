@@ -33,7 +33,7 @@ fn thresholds_of(s: &Stack, f: &str) -> Vec<f64> {
 
 #[test]
 fn otsu_and_li_match_skimage() {
-    let Some(mut oracle) = Oracle::new("otsu_and_li_match_skimage") else { return };
+    let Some(mut oracle) = Oracle::new() else { return };
     let mut cases = Vec::new();
     for (i, dtype) in DType::ALL.into_iter().enumerate() {
         let top = if dtype == DType::U8 { 250.0 } else { 40000.0 };
@@ -91,7 +91,7 @@ fn same_partition(ours: &[f64], reference: &[f64]) -> bool {
 
 #[test]
 fn labels_match_skimage_and_scipy() {
-    let Some(mut oracle) = Oracle::new("labels_match_skimage_and_scipy") else { return };
+    let Some(mut oracle) = Oracle::new() else { return };
     let mut cases = Vec::new();
     for (k, density) in [0.3, 0.5, 0.6].iter().enumerate() {
         let mut r = Rng::new(7 + k as u64);
@@ -131,7 +131,7 @@ fn labels_match_skimage_and_scipy() {
 
 #[test]
 fn threshold_count_matches_regionprops() {
-    let Some(mut oracle) = Oracle::new("threshold_count_matches_regionprops") else { return };
+    let Some(mut oracle) = Oracle::new() else { return };
     let (s, _) = blobs_stack(DType::U16, [1, 128, 120], 30, 30000.0, 0.02, 123);
     let t = thresholds_of(&s, "otsu")[0];
     let j = oracle.add("regionprops", &s, json!({"threshold": t}));
@@ -162,7 +162,7 @@ fn threshold_count_matches_regionprops() {
 
 #[test]
 fn blob_log_same_detections_as_skimage() {
-    let Some(mut oracle) = Oracle::new("blob_log_same_detections_as_skimage") else { return };
+    let Some(mut oracle) = Oracle::new() else { return };
     let p = BlobLogParams::default();
     let mut cases = Vec::new();
     for (i, dtype) in DType::ALL.into_iter().enumerate() {

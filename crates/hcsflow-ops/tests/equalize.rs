@@ -12,7 +12,7 @@ use serde_json::json;
 
 #[test]
 fn equalisation_matches_skimage() {
-    let Some(mut oracle) = Oracle::new("equalisation_matches_skimage") else { return };
+    let Some(mut oracle) = Oracle::new() else { return };
     let mut cases = Vec::new();
     for dtype in DType::ALL {
         cases.push((format!("{dtype} random"), random_stack(dtype, [3, 17, 33], 1), 256));

@@ -54,7 +54,7 @@ fn check_depth(reference: &ArrayD<f64>, depth: &[u16], n: usize, hw: usize, atol
 
 #[test]
 fn focus_measure_and_choice_match_scipy() {
-    let Some(mut oracle) = Oracle::new("focus_measure_and_choice_match_scipy") else { return };
+    let Some(mut oracle) = Oracle::new() else { return };
     let mut cases: Vec<(Stack, f64)> = Vec::new();
     for (i, dtype) in DType::ALL.into_iter().enumerate() {
         cases.push((defocus_stack(dtype, 7, 45, 61, 50 + i as u64), 1.0));

@@ -15,7 +15,7 @@ fn max_abs(s: &Stack) -> f64 {
 
 #[test]
 fn binning_crop_composite_mask_match_numpy() {
-    let Some(mut oracle) = Oracle::new("binning_crop_composite_mask_match_numpy") else { return };
+    let Some(mut oracle) = Oracle::new() else { return };
     let mut jobs = Vec::new();
     for dtype in DType::ALL {
         for (i, shape) in [[1, 1, 1], [3, 17, 33], [2, 64, 61]].into_iter().enumerate() {

@@ -56,7 +56,7 @@ fn percentiles_of(s: &Stack, ps: &[f64]) -> Vec<f64> {
 
 #[test]
 fn percentiles_are_bit_identical_to_numpy() {
-    let Some(mut oracle) = Oracle::new("percentiles_are_bit_identical_to_numpy") else { return };
+    let Some(mut oracle) = Oracle::new() else { return };
     // Many percentiles at once take the full histogram; one or two pairs take
     // the sampled windows on large integer inputs.
     let sets: [&[f64]; 3] = [&[0.0, 0.1, 1.0, 2.5, 33.3, 50.0, 98.7, 99.0, 99.9, 100.0], &[1.0, 99.0], &[0.0, 5.0, 95.0]];
@@ -78,7 +78,7 @@ fn percentiles_are_bit_identical_to_numpy() {
 
 #[test]
 fn normalisation_matches_numpy_per_slice_and_whole_stack() {
-    let Some(mut oracle) = Oracle::new("normalisation_matches_numpy_per_slice_and_whole_stack") else { return };
+    let Some(mut oracle) = Oracle::new() else { return };
     let settings: [(&[&str], serde_json::Value); 3] = [
         (&[], json!({"low_percentile": 1.0, "high_percentile": 99.0, "target_min": 0.0, "target_max": 65535.0})),
         (

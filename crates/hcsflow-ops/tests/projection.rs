@@ -22,7 +22,7 @@ fn inputs() -> Vec<(String, Stack)> {
 
 #[test]
 fn projections_match_numpy() {
-    let Some(mut oracle) = Oracle::new("projections_match_numpy") else { return };
+    let Some(mut oracle) = Oracle::new() else { return };
     let inputs = inputs();
     let ops = ["max", "min", "sum", "mean", "std"];
     let mut jobs = Vec::new();

@@ -12,7 +12,7 @@ use serde_json::json;
 
 #[test]
 fn white_tophat_equals_skimage_exactly() {
-    let Some(mut oracle) = Oracle::new("white_tophat_equals_skimage_exactly") else { return };
+    let Some(mut oracle) = Oracle::new() else { return };
     let mut cases: Vec<(Stack, usize)> = Vec::new();
     for (i, dtype) in DType::ALL.into_iter().enumerate() {
         cases.push((random_stack(dtype, [2, 37, 53], 10 + i as u64), 3));
@@ -46,7 +46,7 @@ fn white_tophat_equals_skimage_exactly() {
 
 #[test]
 fn fast_tophat_matches_its_definition() {
-    let Some(mut oracle) = Oracle::new("fast_tophat_matches_its_definition") else { return };
+    let Some(mut oracle) = Oracle::new() else { return };
     let mut cases: Vec<(Stack, usize, usize)> = Vec::new();
     for (i, dtype) in DType::ALL.into_iter().enumerate() {
         let (s, _) = ops_b::blobs_stack(dtype, [2, 101, 127], 25, if dtype == DType::U8 { 250.0 } else { 60000.0 }, 0.05, 40 + i as u64);

@@ -11,11 +11,10 @@
 //! every pyramid level equals the step's TIFF output (read with tifffile).
 //! Both NGFF 0.5 (Zarr v3) and 0.4 (Zarr v2).
 //!
-//! Needs python3 with the packages of `.ci/requirements-oracles.txt`. Without
-//! them the test fails with the pip command; `HCSFLOW_SKIP_ORACLES=1` skips it,
-//! except under `CI=true`, where a missing oracle always fails.
+//! Needs python3 with the packages of `.ci/requirements-oracles.txt`; a missing
+//! one follows `hcsflow_testkit::oracle`'s policy (a failure with the pip
+//! command, always under `CI=true`; outside CI `HCSFLOW_SKIP_ORACLES=1` skips).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -27,29 +26,10 @@ use serde_json::json;
 
 const PIP: &str = "pip install -r .ci/requirements-oracles.txt  (zarr>=3 ome-zarr ome-zarr-models tifffile numpy)";
 
-/// `true` if the oracle can run. Panics with the install command if it
-/// cannot, unless skipping was asked for outside CI.
+/// `true` if the oracle can run (see `hcsflow_testkit::oracle::require`).
 fn oracle_available() -> bool {
-    let probe = Command::new("python3")
-        .args([
-            "-c",
-            "import zarr, ome_zarr, ome_zarr_models, tifffile, numpy; \
-             assert int(zarr.__version__.split('.')[0]) >= 3, zarr.__version__",
-        ])
-        .output();
-    if matches!(&probe, Ok(out) if out.status.success()) {
-        return true;
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-    if !ci && std::env::var("HCSFLOW_SKIP_ORACLES").as_deref() == Ok("1") {
-        let _ = writeln!(std::io::stderr(), "SKIPPED: pipeline OME-Zarr oracle (python3 packages missing, HCSFLOW_SKIP_ORACLES=1)");
-        return false;
-    }
-    let detail = match probe {
-        Ok(out) => String::from_utf8_lossy(&out.stderr).into_owned(),
-        Err(e) => format!("python3 could not be started: {e}"),
-    };
-    panic!("the pipeline OME-Zarr oracle needs python3 with zarr (>= 3), ome-zarr, ome-zarr-models and tifffile: run `{PIP}`. Probe said: {detail}");
+    let modules = ["zarr", "ome_zarr", "ome_zarr_models", "tifffile", "numpy"];
+    hcsflow_testkit::oracle::require_where(&modules, "int(zarr.__version__.split('.')[0]) >= 3", PIP).is_some()
 }
 
 fn repo() -> PathBuf {

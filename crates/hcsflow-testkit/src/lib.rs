@@ -4,6 +4,13 @@
 //!   and [`random_values`]: the same generator's raw values, mapped by the caller.
 //! - [`snapshot`]: every file and folder under a root with its size and
 //!   modification time, to assert that an input plate was left untouched.
+//! - [`oracle`]: Python programs (numpy, scipy, scikit-image, tifffile, zarr)
+//!   as independent references, with the one policy for a missing one: a
+//!   test failure naming the package and the pip command, never a skip under
+//!   `CI=true`; outside CI `HCSFLOW_SKIP_ORACLES=1` skips with a visible
+//!   `SKIPPED:` line.
+
+pub mod oracle;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -48,6 +55,12 @@ fn xorshift(seed: u64) -> impl FnMut() -> u64 {
         s ^= s << 17;
         s
     }
+}
+
+/// Whether this process runs in CI (`CI` is `true` or `1`, as CI services
+/// set it): where tests never skip for a missing tool.
+pub fn in_ci() -> bool {
+    std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
 /// What [`snapshot`] records of one entry.

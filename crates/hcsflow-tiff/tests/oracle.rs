@@ -2,18 +2,19 @@
 //! files we write must be read by tifffile with identical pixels and
 //! metadata, and files tifffile writes must be read by us identically.
 //!
-//! Needs `python3` with `pip install tifffile numpy imagecodecs`. Without
-//! them these tests fail, unless `HCSFLOW_SKIP_ORACLES=1` is set.
+//! Needs `python3` with `pip install tifffile numpy imagecodecs`; without
+//! them these tests fail with that command (`hcsflow_testkit::oracle`'s
+//! policy: never skipped under `CI=true`, skipped outside CI with
+//! `HCSFLOW_SKIP_ORACLES=1`).
 
 mod common;
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::{assert_same, random_stack, smooth_u16};
 use hcsflow_core::{DType, Stack};
+use hcsflow_testkit::oracle::{self, Oracle};
 use hcsflow_tiff::{read_info, read_stack, write_stack, Compression, WriteOptions};
 use ndarray::Array3;
 
@@ -21,42 +22,18 @@ fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/tiff_oracle.py")
 }
 
-/// `true` if the oracle can run; panics with install instructions if it
-/// cannot and skipping was not asked for.
-fn oracle_available() -> bool {
-    let probe = Command::new("python3").args(["-c", "import tifffile, numpy, imagecodecs"]).output();
-    let ok = matches!(&probe, Ok(out) if out.status.success());
-    if ok {
-        return true;
-    }
-    if std::env::var("HCSFLOW_SKIP_ORACLES").as_deref() == Ok("1") {
-        // Written to stderr directly so the test harness does not capture it.
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: tifffile oracle test (python3 with tifffile/numpy/imagecodecs not available, HCSFLOW_SKIP_ORACLES=1)"
-        );
-        return false;
-    }
-    let detail = match probe {
-        Ok(out) => String::from_utf8_lossy(&out.stderr).into_owned(),
-        Err(e) => format!("python3 could not be started: {e}"),
-    };
-    panic!(
-        "the tifffile oracle needs python3 with tifffile, numpy and imagecodecs: \
-         run `pip install tifffile numpy imagecodecs` (or set HCSFLOW_SKIP_ORACLES=1 to skip). \
-         Probe said: {detail}"
-    );
+/// tifffile, or `None` when it is missing and may be skipped.
+fn tifffile() -> Option<Oracle> {
+    oracle::require(&["tifffile", "numpy", "imagecodecs"], "pip install tifffile numpy imagecodecs")
 }
 
 /// Runs the oracle script once for all `commands` (each a list of
 /// arguments) and returns each command's stdout.
-fn run_batch(dir: &Path, commands: &[Vec<String>]) -> Vec<String> {
+fn run_batch(python: &Oracle, dir: &Path, commands: &[Vec<String>]) -> Vec<String> {
     let list = dir.join("oracle-commands.txt");
     let text: String = commands.iter().map(|c| c.join("\t") + "\n").collect();
     std::fs::write(&list, text).expect("command list");
-    let out = Command::new("python3").arg(script()).args(["batch", path_str(&list)]).output().expect("run python3");
-    let stdout = String::from_utf8(out.stdout).expect("utf-8 output");
-    assert!(out.status.success(), "oracle batch failed:\n{}\nafter:\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    let stdout = python.run([path_str(&script()), "batch", path_str(&list)]);
     (0..commands.len())
         .map(|i| {
             let begin = format!("### begin {i}\n");
@@ -69,11 +46,11 @@ fn run_batch(dir: &Path, commands: &[Vec<String>]) -> Vec<String> {
 }
 
 /// Reads each file with tifffile: its `key=value` report and pixel bytes.
-fn oracle_read_all(dir: &Path, tifs: &[PathBuf]) -> Vec<(HashMap<String, String>, Vec<u8>)> {
+fn oracle_read_all(python: &Oracle, dir: &Path, tifs: &[PathBuf]) -> Vec<(HashMap<String, String>, Vec<u8>)> {
     let raws: Vec<PathBuf> = tifs.iter().map(|t| t.with_extension("oracle.raw")).collect();
     let commands: Vec<Vec<String>> =
         tifs.iter().zip(&raws).map(|(t, r)| vec!["read".into(), path_str(t).into(), path_str(r).into()]).collect();
-    run_batch(dir, &commands)
+    run_batch(python, dir, &commands)
         .into_iter()
         .zip(&raws)
         .map(|(report, raw)| {
@@ -93,9 +70,7 @@ fn hex(bytes: &[u8]) -> String {
 
 #[test]
 fn tifffile_reads_what_we_write() {
-    if !oracle_available() {
-        return;
-    }
+    let Some(python) = tifffile() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let description = "hcsflow oracle test\nwith µm and a second line";
     let harmony = "<Image><Unit>µm</Unit></Image>";
@@ -117,7 +92,7 @@ fn tifffile_reads_what_we_write() {
         }
     }
     let paths: Vec<PathBuf> = cases.iter().map(|c| c.0.clone()).collect();
-    let reports = oracle_read_all(dir.path(), &paths);
+    let reports = oracle_read_all(&python, dir.path(), &paths);
     for ((_, stack, compression, shape), (report, pixels)) in cases.iter().zip(reports) {
         let dtype = stack.dtype();
         let case = format!("{dtype} {compression:?} {shape:?}");
@@ -142,21 +117,19 @@ fn tifffile_reads_what_we_write() {
 
 #[test]
 fn tifffile_reads_a_large_smooth_deflate_stack() {
-    if !oracle_available() {
-        return;
-    }
+    let Some(python) = tifffile() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let stack = smooth_u16([2, 1500, 700]);
     let path = dir.path().join("smooth.tif");
     write_stack(&path, &stack, &WriteOptions { compression: Compression::Deflate, ..Default::default() }).expect("write");
-    let (report, pixels) = oracle_read_all(dir.path(), &[path]).remove(0);
+    let (report, pixels) = oracle_read_all(&python, dir.path(), &[path]).remove(0);
     assert!(pixels == stack.as_bytes());
     assert_eq!(report["predictor"], "2", "horizontal predictor");
 }
 
 /// Files tifffile writes (in one batch) and we read; each case is a file
 /// name and the oracle's write keys.
-fn check_tifffile_files(dir: &Path, cases: &[(String, Vec<String>)]) {
+fn check_tifffile_files(python: &Oracle, dir: &Path, cases: &[(String, Vec<String>)]) {
     let commands: Vec<Vec<String>> = cases
         .iter()
         .map(|(name, args)| {
@@ -169,7 +142,7 @@ fn check_tifffile_files(dir: &Path, cases: &[(String, Vec<String>)]) {
             c
         })
         .collect();
-    run_batch(dir, &commands);
+    run_batch(python, dir, &commands);
     for (name, args) in cases {
         check_tifffile_file(dir, name, args);
     }
@@ -220,9 +193,7 @@ fn check_tifffile_file(dir: &Path, name: &str, args: &[String]) {
 
 #[test]
 fn we_read_what_tifffile_writes() {
-    if !oracle_available() {
-        return;
-    }
+    let Some(python) = tifffile() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let mut cases: Vec<(String, Vec<String>)> = Vec::new();
     let args = |list: &[&str]| -> Vec<String> { list.iter().map(|a| a.to_string()).collect() };
@@ -244,14 +215,12 @@ fn we_read_what_tifffile_writes() {
             cases.push((format!("{dtype}-{cname}-be"), args(&[dt, c, "shape=2,21,17", "byteorder=>", "seed=6"])));
         }
     }
-    check_tifffile_files(dir.path(), &cases);
+    check_tifffile_files(&python, dir.path(), &cases);
 }
 
 #[test]
 fn we_read_tifffile_special_layouts() {
-    if !oracle_available() {
-        return;
-    }
+    let Some(python) = tifffile() else { return };
     let dir = tempfile::tempdir().expect("tempdir");
     let d = dir.path();
     let cases: &[(&str, &[&str])] = &[
@@ -268,5 +237,5 @@ fn we_read_tifffile_special_layouts() {
         ("one-pixel", &["dtype=float32", "shape=1,1,1"]),
     ];
     let cases: Vec<(String, Vec<String>)> = cases.iter().map(|(n, a)| (n.to_string(), a.iter().map(|v| v.to_string()).collect())).collect();
-    check_tifffile_files(d, &cases);
+    check_tifffile_files(&python, d, &cases);
 }

@@ -4,18 +4,18 @@
 //! ome-zarr-models (pydantic models of the NGFF specs) must accept the whole
 //! plate hierarchy as a valid HCS plate.
 //!
-//! Needs `python3` with `pip install zarr ome-zarr ome-zarr-models`. Without them this test
-//! fails, unless `HCSFLOW_SKIP_ORACLES=1` is set (then it prints SKIPPED).
+//! Needs `python3` with `pip install zarr ome-zarr ome-zarr-models`; without them this test
+//! fails with that command (`hcsflow_testkit::oracle`'s policy: never skipped
+//! under `CI=true`, skipped outside CI with `HCSFLOW_SKIP_ORACLES=1`).
 //! Run with `--nocapture` to see the oracle's report.
 
 mod common;
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::*;
 use hcsflow_core::DType;
+use hcsflow_testkit::oracle::{self, Oracle};
 use hcsflow_zarr::{NgffVersion, PlateSpec, PlateWriter};
 use serde_json::json;
 
@@ -25,30 +25,10 @@ fn script() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/ome_zarr_oracle.py")
 }
 
-/// `true` if the oracle can run; panics with the install command if it cannot
-/// and skipping was not asked for.
-fn oracle_available() -> bool {
-    let probe = Command::new("python3")
-        .args(["-c", "import zarr, ome_zarr, ome_zarr_models, numpy; assert int(zarr.__version__.split('.')[0]) >= 3, zarr.__version__"])
-        .output();
-    if matches!(&probe, Ok(out) if out.status.success()) {
-        return true;
-    }
-    if std::env::var("HCSFLOW_SKIP_ORACLES").as_deref() == Ok("1") {
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED: zarr/ome-zarr oracle test (python3 with zarr>=3, ome-zarr and ome-zarr-models not available, HCSFLOW_SKIP_ORACLES=1)"
-        );
-        return false;
-    }
-    let detail = match probe {
-        Ok(out) => String::from_utf8_lossy(&out.stderr).into_owned(),
-        Err(e) => format!("python3 could not be started: {e}"),
-    };
-    panic!(
-        "the OME-Zarr oracle needs python3 with zarr (>= 3), ome-zarr and ome-zarr-models: run `{PIP}` \
-         (or set HCSFLOW_SKIP_ORACLES=1 to skip). Probe said: {detail}"
-    );
+/// zarr-python (>= 3), ome-zarr-py and ome-zarr-models, or `None` when
+/// missing and skipping is allowed.
+fn zarr_python() -> Option<Oracle> {
+    oracle::require_where(&["zarr", "ome_zarr", "ome_zarr_models", "numpy"], "int(zarr.__version__.split('.')[0]) >= 3", PIP)
 }
 
 /// A well the plate must list: (name, path, fields listed, fields never
@@ -119,23 +99,15 @@ fn write_expected(dir: &Path, spec: &PlateSpec, present: &[Present]) {
     }
 }
 
-fn run_oracle(root: &Path, expected: &Path) -> String {
-    let out = Command::new("python3").arg(script()).arg(root).arg(expected).output().expect("run python3");
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    assert!(out.status.success(), "oracle failed for {}:\n{stdout}\n{}", root.display(), String::from_utf8_lossy(&out.stderr));
+fn run_oracle(python: &Oracle, root: &Path, expected: &Path) -> String {
+    let stdout = python.run([script().as_os_str(), root.as_os_str(), expected.as_os_str()]);
     println!("{stdout}");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    if !stderr.trim().is_empty() {
-        println!("oracle stderr (warnings):\n{stderr}");
-    }
     stdout
 }
 
 #[test]
 fn zarr_python_and_ome_zarr_read_every_field() {
-    if !oracle_available() {
-        return;
-    }
+    let Some(python) = zarr_python() else { return };
     for version in [NgffVersion::V05, NgffVersion::V04] {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("plate.zarr");
@@ -149,7 +121,7 @@ fn zarr_python_and_ome_zarr_read_every_field() {
         writer.finish().unwrap();
         let present = [("A01", "A/1", vec![0, 1], vec![]), ("B02", "B/2", vec![0, 1], vec![])];
         write_expected(&dir.path().join("expected"), &spec, &present);
-        let report = run_oracle(&root, &dir.path().join("expected"));
+        let report = run_oracle(&python, &root, &dir.path().join("expected"));
         assert!(report.contains("ORACLE OK"), "{report}");
     }
 }
@@ -159,9 +131,7 @@ fn zarr_python_and_ome_zarr_read_every_field() {
 /// ome-zarr-py's stitched plate view loads without errors.
 #[test]
 fn oracle_reads_a_partial_plate() {
-    if !oracle_available() {
-        return;
-    }
+    let Some(python) = zarr_python() else { return };
     for version in [NgffVersion::V05, NgffVersion::V04] {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("partial.zarr");
@@ -176,7 +146,7 @@ fn oracle_reads_a_partial_plate() {
         // B02 field 0 was never written: listed, empty. A03: absent.
         let present = [("A01", "A/1", vec![0, 1], vec![]), ("B02", "B/2", vec![0, 1], vec![0])];
         write_expected(&dir.path().join("expected"), &spec, &present);
-        let report = run_oracle(&root, &dir.path().join("expected"));
+        let report = run_oracle(&python, &root, &dir.path().join("expected"));
         assert!(report.contains("ORACLE OK: NGFF"), "{report}");
     }
 }

@@ -2,14 +2,12 @@
 //! (numpy / scipy / scikit-image run by `tests/oracle/ops_oracle.py`).
 //!
 //! The oracle needs `python3` with numpy, scipy and scikit-image
-//! (`pip install -r .ci/requirements-oracles.txt`). Without them oracle tests
-//! FAIL with the pip command, unless `HCSFLOW_SKIP_ORACLES=1` outside CI (then
-//! they print a SKIPPED line and pass); with `CI=true` they always fail.
+//! (`pip install -r .ci/requirements-oracles.txt`); a missing one is handled
+//! by `hcsflow_testkit::oracle`'s policy (a failure naming the pip command,
+//! always under `CI=true`; a visible skip with `HCSFLOW_SKIP_ORACLES=1` outside CI).
 #![allow(dead_code)]
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use hcsflow_core::{Array, ConversionPolicy, Conversions, DType, Device, MemoryType, Registry, Stack};
 use ndarray::{Array3, ArrayD, IxDyn};
@@ -44,41 +42,23 @@ const PIP: &str = "pip install -r .ci/requirements-oracles.txt  (numpy scipy sci
 
 /// A batch of reference computations run in one Python process.
 pub struct Oracle {
+    python: hcsflow_testkit::oracle::Oracle,
     script: PathBuf,
     dir: tempfile::TempDir,
     jobs: Vec<Value>,
 }
 
 impl Oracle {
-    /// `None` when the oracle is unavailable and `HCSFLOW_SKIP_ORACLES=1`
-    /// (prints a SKIPPED line); panics with the pip command otherwise.
-    pub fn new(test: &str) -> Option<Oracle> {
-        Oracle::for_script(test, "ops_oracle.py")
+    /// The oracle of `tests/oracle/ops_oracle.py`; `None` when it is missing
+    /// and may be skipped (see `hcsflow_testkit::oracle::require`).
+    pub fn new() -> Option<Oracle> {
+        Oracle::for_script("ops_oracle.py")
     }
 
     /// Like [`Oracle::new`], running `tests/oracle/<file>` instead.
-    pub fn for_script(test: &str, file: &str) -> Option<Oracle> {
-        let probe = Command::new("python3").args(["-c", "import numpy, scipy, skimage"]).output();
-        if !matches!(&probe, Ok(out) if out.status.success()) {
-            // In CI (CI=true) a missing oracle always fails: skipping is for local runs only.
-            let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-            if !ci && std::env::var("HCSFLOW_SKIP_ORACLES").as_deref() == Ok("1") {
-                let _ = writeln!(
-                    std::io::stderr(),
-                    "SKIPPED: {test} (python3 with numpy/scipy/scikit-image not available, HCSFLOW_SKIP_ORACLES=1)"
-                );
-                return None;
-            }
-            let detail = match probe {
-                Ok(out) => String::from_utf8_lossy(&out.stderr).into_owned(),
-                Err(e) => format!("python3 could not be started: {e}"),
-            };
-            panic!(
-                "{test}: the oracle needs python3 with numpy, scipy and scikit-image: run `{PIP}` \
-                 (or, outside CI, set HCSFLOW_SKIP_ORACLES=1 to skip). Probe said: {detail}"
-            );
-        }
-        Some(Oracle { script: script(file), dir: tempfile::tempdir().expect("tempdir"), jobs: Vec::new() })
+    pub fn for_script(file: &str) -> Option<Oracle> {
+        let python = hcsflow_testkit::oracle::require(&["numpy", "scipy", "skimage"], PIP)?;
+        Some(Oracle { python, script: script(file), dir: tempfile::tempdir().expect("tempdir"), jobs: Vec::new() })
     }
 
     /// Queues `op` on `inputs` with keyword `args`; returns the job index.
@@ -102,9 +82,8 @@ impl Oracle {
     pub fn run(self) -> Vec<ArrayD<f64>> {
         let list = self.dir.path().join("jobs.json");
         std::fs::write(&list, serde_json::to_vec(&self.jobs).unwrap()).expect("job list");
-        let out = Command::new("python3").arg(&self.script).arg(&list).output().expect("run python3");
-        assert!(out.status.success(), "oracle failed:\n{}\n{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
-        let shapes: Vec<Vec<usize>> = serde_json::from_slice(&out.stdout).expect("oracle prints a JSON list of output shapes");
+        let stdout = self.python.run([self.script.as_os_str(), list.as_os_str()]);
+        let shapes: Vec<Vec<usize>> = serde_json::from_str(&stdout).expect("oracle prints a JSON list of output shapes");
         self.jobs
             .iter()
             .zip(shapes)
