@@ -15,20 +15,14 @@ use ndarray::Array3;
 
 /// Smooth random blobs plus noise, values spread over the dtype's range.
 fn stack(dtype: DType, shape: [usize; 3], seed: u64) -> Stack {
-    let mut s = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move || {
-        s ^= s << 13;
-        s ^= s >> 7;
-        s ^= s << 17;
-        (s >> 11) as f32 / (1u64 << 53) as f32
-    };
+    let mut rng = hcsflow_testkit::Rng::new(seed);
     let top = if dtype == DType::U8 { 250.0 } else { 60000.0 };
     let [n, h, w] = shape;
     let f = Array3::from_shape_fn((n, h, w), |(z, y, x)| {
         let a = ((y as f32 * 0.37 + z as f32).sin() * (x as f32 * 0.29 - z as f32 * 0.5).cos()).abs();
         (0.1 + 0.8 * a * a) * top
     });
-    let f = f.mapv(|v| v * (0.9 + 0.2 * next()));
+    let f = f.mapv(|v| v * (0.9 + 0.2 * rng.unit() as f32));
     Stack::from_f32_array(f, dtype)
 }
 

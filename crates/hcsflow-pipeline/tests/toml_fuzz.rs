@@ -15,31 +15,10 @@ use hcsflow_core::{ConversionPolicy, Device};
 use hcsflow_pipeline::{compile, CompileConfig, PipelineSpec};
 use hcsflow_plate::open_plate;
 use hcsflow_synth::{generate, SynthConfig};
+use hcsflow_testkit::Rng;
 
 /// Mutants per seed file.
 const MUTANTS_PER_SEED: usize = 500;
-
-/// xorshift64*: deterministic, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        if n == 0 {
-            0
-        } else {
-            (self.next() % n as u64) as usize
-        }
-    }
-    fn pick<'a, T>(&mut self, items: &'a [T]) -> &'a T {
-        &items[self.below(items.len())]
-    }
-}
 
 /// Values that stress number handling: extremes, signs, NaN, infinities,
 /// strings and tables where numbers are expected.
@@ -211,7 +190,7 @@ fn mutated_pipeline_files_never_panic_parse_or_compile() {
     };
     let seeds = seeds();
     assert!(seeds.len() >= 4, "{} seed files", seeds.len());
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
     let (mut compiled, mut refused, mut panics) = (0usize, 0usize, Vec::new());
     for (path, text) in &seeds {
         for k in 0..MUTANTS_PER_SEED {

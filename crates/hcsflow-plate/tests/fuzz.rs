@@ -19,6 +19,7 @@ use std::time::Duration;
 use hcsflow_plate::imagexpress::{MAX_EXPECTED_FLOOR, MAX_EXPECTED_PER_FILE};
 use hcsflow_plate::{open_plate, Format, Plate, PlateError};
 use hcsflow_synth::{generate, SynthConfig};
+use hcsflow_testkit::Rng;
 
 /// Live heap bytes a thread may hold while it opens a mutant.
 const HEAP_CAP: usize = 512 << 20;
@@ -62,21 +63,6 @@ fn open_capped(plate: &Path) -> std::thread::Result<Result<Plate, PlateError>> {
     let r = std::panic::catch_unwind(|| open_plate(plate, None));
     CAPPED.with(|c| c.set(false));
     r
-}
-
-/// Deterministic xorshift.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
 }
 
 const NUMBERS: [&str; 14] = [
@@ -185,7 +171,7 @@ fn bounded(what: &str, body: impl FnOnce() + Send + 'static) {
 /// a file. Returns how many were refused for an implausible count.
 fn fuzz(plate: PathBuf, descriptor: PathBuf, seed: u64, mutants: usize, max_planes: u64) -> usize {
     let original = std::fs::read(&descriptor).unwrap();
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let mut implausible = 0;
     for k in 0..mutants {
         let m = mutate(&original, &mut rng);

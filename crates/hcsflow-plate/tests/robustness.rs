@@ -15,17 +15,9 @@ fn tiff(path: &Path) {
     hcsflow_tiff::write_stack(path, &s, &hcsflow_tiff::WriteOptions::default()).unwrap();
 }
 
-/// Deterministic pseudo-random bytes (no dependency needed for fuzzing).
+/// Deterministic pseudo-random bytes (bits 24..32 of the test generator's outputs).
 fn noise(seed: u64, n: usize) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            (x >> 24) as u8
-        })
-        .collect()
+    hcsflow_testkit::random_values(n, seed, |v| (v >> 24) as u8)
 }
 
 fn ix_plate(dir: &Path) {

@@ -166,12 +166,12 @@ fn random_garbage_is_an_error() {
     let headers: [&[u8]; 5] = [b"", b"II*\0", b"MM\0*", b"II+\0\x08\0\0\0", b"MM\0+\0\x08\0\0"];
     for i in 0..3000 {
         let header = headers[i % headers.len()];
-        let len = rng.below(2048) as usize + 8;
+        let len = rng.below(2048) + 8;
         let mut bytes = header.to_vec();
         bytes.extend(rng.bytes(len));
         // Point the first IFD somewhere inside the file half of the time.
         if header.len() == 4 && i % 2 == 0 {
-            let off = (rng.below(bytes.len() as u64) as u32).to_le_bytes();
+            let off = (rng.below(bytes.len()) as u32).to_le_bytes();
             if header[0] == b'I' {
                 bytes[4..8].copy_from_slice(&off);
             } else {
@@ -208,7 +208,7 @@ fn flipped_bytes_in_header_and_ifds_do_not_panic() {
         for _ in 0..300 {
             let mut m = bytes.clone();
             for _ in 0..1 + rng.below(8) {
-                let pos = rng.below(m.len() as u64) as usize;
+                let pos = rng.below(m.len());
                 m[pos] = rng.next_u64() as u8;
             }
             total += 1;

@@ -15,7 +15,7 @@ use ndarray::Array3;
 
 /// A `h × w` u16 plane with pseudo-random pixels.
 fn plane(seed: u64, c: usize, h: usize, w: usize) -> Array3<u16> {
-    Array3::from_shape_fn((1, h, w), |(_, y, x)| value(seed, 0, c, 0, y, x) as u16)
+    Array3::from_shape_vec((1, h, w), values(seed, 0, c, h * w).iter().map(|&v| v as u16).collect()).expect("h·w values")
 }
 
 fn grow_spec(version: NgffVersion) -> PlateSpec {

@@ -8,37 +8,7 @@ use hcsflow_core::{DType, Stack};
 use ndarray::{Array3, ArrayD};
 use serde_json::Value;
 
-/// xorshift64 stream.
-pub struct Rng(u64);
-impl Rng {
-    pub fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
-
-/// Random pixels over the dtype's range (f32: [-1000, 1000]).
-pub fn random_stack(dtype: DType, shape: [usize; 3], seed: u64) -> Stack {
-    let mut r = Rng::new(seed);
-    let n = shape.iter().product();
-    let f: Vec<f32> = (0..n)
-        .map(|_| match dtype {
-            DType::U8 => (r.next() % 256) as f32,
-            DType::U16 => (r.next() % 65536) as f32,
-            DType::F32 => (r.next() % 2_000_001) as f32 / 1000.0 - 1000.0,
-        })
-        .collect();
-    Stack::from_f32_array(Array3::from_shape_vec(shape, f).unwrap(), dtype)
-}
+pub use hcsflow_testkit::{random_stack, Rng};
 
 /// Gaussian "nuclei" of sigma 1.5–4 on a background with noise, scaled to `top`.
 /// Returns the stack and the true centres (y, x) (same on every plane).

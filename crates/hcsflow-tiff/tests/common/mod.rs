@@ -1,35 +1,11 @@
-//! Helpers shared by the integration tests: a fixed-seed PRNG and stack
-//! generators. Not every test file uses every helper.
+//! Helpers shared by the integration tests: stack generators over the test
+//! PRNG (`hcsflow_testkit::Rng`). Not every test file uses every helper.
 #![allow(dead_code)]
 
 use hcsflow_core::Stack;
 use ndarray::Array3;
 
-/// SplitMix64: tiny, fixed-seed, good enough to spread test values.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next_u64() % n
-    }
-
-    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next_u64() as u8).collect()
-    }
-}
+pub use hcsflow_testkit::Rng;
 
 /// A stack of `dtype` with values spread over the whole range of the type,
 /// including its extremes; f32 stacks include NaN, ±inf, -0.0 and subnormals.

@@ -31,14 +31,10 @@ pub fn small_spec(version: NgffVersion) -> PlateSpec {
     }
 }
 
-/// A pseudo-random but reproducible pixel value for every coordinate.
-pub fn value(seed: u64, t: usize, c: usize, z: usize, y: usize, x: usize) -> u64 {
-    let mut h = seed ^ 0x9E37_79B9_7F4A_7C15;
-    for v in [t, c, z, y, x] {
-        h = (h ^ v as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        h ^= h >> 29;
-    }
-    h
+/// `n` pseudo-random raw values for timepoint `t`, channel `c` of the field
+/// of `seed`: the test generator (`hcsflow_testkit::Rng`), one stream per (seed, t, c).
+pub fn values(seed: u64, t: usize, c: usize, n: usize) -> Vec<u64> {
+    hcsflow_testkit::random_values(n, seed ^ ((t as u64) << 48) ^ ((c as u64) << 56), |v| v)
 }
 
 /// Seed of a (well, field) so every field holds different pixels.
@@ -49,12 +45,13 @@ pub fn seed(well: &str, field: usize) -> u64 {
 /// The `[Z, Y, X]` stack of channel `c`, timepoint `t` of a field.
 pub fn stack(spec: &PlateSpec, seed: u64, t: usize, c: usize) -> Stack {
     let s = spec.shape;
-    let f = |(z, y, x): (usize, usize, usize)| value(seed, t, c, z, y, x);
-    match spec.dtype {
-        DType::U8 => Stack::U8(Array3::from_shape_fn((s.z, s.y, s.x), |i| f(i) as u8)),
-        DType::U16 => Stack::U16(Array3::from_shape_fn((s.z, s.y, s.x), |i| f(i) as u16)),
-        DType::F32 => Stack::F32(Array3::from_shape_fn((s.z, s.y, s.x), |i| (f(i) % 100_000) as f32 / 7.0)),
-    }
+    let (shape, v) = ((s.z, s.y, s.x), values(seed, t, c, s.z * s.y * s.x));
+    let stack = match spec.dtype {
+        DType::U8 => Array3::from_shape_vec(shape, v.iter().map(|&v| v as u8).collect()).map(Stack::U8),
+        DType::U16 => Array3::from_shape_vec(shape, v.iter().map(|&v| v as u16).collect()).map(Stack::U16),
+        DType::F32 => Array3::from_shape_vec(shape, v.iter().map(|&v| (v % 100_000) as f32 / 7.0).collect()).map(Stack::F32),
+    };
+    stack.expect("z·y·x values")
 }
 
 /// All stacks of a field, indexed `[t][c]` as `write_field` wants them.
