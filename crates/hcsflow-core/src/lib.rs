@@ -7,6 +7,8 @@
 //! - [`stack_slices`] / [`unstack_slices`]: 2D slices ↔ 3D stacks with validation.
 //! - [`registry`]: logical functions with implementations per memory type,
 //!   contracts and typed arguments.
+//! - [`call`]: one function on a host stack outside a pipeline — plan, run,
+//!   result back on the host ([`Registry::call`]).
 //! - [`artifact`]: what a function sees besides its stack (plane metadata,
 //!   tables from earlier steps) and the tables it produces.
 //! - [`adapter`]: GPU adapter descriptions and the device-selection policy.
@@ -16,6 +18,7 @@
 
 pub mod adapter;
 pub mod artifact;
+pub mod call;
 pub mod convert;
 pub mod dtype;
 pub mod memory;
@@ -26,6 +29,7 @@ pub mod temp_name;
 
 pub use adapter::{select_device, AdapterInfo, AdapterKind, DeviceChoice, DeviceError};
 pub use artifact::{ArtifactDecl, Artifacts, CallContext, Cell, PlaneInfo, Row, StackInfo, Table};
+pub use call::CallError;
 pub use convert::{plan_route, ConversionError, ConversionPolicy, Conversions, Route, RouteKind};
 pub use dtype::{DType, DTypeConversion, DTypePolicy, OutputDType};
 pub use memory::{Array, BadDevice, Device, DeviceBuffer, DeviceRequest, MemorySpace, MemoryType};

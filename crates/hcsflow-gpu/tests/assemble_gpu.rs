@@ -160,8 +160,7 @@ fn call_assemble(tiles: &Stack, args: &[&str], device: Device, ctx: &mut CallCon
     let plan = registry.plan_call("assemble", args, MemoryType::Host, device, &conversions, ConversionPolicy::default()).unwrap();
     let out = registry.execute_in(&plan, Array::from(tiles.clone()), &conversions, ctx).unwrap();
     assert_eq!(out.memory_type(), if device == Device::Cpu { MemoryType::Host } else { MemoryType::Wgpu });
-    let back = conversions.plan(out.memory_type(), MemoryType::Host, ConversionPolicy::default()).unwrap();
-    conversions.execute(&back, out, Device::Cpu).unwrap().into_host_stack().unwrap()
+    conversions.to_host_stack(out, ConversionPolicy::default()).unwrap()
 }
 
 /// With a `positions` artifact in the call context, both implementations

@@ -9,7 +9,7 @@
 mod common;
 
 use common::{gpu, to_host};
-use hcsflow_core::{Array, ConversionPolicy, Conversions, DType, Device, MemoryType, Registry, Stack};
+use hcsflow_core::{Array, ConversionPolicy, Conversions, DType, MemoryType, Registry, Stack};
 use hcsflow_ops::focus::{focus_measure, focus_stack, FocusMethod};
 use ndarray::Array3;
 
@@ -91,8 +91,7 @@ fn focus_stack_runs_through_the_registry_on_wgpu() {
     let out = registry.execute(&plan, Array::from(s.clone()), &conversions).unwrap();
     assert_eq!(out.memory_type(), MemoryType::Wgpu);
     assert_eq!(out.shape(), [1, 20, 21]);
-    let back = conversions.plan(MemoryType::Wgpu, MemoryType::Host, ConversionPolicy::default()).unwrap();
-    let host = conversions.execute(&back, out, Device::Cpu).unwrap().into_host_stack().unwrap();
+    let host = conversions.to_host_stack(out, ConversionPolicy::default()).unwrap();
     assert_eq!(host.dtype(), DType::U16);
     let empty = hcsflow_gpu::upload_stack(&Stack::zeros(DType::U16, [0, 4, 4]), dev);
     if let Ok(e) = empty {

@@ -6,7 +6,8 @@ mod common;
 use common::{gpu, random_stack};
 
 use hcsflow_core::{
-    stack_slices, unstack_slices, Array, ConversionPolicy, Conversions, DType, Device, HostArray, MemoryType, Registry, RouteKind, Stack,
+    stack_slices, unstack_slices, Array, CallContext, CallError, ConversionPolicy, Conversions, DType, Device, HostArray, MemoryType,
+    Registry, RouteKind, Stack,
 };
 use ndarray::Array3;
 
@@ -26,9 +27,7 @@ fn call(name: &str, stack: &Stack, device: Device) -> Stack {
     let plan = registry.plan_call(name, args, MemoryType::Host, device, &conversions, ConversionPolicy::default()).unwrap();
     let expected_route = if device == Device::Cpu { RouteKind::Identity } else { RouteKind::DeviceCopy };
     assert_eq!(plan.route_in.kind, expected_route);
-    let out = registry.execute(&plan, Array::from(stack.clone()), &conversions).unwrap();
-    let back = conversions.plan(out.memory_type(), MemoryType::Host, ConversionPolicy::default()).unwrap();
-    conversions.execute(&back, out, Device::Cpu).unwrap().into_host_stack().unwrap()
+    registry.run_to_host(&plan, stack.clone(), &conversions, ConversionPolicy::default(), &mut CallContext::default()).unwrap()
 }
 
 // Odd widths exercise the per-plane word padding of packed u8/u16 storage.
@@ -201,12 +200,10 @@ fn stack_equalize_histogram_gpu_is_bit_exact_with_host() {
 /// Runs `name` with `args` on `device`, returning the error message if it fails.
 fn try_call_args(name: &str, args: &[&str], stack: &Stack, device: Device) -> Result<Stack, String> {
     let (registry, conversions) = setup();
-    let texts: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let args = registry.get(name).unwrap().parse_args(&texts).unwrap();
-    let plan = registry.plan_call(name, args, MemoryType::Host, device, &conversions, ConversionPolicy::default()).unwrap();
-    let out = registry.execute(&plan, Array::from(stack.clone()), &conversions).map_err(|e| e.to_string())?;
-    let back = conversions.plan(out.memory_type(), MemoryType::Host, ConversionPolicy::default()).unwrap();
-    Ok(conversions.execute(&back, out, Device::Cpu).unwrap().into_host_stack().unwrap())
+    match hcsflow_testkit::call(&registry, &conversions, name, args, stack, device) {
+        Err(CallError::Function(e)) => Err(e.to_string()),
+        other => Ok(other.unwrap()),
+    }
 }
 
 /// f32: the same bins (exact counts), interpolation in f32 instead of the

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use hcsflow_core::{Array, ConversionPolicy, Conversions, Device, MemoryType, Registry, Stack};
+use hcsflow_core::{ConversionPolicy, Conversions, Device, MemoryType, Registry, Stack};
 use ndarray::Array3;
 
 struct Case {
@@ -216,9 +216,9 @@ fn main() {
             .expect("plan");
         let mut times = Vec::with_capacity(repeats);
         for i in 0..=repeats {
-            let input = Array::from(stack.clone());
+            let input = stack.clone();
             let t = Instant::now();
-            let out = registry.execute(&plan, input, &conversions).expect("run");
+            let out = registry.run_to_host(&plan, input, &conversions, ConversionPolicy::default(), &mut Default::default()).expect("run");
             let ms = t.elapsed().as_secs_f64() * 1e3;
             drop(out);
             if i > 0 {

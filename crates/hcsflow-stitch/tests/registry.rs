@@ -5,12 +5,9 @@ mod support;
 use hcsflow_core::{Array, ConversionPolicy, Conversions, Device, MemoryType, Registry, Stack};
 use support::{load, Case};
 
+/// `name` with text arguments on the host, its error as text.
 fn run(r: &Registry, name: &str, args: &[&str], s: &Stack) -> Result<Stack, String> {
-    let conv = Conversions::default();
-    let texts: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let args = r.get(name).map_err(|e| e.to_string())?.parse_args(&texts).map_err(|e| e.to_string())?;
-    let plan = r.plan_call(name, args, MemoryType::Host, Device::Cpu, &conv, ConversionPolicy::default()).map_err(|e| e.to_string())?;
-    r.execute(&plan, Array::from(s.clone()), &conv).map_err(|e| e.to_string())?.into_host_stack().ok_or("not host".into())
+    hcsflow_testkit::call(r, &Conversions::default(), name, args, s, Device::Cpu).map_err(|e| e.to_string())
 }
 
 #[test]

@@ -3,6 +3,8 @@
 //! - [`Rng`]: the one test PRNG (xorshift64; a seed's sequence never changes),
 //!   [`random_stack`]: deterministic pseudo-random stacks over a dtype's range,
 //!   and [`random_values`]: the same generator's raw values, mapped by the caller.
+//! - [`call`]: one registered function with text arguments on a stack, the
+//!   result back on the host ([`Registry::call`]).
 //! - [`snapshot`]: every file and folder under a root with its size and
 //!   modification time, to assert that an input plate was left untouched.
 //! - [`oracle`]: Python programs (numpy, scipy, scikit-image, tifffile, zarr)
@@ -17,7 +19,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use hcsflow_core::{DType, Stack};
+use hcsflow_core::{CallError, ConversionPolicy, Conversions, DType, Device, PlanError, Registry, Stack};
 use ndarray::Array3;
 
 /// The tests' pseudo-random generator: xorshift64 (Marsaglia, "Xorshift
@@ -106,6 +108,25 @@ mod tests {
         assert!((0..1000).map(|_| rng.unit()).all(|u| (0.0..1.0).contains(&u)));
         assert!((0..1000).all(|_| rng.below(10) < 10) && rng.below(0) == 0);
     }
+}
+
+/// Runs registered function `name` with text arguments (`key=value`, as a
+/// pipeline step gives them) on a copy of `stack` on `device`, and returns the
+/// result in host memory: [`Registry::call`] with the default conversion
+/// policy. Unknown functions and bad arguments are [`CallError::Plan`].
+// The error is core's, as large as its ArgError (120 bytes): tests want it unboxed to match on.
+#[allow(clippy::result_large_err)]
+pub fn call(
+    registry: &Registry,
+    conversions: &Conversions,
+    name: &str,
+    args: &[&str],
+    stack: &Stack,
+    device: Device,
+) -> Result<Stack, CallError> {
+    let texts: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let args = registry.get(name)?.parse_args(&texts).map_err(PlanError::from)?;
+    registry.call(name, args, stack.clone(), device, conversions, ConversionPolicy::default())
 }
 
 /// Whether this process runs in CI (`CI` is `true` or `1`, as CI services

@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use hcsflow_core::{Array, ConversionPolicy, Conversions, DType, Device, MemoryType, Registry, Stack};
+use hcsflow_core::{Conversions, DType, Device, Registry, Stack};
 use ndarray::{Array3, ArrayD, IxDyn};
 use serde_json::{json, Value};
 
@@ -142,9 +142,5 @@ pub fn assert_exact(ours: &Stack, reference: &ArrayD<f64>, what: &str) {
 pub fn run_registered(name: &str, args: &[&str], s: &Stack) -> Stack {
     let mut r = Registry::new();
     hcsflow_ops::register(&mut r);
-    let conv = Conversions::default();
-    let texts: Vec<String> = args.iter().map(|s| s.to_string()).collect();
-    let args = r.get(name).unwrap().parse_args(&texts).unwrap();
-    let plan = r.plan_call(name, args, MemoryType::Host, Device::Cpu, &conv, ConversionPolicy::default()).unwrap();
-    r.execute(&plan, Array::from(s.clone()), &conv).unwrap().into_host_stack().unwrap()
+    hcsflow_testkit::call(&r, &Conversions::default(), name, args, s, Device::Cpu).unwrap()
 }
