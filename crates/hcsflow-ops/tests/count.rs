@@ -7,16 +7,16 @@
 //! exact, centroid and mean intensity 1e-9 relative. blob_log: the same
 //! detections (y, x exact, σ exact) as skimage.
 
-mod ops_b;
+mod common;
 
 use std::collections::HashMap;
 
+use common::{blobs_stack, random_stack, values, Oracle, Rng};
 use hcsflow_core::{DType, Stack};
 use hcsflow_ops::count::{as_float_image, blob_log, count_cells, BlobLogParams, CountMethod};
 use hcsflow_ops::label::{label_plane, Connectivity};
 use hcsflow_ops::threshold::{threshold_li, threshold_mask, threshold_otsu, ThresholdMethod};
 use ndarray::Array3;
-use ops_b::{blobs_stack, random_stack, values, Oracle, Rng};
 use serde_json::json;
 
 fn plane<T: hcsflow_core::Pixel>(a: &Array3<T>, z: usize) -> Vec<T> {
@@ -33,7 +33,7 @@ fn thresholds_of(s: &Stack, f: &str) -> Vec<f64> {
 
 #[test]
 fn otsu_and_li_match_skimage() {
-    let Some(mut oracle) = Oracle::new() else { return };
+    let Some(mut oracle) = Oracle::tophat_focus_count() else { return };
     let mut cases = Vec::new();
     for (i, dtype) in DType::ALL.into_iter().enumerate() {
         let top = if dtype == DType::U8 { 250.0 } else { 40000.0 };
@@ -42,7 +42,8 @@ fn otsu_and_li_match_skimage() {
     }
     cases.push(Stack::U16(Array3::from_shape_fn((1, 8, 8), |(_, y, _)| if y < 4 { 100 } else { 5000 }))); // two values
     cases.push(Stack::U8(Array3::from_shape_fn((1, 3, 5), |(_, y, x)| (y * 5 + x) as u8 + 7)));
-    let jobs: Vec<(usize, usize)> = cases.iter().map(|s| (oracle.add("otsu", s, json!({})), oracle.add("li", s, json!({})))).collect();
+    let jobs: Vec<(usize, usize)> =
+        cases.iter().map(|s| (oracle.add("otsu", &[s], json!({})), oracle.add("li", &[s], json!({})))).collect();
     let refs = oracle.run();
     for (s, (jo, jl)) in cases.iter().zip(jobs) {
         let what = format!("{} {:?}", s.dtype(), s.shape());
@@ -91,7 +92,7 @@ fn same_partition(ours: &[f64], reference: &[f64]) -> bool {
 
 #[test]
 fn labels_match_skimage_and_scipy() {
-    let Some(mut oracle) = Oracle::new() else { return };
+    let Some(mut oracle) = Oracle::tophat_focus_count() else { return };
     let mut cases = Vec::new();
     for (k, density) in [0.3, 0.5, 0.6].iter().enumerate() {
         let mut r = Rng::new(7 + k as u64);
@@ -104,7 +105,11 @@ fn labels_match_skimage_and_scipy() {
     let mut jobs = Vec::new();
     for s in &cases {
         for c in [1, 2] {
-            jobs.push((oracle.add("label", s, json!({"connectivity": c})), oracle.add("ndi_label", s, json!({"connectivity": c})), c));
+            jobs.push((
+                oracle.add("label", &[s], json!({"connectivity": c})),
+                oracle.add("ndi_label", &[s], json!({"connectivity": c})),
+                c,
+            ));
         }
     }
     let refs = oracle.run();
@@ -131,10 +136,10 @@ fn labels_match_skimage_and_scipy() {
 
 #[test]
 fn threshold_count_matches_regionprops() {
-    let Some(mut oracle) = Oracle::new() else { return };
+    let Some(mut oracle) = Oracle::tophat_focus_count() else { return };
     let (s, _) = blobs_stack(DType::U16, [1, 128, 120], 30, 30000.0, 0.02, 123);
     let t = thresholds_of(&s, "otsu")[0];
-    let j = oracle.add("regionprops", &s, json!({"threshold": t}));
+    let j = oracle.add("regionprops", &[&s], json!({"threshold": t}));
     let refs = oracle.run();
     let method =
         CountMethod::Threshold { method: ThresholdMethod::Otsu, connectivity: Connectivity::Eight, min_area: 0, max_area: u64::MAX };
@@ -162,7 +167,7 @@ fn threshold_count_matches_regionprops() {
 
 #[test]
 fn blob_log_same_detections_as_skimage() {
-    let Some(mut oracle) = Oracle::new() else { return };
+    let Some(mut oracle) = Oracle::tophat_focus_count() else { return };
     let p = BlobLogParams::default();
     let mut cases = Vec::new();
     for (i, dtype) in DType::ALL.into_iter().enumerate() {
@@ -180,7 +185,7 @@ fn blob_log_same_detections_as_skimage() {
     cases.push(blobs_stack(DType::U16, [1, 300, 263], 220, 50000.0, 0.05, 212).0);
     cases.push(Stack::F32(Array3::from_elem((1, 12, 12), 0.5))); // constant: no blobs
     let args = json!({"min_sigma": p.min_sigma, "max_sigma": p.max_sigma, "num_sigma": p.num_sigma, "threshold": p.threshold, "overlap": p.overlap});
-    let jobs: Vec<usize> = cases.iter().map(|s| oracle.add("blob_log", s, args.clone())).collect();
+    let jobs: Vec<usize> = cases.iter().map(|s| oracle.add("blob_log", &[s], args.clone())).collect();
     let refs = oracle.run();
     for (s, j) in cases.iter().zip(jobs) {
         let [_, h, w] = s.shape();

@@ -7,12 +7,12 @@
 //! reference maximum — i.e. we pick the reference's plane or one whose
 //! measure ties it to rounding. The `log` image is an exact gather.
 
-mod ops_b;
+mod common;
 
+use common::{blobs_stack, random_stack, values, Oracle};
 use hcsflow_core::{DType, Stack};
 use hcsflow_ops::focus::{focus_measure, focus_stack, FocusMethod};
 use ndarray::{Array3, ArrayD};
-use ops_b::{blobs_stack, random_stack, values, Oracle};
 use serde_json::json;
 
 /// A defocus-like stack: plane z of a blob image blurred by |z - zf(x)| (zf varies across x).
@@ -54,7 +54,7 @@ fn check_depth(reference: &ArrayD<f64>, depth: &[u16], n: usize, hw: usize, atol
 
 #[test]
 fn focus_measure_and_choice_match_scipy() {
-    let Some(mut oracle) = Oracle::new() else { return };
+    let Some(mut oracle) = Oracle::tophat_focus_count() else { return };
     let mut cases: Vec<(Stack, f64)> = Vec::new();
     for (i, dtype) in DType::ALL.into_iter().enumerate() {
         cases.push((defocus_stack(dtype, 7, 45, 61, 50 + i as u64), 1.0));
@@ -63,8 +63,8 @@ fn focus_measure_and_choice_match_scipy() {
     cases.push((defocus_stack(DType::U16, 1, 20, 31, 70), 1.0)); // one plane
     cases.push((defocus_stack(DType::U16, 4, 9, 7, 71), 6.0)); // kernel wider than the image
     cases.push((defocus_stack(DType::U16, 5, 33, 1, 72), 1.5)); // single column
-    let log_jobs: Vec<usize> = cases.iter().map(|(s, sg)| oracle.add("focus_measure_log", s, json!({"sigma": sg}))).collect();
-    let w_jobs: Vec<usize> = cases.iter().map(|(s, sg)| oracle.add("focus_weights", s, json!({"sigma": sg}))).collect();
+    let log_jobs: Vec<usize> = cases.iter().map(|(s, sg)| oracle.add("focus_measure_log", &[s], json!({"sigma": sg}))).collect();
+    let w_jobs: Vec<usize> = cases.iter().map(|(s, sg)| oracle.add("focus_weights", &[s], json!({"sigma": sg}))).collect();
     let refs = oracle.run();
     for (k, (s, sigma)) in cases.iter().enumerate() {
         let [n, h, w] = s.shape();

@@ -2,22 +2,22 @@
 //! its documented definition computed by numpy/skimage in float64 (≤ 1 DN for
 //! integers: f32 vs f64 bilinear weights can move a value across a rounding tie).
 
-mod ops_b;
+mod common;
 
+use common::{random_stack, values, Oracle};
 use hcsflow_core::{DType, Stack};
 use hcsflow_ops::tophat::{tophat, white_tophat};
 use ndarray::Array3;
-use ops_b::{random_stack, values, Oracle};
 use serde_json::json;
 
 #[test]
 fn white_tophat_equals_skimage_exactly() {
-    let Some(mut oracle) = Oracle::new() else { return };
+    let Some(mut oracle) = Oracle::tophat_focus_count() else { return };
     let mut cases: Vec<(Stack, usize)> = Vec::new();
     for (i, dtype) in DType::ALL.into_iter().enumerate() {
         cases.push((random_stack(dtype, [2, 37, 53], 10 + i as u64), 3));
         cases.push((random_stack(dtype, [1, 64, 61], 20 + i as u64), 15));
-        cases.push((ops_b::blobs_stack(dtype, [1, 96, 80], 12, 200.0, 0.1, 30 + i as u64).0, 7));
+        cases.push((common::blobs_stack(dtype, [1, 96, 80], 12, 200.0, 0.1, 30 + i as u64).0, 7));
     }
     // Edge cases: 1×1, single row/column, radius larger than the image, radius 0, constant.
     cases.push((random_stack(DType::U16, [1, 1, 1], 1), 5));
@@ -31,7 +31,7 @@ fn white_tophat_equals_skimage_exactly() {
     // not in the image); beyond that compare with mode="ignore", which is the same
     // definition (see the module docs).
     let mode = |s: &Stack, r: usize| if r > s.shape()[1].max(s.shape()[2]) { "ignore" } else { "reflect" };
-    let jobs: Vec<usize> = cases.iter().map(|(s, r)| oracle.add("white_tophat", s, json!({"radius": r, "mode": mode(s, *r)}))).collect();
+    let jobs: Vec<usize> = cases.iter().map(|(s, r)| oracle.add("white_tophat", &[s], json!({"radius": r, "mode": mode(s, *r)}))).collect();
     let refs = oracle.run();
     for ((s, r), j) in cases.iter().zip(jobs) {
         let ours = white_tophat(s, *r).unwrap();
@@ -46,10 +46,10 @@ fn white_tophat_equals_skimage_exactly() {
 
 #[test]
 fn fast_tophat_matches_its_definition() {
-    let Some(mut oracle) = Oracle::new() else { return };
+    let Some(mut oracle) = Oracle::tophat_focus_count() else { return };
     let mut cases: Vec<(Stack, usize, usize)> = Vec::new();
     for (i, dtype) in DType::ALL.into_iter().enumerate() {
-        let (s, _) = ops_b::blobs_stack(dtype, [2, 101, 127], 25, if dtype == DType::U8 { 250.0 } else { 60000.0 }, 0.05, 40 + i as u64);
+        let (s, _) = common::blobs_stack(dtype, [2, 101, 127], 25, if dtype == DType::U8 { 250.0 } else { 60000.0 }, 0.05, 40 + i as u64);
         cases.push((s.clone(), 50, 4));
         cases.push((s, 9, 3));
     }
@@ -60,7 +60,7 @@ fn fast_tophat_matches_its_definition() {
         .map(|(s, r, f)| {
             let small = s.shape()[1].div_ceil(*f).max(s.shape()[2].div_ceil(*f));
             let mode = if r / f > small { "ignore" } else { "reflect" };
-            oracle.add("tophat_fast", s, json!({"radius": r, "downsample": f, "mode": mode}))
+            oracle.add("tophat_fast", &[s], json!({"radius": r, "downsample": f, "mode": mode}))
         })
         .collect();
     let refs = oracle.run();

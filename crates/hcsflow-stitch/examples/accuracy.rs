@@ -10,13 +10,13 @@
 //! max / mean Euclidean error, the stage error for reference, the median of 3
 //! timed runs of `tile_positions`, and of `assemble` (linear blending).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+#[path = "../tests/common/mod.rs"]
+mod common;
 
 use std::time::Instant;
 
+use common::{errors, load, Case};
 use hcsflow_stitch::{assemble, tile_positions, Blend, PositionParams};
-use support::{errors, load, Case};
 
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);

@@ -1,9 +1,9 @@
 //! Position accuracy against hcsflow-synth ground truth at small sizes.
 
-mod support;
+mod common;
 
+use common::{errors, load, Case};
 use hcsflow_stitch::{tile_positions, PositionParams};
-use support::{errors, load, Case};
 
 fn check(case: &Case) -> (f64, f64) {
     let dir = tempfile::tempdir().unwrap();

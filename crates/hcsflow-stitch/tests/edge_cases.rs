@@ -1,11 +1,11 @@
 //! Blank tiles, strips, missing tiles, total failure, and assembly.
 
-mod support;
+mod common;
 
+use common::{errors, load, Case};
 use hcsflow_core::Stack;
 use hcsflow_stitch::{assemble, tile_positions, Blend, PositionParams, TileLayout};
 use ndarray::Array3;
-use support::{errors, load, Case};
 
 fn case(rows: u32, cols: u32, seed: u64) -> Case {
     Case { density: 1000.0, ..Case::new(rows, cols, 256, 0.12, 0.02, seed) }

@@ -1,9 +1,9 @@
 //! The registry functions on a synthetic 3x3 grid.
 
-mod support;
+mod common;
 
+use common::{load, Case};
 use hcsflow_core::{Array, ConversionPolicy, Conversions, Device, MemoryType, Registry, Stack};
-use support::{load, Case};
 
 /// `name` with text arguments on the host, its error as text.
 fn run(r: &Registry, name: &str, args: &[&str], s: &Stack) -> Result<Stack, String> {

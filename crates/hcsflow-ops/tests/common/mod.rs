@@ -1,5 +1,7 @@
-//! Shared test support: deterministic inputs and the Python oracle
-//! (numpy / scipy / scikit-image run by `tests/oracle/ops_oracle.py`).
+//! Shared test support: deterministic inputs and the Python oracles
+//! (numpy / scipy / scikit-image run by `tests/oracle/ops_oracle.py`, and by
+//! `tests/oracle/tophat_focus_count_oracle.py` for top-hat, focus stacking,
+//! thresholds, labelling and blob detection).
 //!
 //! The oracle needs `python3` with numpy, scipy and scikit-image
 //! (`pip install -r .ci/requirements-oracles.txt`); a missing one is handled
@@ -13,7 +15,7 @@ use hcsflow_core::{Conversions, DType, Device, Registry, Stack};
 use ndarray::{Array3, ArrayD, IxDyn};
 use serde_json::{json, Value};
 
-pub use hcsflow_testkit::random_stack;
+pub use hcsflow_testkit::{random_stack, Rng};
 
 /// A smooth image with blobs and noise, more like microscopy than white noise
 /// (heavy low tail, bright spots): values in roughly [100, 0.9 × dtype max].
@@ -32,6 +34,33 @@ pub fn cells_stack(dtype: DType, shape: [usize; 3], seed: u64) -> Stack {
         (top * 0.05 + top * 0.85 * blobs + noise[[z, y, x]] * top * 2e-5).clamp(0.0, top)
     });
     Stack::from_f32_array(f, dtype)
+}
+
+/// Gaussian "nuclei" of sigma 1.5–4 on a background with noise, scaled to `top`.
+/// Returns the stack and the true centres (y, x) (same on every plane).
+pub fn blobs_stack(dtype: DType, shape: [usize; 3], n_blobs: usize, top: f32, noise: f32, seed: u64) -> (Stack, Vec<(f64, f64)>) {
+    let mut r = Rng::new(seed);
+    let [nz, h, w] = shape;
+    let blobs: Vec<(f64, f64, f64, f64)> =
+        (0..n_blobs).map(|_| (r.unit() * h as f64, r.unit() * w as f64, 1.5 + 2.5 * r.unit(), 0.5 + 0.5 * r.unit())).collect();
+    let mut data = vec![0f32; nz * h * w];
+    for z in 0..nz {
+        for y in 0..h {
+            for x in 0..w {
+                let mut v = 0.05f64;
+                for &(by, bx, s, a) in &blobs {
+                    let d2 = (y as f64 - by).powi(2) + (x as f64 - bx).powi(2);
+                    if d2 < 25.0 * s * s {
+                        v += a * (-d2 / (2.0 * s * s)).exp();
+                    }
+                }
+                v += noise as f64 * (r.unit() - 0.5);
+                data[(z * h + y) * w + x] = (v.clamp(0.0, 1.0) * top as f64) as f32;
+            }
+        }
+    }
+    let s = Stack::from_f32_array(Array3::from_shape_vec(shape, data).unwrap(), dtype);
+    (s, blobs.iter().map(|b| (b.0, b.1)).collect())
 }
 
 fn script(file: &str) -> PathBuf {
@@ -53,6 +82,12 @@ impl Oracle {
     /// and may be skipped (see `hcsflow_testkit::oracle::require`).
     pub fn new() -> Option<Oracle> {
         Oracle::for_script("ops_oracle.py")
+    }
+
+    /// The oracle of `tests/oracle/tophat_focus_count_oracle.py` (top-hat,
+    /// focus stacking, thresholds, labelling, blob detection).
+    pub fn tophat_focus_count() -> Option<Oracle> {
+        Oracle::for_script("tophat_focus_count_oracle.py")
     }
 
     /// Like [`Oracle::new`], running `tests/oracle/<file>` instead.

@@ -1,7 +1,8 @@
-"""Reference computations for the part-B tests of hcsflow-ops (top-hat, focus
-stacking, thresholds, labelling, blob_log), using numpy / scipy / scikit-image.
+"""Reference computations for the top-hat, focus, threshold, label and count
+tests of hcsflow-ops (top-hat, focus stacking, thresholds, labelling,
+blob_log), using numpy / scipy / scikit-image.
 
-Usage: python3 ops_b_oracle.py JOBS.json
+Usage: python3 tophat_focus_count_oracle.py JOBS.json
 JOBS.json is a list of {"op", "inputs": [{"path", "dtype", "shape"}], "args", "output"}.
 Inputs are raw little-endian pixels. Each result is written to "output" as raw
 float64; the list of result shapes is printed as JSON on stdout.

@@ -1,6 +1,6 @@
-//! Timings of the part-B functions at the sizes of shared/docs/performance.md.
+//! Timings of the top-hat, focus, threshold, label and count functions at the sizes of shared/docs/performance.md.
 //!
-//! `cargo run --release -p hcsflow-ops --example bench_ops_b [-- --repeats N] [--only NAME,..]`
+//! `cargo run --release -p hcsflow-ops --example bench_tophat_focus_count [-- --repeats N] [--only NAME,..]`
 //!
 //! Inputs: the peer benchmark's cached arrays when present
 //! (`$PEERBENCH_DATA/cells_2048x2048_s0.npy`, `zstack_30x2048x2048_s0.npy`, written by
