@@ -68,7 +68,7 @@ fn a_small_file_claiming_a_huge_image_fails_on_its_tags_before_decoding() {
     // compressed data the error is the same, where the unchecked reader
     // (which decodes first) reports the broken data.
     let garbage = dir.path().join("garbage.tif");
-    let noise: Vec<u8> = (0..40_000u32).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let noise = hcsflow_testkit::Rng::new(13).bytes(40_000);
     std::fs::write(&garbage, tiff(&Page::deflate_u16(8000, 8000), &noise)).expect("write");
     let err = read_stack_expecting(&garbage, expected).expect_err("must not decode");
     assert!(matches!(err, TiffError::FormatMismatch { .. }), "{err:?}");
