@@ -55,8 +55,7 @@ fn max_abs_diff(a: &Stack, b: &Stack) -> f32 {
 fn demo_pipeline_on_lavapipe_gpu_agrees_with_cpu() {
     let adapters = hcsflow_gpu::discover_adapters();
     if adapters.is_empty() {
-        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
-        if !ci && std::env::var("HCSFLOW_SKIP_GPU_TESTS").as_deref() == Ok("1") {
+        if !hcsflow_testkit::in_ci() && std::env::var("HCSFLOW_SKIP_GPU_TESTS").as_deref() == Ok("1") {
             eprintln!("SKIPPED: no GPU adapter and HCSFLOW_SKIP_GPU_TESTS=1");
             return;
         }
