@@ -13,12 +13,13 @@
 //! (site 2, channel 1) is the plane `[2, 1, 0, 1]`.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::{Component as PathComponent, Path, PathBuf};
+use std::path::{Path, PathBuf};
 
 use hcsflow_core::{
     ArgError, CallPlan, Contract, ConversionPolicy, Conversions, DType, DTypeConversion, DTypePolicy, Device, MemoryType, OutputDType,
     PlanError, Registry, Route, StackShape,
 };
+use hcsflow_plate::naming::z_reduced_rel;
 use hcsflow_plate::Plate;
 use serde::{Deserialize, Serialize};
 
@@ -1043,11 +1044,7 @@ fn well_inputs(plate: &Plate, well: &str) -> Vec<InputPlane> {
         if key.contains(&0) || present.contains(&key) {
             continue;
         }
-        let name = m
-            .path
-            .as_deref()
-            .map(rel)
-            .unwrap_or_else(|| PathBuf::from(format!("{well}_s{}_w{}_z{}_t{}.tif", m.site, m.channel, m.z_index, m.timepoint)));
+        let name = m.path.as_deref().map(rel).unwrap_or_else(|| m.placeholder_rel());
         v.push(InputPlane { key, path: None, rel: name });
     }
     v.sort_by_key(|i| i.key);
@@ -1120,13 +1117,12 @@ fn group(planes: &[Flow], variable: &[Component]) -> Vec<Vec<Flow>> {
 }
 
 /// The output name of a reduced stack: its first plane's name; when z was
-/// reduced, without the ImageXpress `ZStep_<n>` folder (where MetaXpress puts
-/// its own projections).
+/// reduced, the plate's name for a z-reduced stack ([`z_reduced_rel`]).
 fn collapse_rel(rel: &Path, variable: &[Component]) -> PathBuf {
     if !variable.contains(&Component::ZIndex) {
         return rel.to_path_buf();
     }
-    rel.components().filter(|c| !matches!(c, PathComponent::Normal(s) if s.to_string_lossy().starts_with("ZStep_"))).collect()
+    z_reduced_rel(rel)
 }
 
 /// Plane height, width and dtype from the metadata, else from the first image's header.

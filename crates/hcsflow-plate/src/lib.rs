@@ -45,10 +45,12 @@ use hcsflow_core::DType;
 use serde::{Deserialize, Serialize};
 
 pub mod imagexpress;
+pub mod naming;
 pub mod phenix;
 mod summary;
 pub mod verify;
 pub mod well;
+mod xml;
 
 pub use summary::summary_text;
 pub use verify::{verify, FileProblem, PlaneShape, ProblemKind, VerifyReport};

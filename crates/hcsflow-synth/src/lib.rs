@@ -39,26 +39,24 @@
 //! ```
 
 use std::collections::BTreeSet;
-use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use hcsflow_core::{DType, Stack};
+use hcsflow_core::DType;
 use hcsflow_plate::well::{parse_well, plate_dimensions, well_name};
 use hcsflow_plate::Format;
-use hcsflow_tiff::{write_stack, TiffError, WriteOptions};
-use ndarray::Array3;
-use rayon::prelude::*;
+use hcsflow_tiff::TiffError;
 use serde::{Deserialize, Serialize};
 
 mod config;
+mod layout;
 pub mod render;
 pub mod rng;
-mod vendor;
+mod write;
 
 pub use config::{GuidStyle, IxLayout, SynthConfig};
-use render::{NucleusIndex, TileSpec};
-use rng::{derive, Rng};
+use layout::{Layout, Planes, Truth};
+use write::PlateWriter;
 
 /// Why a plate could not be generated. Errors about files name the file.
 #[derive(Debug, thiserror::Error)]
@@ -75,9 +73,13 @@ pub enum SynthError {
     Io { path: PathBuf, source: std::io::Error },
     #[error(transparent)]
     Tiff(#[from] TiffError),
+    /// A rendered plane whose pixel count is not its height × width: a bug in
+    /// the generator, reported instead of writing a wrong image.
+    #[error("internal error: the {what} has {got} pixels, not {height} x {width}")]
+    PlaneSize { what: &'static str, height: usize, width: usize, got: usize },
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SynthError + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> SynthError + '_ {
     move |source| SynthError::Io { path: path.to_path_buf(), source }
 }
 
@@ -133,21 +135,6 @@ pub struct SynthSummary {
     pub seconds: f64,
 }
 
-struct Cell {
-    row: u32,
-    col: u32,
-    site: u32,
-    field_id: u32,
-}
-
-struct Job {
-    well: usize,
-    cell: usize,
-    channel: u32,
-    z: u32,
-    t: u32,
-}
-
 /// Centre-first snake FieldIDs over a rows × cols grid (row-major input mask):
 /// the centre cell is field 1, the rest follow a snake (even rows left→right,
 /// odd rows right→left) numbered 2.. — `2 3 4 / 6 1 5 / 7 8 9` for 3×3.
@@ -173,7 +160,7 @@ pub fn snake_field_ids(rows: u32, cols: u32, present: &[bool]) -> Vec<Option<u32
 }
 
 /// A well: name, 1-based row and column.
-type WellRc = (String, u32, u32);
+pub(crate) type WellRc = (String, u32, u32);
 
 /// Checks the configuration; returns the plate rows, columns and the wells.
 fn validate(cfg: &SynthConfig) -> Result<(u32, u32, Vec<WellRc>), SynthError> {
@@ -266,7 +253,7 @@ fn prepare_out(cfg: &SynthConfig, out: &Path) -> Result<(), SynthError> {
     std::fs::create_dir_all(out).map_err(io(out))
 }
 
-fn write_file(path: &Path, bytes: &[u8]) -> Result<(), SynthError> {
+pub(crate) fn write_file(path: &Path, bytes: &[u8]) -> Result<(), SynthError> {
     std::fs::write(path, bytes).map_err(io(path))
 }
 
@@ -275,506 +262,36 @@ fn write_file(path: &Path, bytes: &[u8]) -> Result<(), SynthError> {
 /// folder is a previous synthetic plate.
 pub fn generate(config: &SynthConfig, out: &Path) -> Result<SynthSummary, SynthError> {
     let start = Instant::now();
-    let cfg = config;
-    let (prow, pcol, wells) = validate(cfg)?;
-    prepare_out(cfg, out)?;
-    let size = cfg.size as usize;
-    let px = cfg.pixel_size_um;
-
-    // Site grid: acquired cells, IX site numbers (reading order), Phenix field IDs.
-    let ncell = cfg.grid_rows * cfg.grid_cols;
-    let present: Vec<bool> = (1..=ncell).map(|i| !cfg.skip_sites.contains(&i)).collect();
-    let fields = snake_field_ids(cfg.grid_rows, cfg.grid_cols, &present);
-    let mut cells = Vec::new();
-    for i in 0..ncell {
-        if present[i as usize] {
-            cells.push(Cell {
-                row: i / cfg.grid_cols,
-                col: i % cfg.grid_cols,
-                site: cells.len() as u32 + 1,
-                field_id: fields[i as usize].unwrap_or(0),
-            });
-        }
-    }
-
-    // Well frame geometry.
-    let step = f64::from(cfg.size) * (1.0 - cfg.overlap);
-    let margin = cfg.jitter_px.ceil() + 2.0;
-    let frame_w = 2.0 * margin + step * f64::from(cfg.grid_cols - 1) + f64::from(cfg.size);
-    let frame_h = 2.0 * margin + step * f64::from(cfg.grid_rows - 1) + f64::from(cfg.size);
-    let pitch_um = match cfg.plate_size {
-        96 => 9000.0,
-        384 => 4500.0,
-        _ => 2250.0,
+    let (plate_rows, plate_cols, wells) = validate(config)?;
+    prepare_out(config, out)?;
+    let layout = Layout::new(config, out, plate_rows, plate_cols, wells);
+    let truth = Truth::draw(&layout);
+    let planes = Planes::choose(&layout)?;
+    let writer = PlateWriter {
+        layout: &layout,
+        truth: &truth,
+        planes: &planes,
+        channel_names: (1..=config.channels).map(|c| config.channel_name(c)).collect(),
     };
-    // Image-oriented stage µm of a well-frame pixel coordinate.
-    let stage = |well: &WellRc, x: f64, y: f64| -> (f64, f64) {
-        match cfg.format {
-            Format::ImageXpress => (f64::from(well.2 - 1) * pitch_um + x * px, f64::from(well.1 - 1) * pitch_um + y * px),
-            Format::OperaPhenix => ((x - frame_w / 2.0) * px, (y - frame_h / 2.0) * px),
-        }
-    };
-
-    // Truth: tiles and nuclei per well.
-    let half = f64::from(cfg.size) / 2.0;
-    let mut tiles = Vec::new();
-    for w in &wells {
-        for c in &cells {
-            // seeded by well position and grid cell, not list index: a well
-            // looks the same whichever other wells are generated with it
-            let cell_id = u64::from(c.row * cfg.grid_cols + c.col);
-            let mut r = Rng::new(derive(cfg.seed, &[1, u64::from(w.1), u64::from(w.2), cell_id]));
-            let nx = margin + f64::from(c.col) * step;
-            let ny = margin + f64::from(c.row) * step;
-            let x = nx + r.range(-cfg.jitter_px, cfg.jitter_px);
-            let y = ny + r.range(-cfg.jitter_px, cfg.jitter_px);
-            let (tsx, tsy) = stage(w, x + half, y + half);
-            let (ssx, ssy) = if cfg.stage_reports_truth { (tsx, tsy) } else { stage(w, nx + half, ny + half) };
-            tiles.push(TileTruth {
-                well: w.0.clone(),
-                site: c.site,
-                field_id: if cfg.format == Format::OperaPhenix { c.field_id } else { c.site },
-                grid_row: c.row,
-                grid_col: c.col,
-                x_px: x,
-                y_px: y,
-                nominal_x_px: nx,
-                nominal_y_px: ny,
-                stage_x_um: ssx,
-                stage_y_um: ssy,
-                true_stage_x_um: tsx,
-                true_stage_y_um: tsy,
-            });
-        }
-    }
-    let indexes: Vec<NucleusIndex> = wells
-        .par_iter()
-        .map(|w| {
-            let mut r = Rng::new(derive(cfg.seed, &[2, u64::from(w.1), u64::from(w.2)]));
-            let nuclei = render::draw_nuclei(&mut r, frame_w, frame_h, cfg.nuclei_density, cfg.nucleus_radius_px, cfg.channels);
-            NucleusIndex::new(nuclei, frame_w, frame_h)
-        })
-        .collect();
-    let flat = render::flatfield(size, cfg.flatfield_strength);
-
-    // Jobs and the planes left out.
-    let mut jobs = Vec::new();
-    for t in 1..=cfg.timepoints {
-        for wi in 0..wells.len() {
-            for ci in 0..cells.len() {
-                for ch in 1..=cfg.channels {
-                    for z in 1..=cfg.z_planes {
-                        jobs.push(Job { well: wi, cell: ci, channel: ch, z, t });
-                    }
-                }
-            }
-        }
-    }
-    if cfg.missing_planes as usize >= jobs.len() {
-        return Err(SynthError::InvalidConfig(format!(
-            "missing_planes ({}) must leave at least one of the {} planes",
-            cfg.missing_planes,
-            jobs.len()
-        )));
-    }
-    let mut order: Vec<usize> = (0..jobs.len()).collect();
-    let mut mr = Rng::new(derive(cfg.seed, &[3]));
-    for i in 0..cfg.missing_planes as usize {
-        let j = i + (mr.next_u64() % (order.len() - i) as u64) as usize;
-        order.swap(i, j);
-    }
-    let mut missing_idx: Vec<usize> = order[..cfg.missing_planes as usize].to_vec();
-    missing_idx.sort_unstable();
-    // Phenix: alternate "empty URL" and "URL but no file".
-    let missing_kind = |k: usize| if cfg.format == Format::OperaPhenix && k & 1 == 0 { "empty-url" } else { "no-file" };
-    let missing: Vec<MissingPlane> = missing_idx
-        .iter()
-        .enumerate()
-        .map(|(k, &j)| {
-            let job = &jobs[j];
-            MissingPlane {
-                well: wells[job.well].0.clone(),
-                site: cells[job.cell].site,
-                channel: job.channel,
-                z_index: job.z,
-                timepoint: job.t,
-                kind: missing_kind(k).into(),
-            }
-        })
-        .collect();
-    let missing_set: BTreeSet<usize> = missing_idx.iter().copied().collect();
-    let empty_url: BTreeSet<usize> =
-        missing_idx.iter().enumerate().filter(|(k, _)| missing_kind(*k) == "empty-url").map(|(_, &j)| j).collect();
-
-    let z_focus = cfg.focus_plane();
-    let spec_for = |job: &Job, seed_tag: u64| TileSpec {
-        x0: tiles[job.well * cells.len() + job.cell].x_px,
-        y0: tiles[job.well * cells.len() + job.cell].y_px,
-        width: size,
-        height: size,
-        channel: (job.channel - 1) as usize,
-        defocus: cfg.defocus_px_per_plane * (f64::from(job.z) - z_focus).abs(),
-        background: cfg.background,
-        dark_offset: cfg.dark_offset,
-        read_noise: cfg.read_noise,
-        flatfield: &flat,
-        seed: derive(
-            cfg.seed,
-            &[
-                seed_tag,
-                u64::from(wells[job.well].1),
-                u64::from(wells[job.well].2),
-                u64::from(cells[job.cell].row * cfg.grid_cols + cells[job.cell].col),
-                u64::from(job.channel),
-                u64::from(job.z),
-                u64::from(job.t),
-            ],
-        ),
-    };
-    // Renders into a worker's reused buffers (scratch signal, u16 stack).
-    let plane_into = |job: &Job, sig: &mut Vec<f32>, stack: &mut Stack| {
-        if let Stack::U16(a) = stack {
-            if let Some(px) = a.as_slice_mut() {
-                render::render_tile_into(&indexes[job.well], &spec_for(job, 4), sig, px);
-            }
-        }
-    };
-    let new_buffers = || (Vec::<f32>::new(), Stack::U16(Array3::zeros((1, size, size))));
-
-    let channel_names: Vec<String> = (1..=cfg.channels).map(|c| cfg.channel_name(c)).collect();
-    let ext = if cfg.upper_case_tif { "TIF" } else { "tif" };
-    let sites_on = ncell > 1;
-    let waves_on = cfg.channels > 1;
-    let guid_of = |j: usize, tag: u64| Rng::new(derive(cfg.seed, &[tag, j as u64])).guid();
-    let ix_stem = |job: &Job| {
-        let mut s = format!("{}_{}", cfg.plate_name, wells[job.well].0);
-        if sites_on {
-            let _ = write!(s, "_s{}", cells[job.cell].site);
-        }
-        if waves_on {
-            let _ = write!(s, "_w{}", job.channel);
-        }
-        s
-    };
-    let ix_dir = |t: u32, z: Option<u32>| -> PathBuf {
-        match (cfg.ix_layout, z) {
-            (IxLayout::Flat, _) => out.to_path_buf(),
-            (IxLayout::TimePoint, Some(z)) if cfg.z_planes > 1 => out.join(format!("TimePoint_{t}")).join(format!("ZStep_{z}")),
-            (IxLayout::TimePoint, _) => out.join(format!("TimePoint_{t}")),
-        }
-    };
-    let phenix_name = |job: &Job| {
-        let f = cells[job.cell].field_id;
-        let ff = if f > 99 { format!("{f:03}") } else { format!("{f:02}") };
-        let (_, r, c) = &wells[job.well];
-        format!("r{r:02}c{c:02}f{ff}p{:02}-ch{}sk{}fk1fl1.tiff", job.z, job.channel, job.t)
-    };
-
-    // Folders.
-    let mut dirs = BTreeSet::new();
-    match cfg.format {
-        Format::ImageXpress => {
-            for t in 1..=cfg.timepoints {
-                for z in 1..=cfg.z_planes {
-                    dirs.insert(ix_dir(t, Some(z)));
-                }
-            }
-        }
-        Format::OperaPhenix => {
-            dirs.insert(out.join("Images"));
-        }
-    }
-    dirs.insert(out.join("ground_truth"));
-    for d in &dirs {
-        std::fs::create_dir_all(d).map_err(io(d))?;
-    }
-
-    // Pixels, in parallel over planes.
-    let tile_of = |job: &Job| &tiles[job.well * cells.len() + job.cell];
-    let results: Vec<Result<u64, SynthError>> = jobs
-        .par_iter()
-        .enumerate()
-        .filter(|(j, _)| !missing_set.contains(j))
-        .map_init(new_buffers, |(sig, stack), (j, job)| {
-            plane_into(job, sig, stack);
-            let stack = &*stack;
-            let tile = tile_of(job);
-            let (path, opts) = match cfg.format {
-                Format::ImageXpress => {
-                    let mut name = ix_stem(job);
-                    match cfg.guid_style {
-                        GuidStyle::None => {}
-                        GuidStyle::Bare => name.push_str(&guid_of(j, 5)),
-                        GuidStyle::Bracketed => {
-                            let _ = write!(name, "_[{}]", guid_of(j, 5));
-                        }
-                    }
-                    let desc = vendor::metaseries_xml(&vendor::MetaSeries {
-                        pixel_size_um: px,
-                        stage_x_um: tile.stage_x_um,
-                        stage_y_um: tile.stage_y_um,
-                        z_um: f64::from(job.z - 1) * cfg.z_step_um,
-                        wavelength_nm: cfg.emission_nm(job.channel),
-                        channel_name: &channel_names[(job.channel - 1) as usize],
-                        stage_label: format!("{} : Site_{}", tile.well, tile.site),
-                        width: cfg.size,
-                        height: cfg.size,
-                    });
-                    let opts = WriteOptions { description: Some(desc), pixel_size_um: Some(px), ..WriteOptions::default() };
-                    (ix_dir(job.t, Some(job.z)).join(format!("{name}.{ext}")), opts)
-                }
-                Format::OperaPhenix => {
-                    let harmony = format!(
-                        "<?xml version=\"1.0\" encoding=\"utf-8\"?><Harmony xmlns=\"http://www.perkinelmer.com/PEHH/HarmonyV5\"><Image><ChannelName>{}</ChannelName></Image></Harmony>",
-                        vendor::xml_escape(&channel_names[(job.channel - 1) as usize])
-                    );
-                    let opts = WriteOptions { pixel_size_um: Some(px), extra_ascii_tags: vec![(65500, harmony)], ..WriteOptions::default() };
-                    (out.join("Images").join(phenix_name(job)), opts)
-                }
-            };
-            write_stack(&path, stack, &opts)?;
-            let mut bytes = (size * size * 2) as u64;
-            if cfg.format == Format::ImageXpress && cfg.thumbnails && job.z == 1 {
-                let thumb = downsample(stack, 8);
-                let tpath = ix_dir(job.t, Some(job.z)).join(format!("{}_thumb{}.{ext}", ix_stem(job), guid_of(j, 6)));
-                write_stack(&tpath, &thumb, &WriteOptions::default())?;
-                bytes += thumb.nbytes() as u64;
-            }
-            Ok(bytes)
-        })
-        .collect();
-    let mut bytes_written = 0;
-    for r in results {
-        bytes_written += r?;
-    }
-    let images_written = jobs.len() - missing_set.len();
-    let thumbnails_written = if cfg.format == Format::ImageXpress && cfg.thumbnails {
-        jobs.iter().enumerate().filter(|(j, job)| job.z == 1 && !missing_set.contains(j)).count()
-    } else {
-        0
-    };
-
-    // ImageXpress z projections: max over z of the very planes written.
-    let mut projections_written = 0;
-    if cfg.format == Format::ImageXpress && cfg.z_projection && cfg.z_planes > 1 {
-        let firsts: Vec<&Job> = jobs.iter().filter(|j| j.z == 1).collect();
-        let res: Vec<Result<(), SynthError>> = firsts
-            .par_iter()
-            .map(|job| {
-                let mut acc = vec![0u16; size * size];
-                for z in 1..=cfg.z_planes {
-                    let j = Job { z, ..**job };
-                    let v = render::render_tile(&indexes[job.well], &spec_for(&j, 4));
-                    for (a, b) in acc.iter_mut().zip(v) {
-                        *a = (*a).max(b);
-                    }
-                }
-                let stack = Stack::U16(Array3::from_shape_vec((1, size, size), acc).unwrap_or_else(|_| Array3::zeros((1, size, size))));
-                let path = out.join(format!("TimePoint_{}", job.t)).join(format!("{}.{ext}", ix_stem(job)));
-                write_stack(&path, &stack, &WriteOptions { pixel_size_um: Some(px), ..WriteOptions::default() })?;
-                Ok(())
-            })
-            .collect();
-        for r in res {
-            r?;
-        }
-        projections_written = firsts.len();
-    }
-
-    // Descriptor.
-    let well_rc: Vec<(u32, u32)> = wells.iter().map(|w| (w.1, w.2)).collect();
-    match cfg.format {
-        Format::ImageXpress => {
-            let description_bytes = if cfg.cp1252_description {
-                // "Synthetic plate – 0.65 µm/px" in Windows-1252: en dash 0x96, micro 0xB5
-                let mut d = b"Synthetic plate \x96 ".to_vec();
-                d.extend_from_slice(format!("{px} ").as_bytes());
-                d.extend_from_slice(b"\xB5m/px");
-                d
-            } else {
-                format!("Synthetic plate - {px} um/px").into_bytes()
-            };
-            let bytes = vendor::htd_bytes(&vendor::HtdSpec {
-                description_bytes,
-                timepoints: cfg.timepoints,
-                z_steps: cfg.z_planes,
-                z_projection: cfg.z_projection && cfg.z_planes > 1,
-                plate_rows: prow,
-                plate_cols: pcol,
-                wells: &well_rc,
-                grid_rows: cfg.grid_rows,
-                grid_cols: cfg.grid_cols,
-                site_selected: &present,
-                sites_on,
-                wave_names: &channel_names,
-                guid: Rng::new(derive(cfg.seed, &[7])).guid(),
-            });
-            write_file(&out.join(format!("{}.HTD", cfg.plate_name)), &bytes)?;
-        }
-        Format::OperaPhenix => {
-            let entries: Vec<vendor::IndexImage> = jobs
-                .iter()
-                .enumerate()
-                .map(|(j, job)| {
-                    let tile = tile_of(job);
-                    vendor::IndexImage {
-                        url: if empty_url.contains(&j) { String::new() } else { phenix_name(job) },
-                        row: wells[job.well].1,
-                        col: wells[job.well].2,
-                        field: cells[job.cell].field_id,
-                        plane: job.z,
-                        timepoint: job.t - 1,
-                        channel: job.channel,
-                        channel_name: &channel_names[(job.channel - 1) as usize],
-                        resolution_m: px * 1e-6,
-                        size: cfg.size,
-                        pos_x_m: tile.stage_x_um * 1e-6,
-                        // stage Y grows upward: image-oriented y is its negative
-                        pos_y_m: -tile.stage_y_um * 1e-6,
-                        pos_z_m: f64::from(job.z - 1) * cfg.z_step_um * 1e-6,
-                        emission_nm: cfg.emission_nm(job.channel),
-                        time_offset_s: f64::from(job.t - 1) * 600.0,
-                    }
-                })
-                .collect();
-            let xml = vendor::harmony_index(&cfg.plate_name, cfg.harmony_v6, prow, pcol, &well_rc, &entries);
-            let mut bytes = b"\xEF\xBB\xBF".to_vec();
-            bytes.extend_from_slice(xml.as_bytes());
-            write_file(&out.join("Images").join(&cfg.phenix_index_name), &bytes)?;
-        }
-    }
-
-    // Ground truth.
-    let gt = out.join("ground_truth");
-    let mut csv = String::from(
-        "well,site,field_id,grid_row,grid_col,x_px,y_px,nominal_x_px,nominal_y_px,stage_x_um,stage_y_um,true_stage_x_um,true_stage_y_um\n",
-    );
-    for t in &tiles {
-        let _ = writeln!(
-            csv,
-            "{},{},{},{},{},{},{},{},{},{},{},{},{}",
-            t.well,
-            t.site,
-            t.field_id,
-            t.grid_row,
-            t.grid_col,
-            t.x_px,
-            t.y_px,
-            t.nominal_x_px,
-            t.nominal_y_px,
-            t.stage_x_um,
-            t.stage_y_um,
-            t.true_stage_x_um,
-            t.true_stage_y_um
-        );
-    }
-    write_file(&gt.join("tile_positions.csv"), csv.as_bytes())?;
-    let mut ncsv = String::from("well,nucleus,x_px,y_px,x_um,y_um,radius_px");
-    for c in 1..=cfg.channels {
-        let _ = write!(ncsv, ",sigma_px_ch{c},amplitude_ch{c}");
-    }
-    ncsv.push('\n');
-    let mut nuclei = 0;
-    for (w, idx) in wells.iter().zip(&indexes) {
-        for (i, n) in idx.nuclei.iter().enumerate() {
-            let (xu, yu) = stage(w, n.x, n.y);
-            let _ = write!(ncsv, "{},{},{},{},{},{},{}", w.0, i + 1, n.x, n.y, xu, yu, n.radius);
-            for c in 0..cfg.channels as usize {
-                let _ = write!(ncsv, ",{},{}", n.sigma[c], n.amplitude[c]);
-            }
-            ncsv.push('\n');
-            nuclei += 1;
-        }
-    }
-    write_file(&gt.join("nuclei.csv"), ncsv.as_bytes())?;
-    let mut mcsv = String::from("well,site,channel,z_index,timepoint,kind\n");
-    for m in &missing {
-        let _ = writeln!(mcsv, "{},{},{},{},{},{}", m.well, m.site, m.channel, m.z_index, m.timepoint, m.kind);
-    }
-    write_file(&gt.join("missing.csv"), mcsv.as_bytes())?;
-    let focus = serde_json::json!({
-        "z_focus": z_focus,
-        "z_planes": cfg.z_planes,
-        "z_step_um": cfg.z_step_um,
-        "defocus_sigma_px_per_plane": cfg.defocus_px_per_plane,
-        "note": "blur sigma added at plane z = defocus_sigma_px_per_plane * |z - z_focus| (planes 1-based)"
-    });
-    write_file(&gt.join("focus.json"), focus.to_string().as_bytes())?;
-    let ff = Stack::F32(Array3::from_shape_vec((1, size, size), flat.clone()).unwrap_or_else(|_| Array3::zeros((1, size, size))));
-    write_stack(&gt.join("flatfield.tif"), &ff, &WriteOptions::default())?;
-    if cfg.truth_images {
-        let (fw, fh) = (frame_w.ceil() as usize, frame_h.ceil() as usize);
-        let res: Vec<Result<(), SynthError>> = (0..wells.len())
-            .flat_map(|wi| (1..=cfg.channels).map(move |c| (wi, c)))
-            .collect::<Vec<_>>()
-            .par_iter()
-            .map(|&(wi, c)| {
-                let spec = TileSpec {
-                    x0: 0.0,
-                    y0: 0.0,
-                    width: fw,
-                    height: fh,
-                    channel: (c - 1) as usize,
-                    defocus: 0.0,
-                    background: cfg.background,
-                    dark_offset: 0.0,
-                    read_noise: 0.0,
-                    flatfield: &[],
-                    seed: 0,
-                };
-                let sig = render::render_signal(&indexes[wi], &spec);
-                let stack = Stack::F32(Array3::from_shape_vec((1, fh, fw), sig).unwrap_or_else(|_| Array3::zeros((1, fh, fw))));
-                let path = gt.join(format!("truth_{}_ch{c}.tif", wells[wi].0));
-                write_stack(&path, &stack, &WriteOptions { pixel_size_um: Some(px), ..WriteOptions::default() })?;
-                Ok(())
-            })
-            .collect();
-        for r in res {
-            r?;
-        }
-    }
-    let cfg_json = serde_json::to_string_pretty(cfg).map_err(|e| SynthError::InvalidConfig(e.to_string()))?;
-    write_file(&gt.join("synth_config.json"), cfg_json.as_bytes())?;
-
+    writer.create_folders()?;
+    let written = writer.write_images()?;
+    let projections_written = writer.write_projections()?;
+    writer.write_descriptor()?;
+    let nuclei = writer.write_ground_truth()?;
     Ok(SynthSummary {
         out: out.to_path_buf(),
-        format: cfg.format,
-        wells: wells.iter().map(|w| w.0.clone()).collect(),
-        sites: cells.len() as u32,
-        images_written,
-        thumbnails_written,
+        format: config.format,
+        wells: layout.wells.iter().map(|w| w.0.clone()).collect(),
+        sites: layout.cells.len() as u32,
+        images_written: written.images,
+        thumbnails_written: written.thumbnails,
         projections_written,
-        missing,
-        tiles,
+        missing: planes.missing,
+        tiles: truth.tiles,
         nuclei,
-        bytes_written,
+        bytes_written: written.bytes,
         seconds: start.elapsed().as_secs_f64(),
     })
-}
-
-/// Block-mean downsampling by `f` (thumbnails).
-fn downsample(s: &Stack, f: usize) -> Stack {
-    let a = match s {
-        Stack::U16(a) => a,
-        _ => return s.clone(),
-    };
-    let (_, h, w) = a.dim();
-    let (th, tw) = ((h / f).max(1), (w / f).max(1));
-    let mut out = Array3::<u16>::zeros((1, th, tw));
-    for y in 0..th {
-        for x in 0..tw {
-            let mut sum = 0u64;
-            let mut n = 0u64;
-            for yy in y * f..((y + 1) * f).min(h) {
-                for xx in x * f..((x + 1) * f).min(w) {
-                    sum += u64::from(a[[0, yy, xx]]);
-                    n += 1;
-                }
-            }
-            out[[0, y, x]] = (sum / n.max(1)) as u16;
-        }
-    }
-    Stack::U16(out)
 }
 
 #[cfg(test)]

@@ -1,34 +1,18 @@
-//! Opera Phenix / Operetta plates exported by Harmony: an index XML plus one
-//! TIFF per plane, all flat in `Images/`.
-//!
-//! The index is `Index.idx.xml`, `Index.ref.xml` or `Index.xml` (first found,
-//! in that order), in the plate folder or its `Images/`. Namespaces HarmonyV5
-//! and V6 are read alike (elements are matched by local name); a UTF-8 BOM is
-//! accepted. Lengths are converted with their `Unit` attribute (metres when
-//! absent, as Harmony writes them) to µm.
-//!
-//! Sites: Phenix FieldIDs are not raster order (field 1 is usually the centre
-//! field, the others follow a snake), so fields are placed by stage position
-//! into a raster grid — rows from −Y, since stage Y grows upward while image rows
-//! grow downward — and numbered 1.. in reading order over the occupied cells.
-//! [`PlateMetadata::field_to_site`](crate::PlateMetadata) keeps the mapping. The
-//! OrientationMatrix contributes the axis directions (sign of its diagonal); its
-//! scale and offset are not applied because their units are not documented.
+//! Opening a Harmony plate: the index XML, fields placed into a site grid,
+//! images and missing planes, plate metadata.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use hcsflow_core::DType;
 use roxmltree::Node;
 
+use super::names::{parse_phenix_name, INDEX_NAMES};
 use crate::well::well_name;
 use crate::{
     io_err, list_dir, not_a_regular_file, EntryKind, Format, ImageRecord, MissingImage, Plate, PlateError, PlateMetadata, SiteCell,
     StagePosition,
 };
-use hcsflow_core::DType;
-
-/// Index file names, in the order they are looked for.
-pub const INDEX_NAMES: [&str; 3] = ["Index.idx.xml", "Index.ref.xml", "Index.xml"];
 
 /// The index file of the plate folder `dir` (looked for in `dir`, then `dir/Images`).
 pub fn find_index(dir: &Path) -> Result<Option<PathBuf>, PlateError> {
@@ -46,52 +30,9 @@ pub fn find_index(dir: &Path) -> Result<Option<PathBuf>, PlateError> {
     Ok(None)
 }
 
-/// Components of a Phenix image file name `r01c02f03p04-ch2sk1fk1fl1.tiff`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PhenixName {
-    pub row: u32,
-    pub col: u32,
-    pub field: u32,
-    pub plane: u32,
-    pub channel: u32,
-    /// Time point + 1.
-    pub sk: u32,
-    pub fk: u32,
-    pub fl: u32,
-}
-
-/// Parses a Phenix file name (case-insensitive); `None` if it is not one.
-pub fn parse_phenix_name(name: &str) -> Option<PhenixName> {
-    let lower = name.to_ascii_lowercase();
-    let stem = lower.strip_suffix(".tiff").or_else(|| lower.strip_suffix(".tif"))?;
-    let mut rest = stem;
-    let mut take = |tag: &str, min: usize, max: usize| -> Option<u32> {
-        let r = rest.strip_prefix(tag)?;
-        let n = r.bytes().take_while(u8::is_ascii_digit).count();
-        if n < min || n > max {
-            return None;
-        }
-        let v = r[..n].parse().ok()?;
-        rest = &r[n..];
-        Some(v)
-    };
-    let row = take("r", 2, 2)?;
-    let col = take("c", 2, 2)?;
-    let field = take("f", 2, 3)?;
-    let plane = take("p", 2, 3)?;
-    let channel = take("-ch", 1, 3)?;
-    let sk = take("sk", 1, 6)?;
-    let fk = take("fk", 1, 6)?;
-    let fl = take("fl", 1, 6)?;
-    if !rest.is_empty() {
-        return None;
-    }
-    Some(PhenixName { row, col, field, plane, channel, sk, fk, fl })
-}
-
 /// One `Image` element of the index.
 #[derive(Debug, Clone)]
-struct IndexImage {
+struct IndexEntry {
     id: String,
     url: String,
     row: u32,
@@ -148,12 +89,12 @@ pub fn parse_orientation(s: &str) -> Option<Vec<Vec<f64>>> {
     (rows.len() >= 2 && rows.iter().all(|r| r.len() >= 2)).then_some(rows)
 }
 
-fn parse_image(n: Node) -> Result<IndexImage, String> {
+fn parse_image(n: Node) -> Result<IndexEntry, String> {
     let id = text(n, "id").unwrap_or("").to_string();
     let num = |k: &str| -> Result<u32, String> {
         text(n, k).and_then(|t| t.parse().ok()).ok_or_else(|| format!("Image {id:?}: missing or invalid {k}"))
     };
-    Ok(IndexImage {
+    Ok(IndexEntry {
         url: text(n, "URL").unwrap_or("").to_string(),
         row: num("Row")?,
         col: num("Col")?,
@@ -457,16 +398,6 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn phenix_names() {
-        let n = parse_phenix_name("r01c02f03p04-ch2sk5fk1fl1.tiff").unwrap();
-        assert_eq!((n.row, n.col, n.field, n.plane, n.channel, n.sk), (1, 2, 3, 4, 2, 5));
-        assert_eq!(parse_phenix_name("R16C24F101P01-CH1SK1FK1FL1.TIF").map(|n| n.field), Some(101));
-        for bad in ["r1c02f03p04-ch2sk5fk1fl1.tiff", "r01c02f03p04-ch2sk5fk1fl1.png", "r01c02f03p04-ch2sk5fk1.tiff", "x.tiff"] {
-            assert_eq!(parse_phenix_name(bad), None, "{bad}");
-        }
-    }
 
     #[test]
     fn orientation_matrix() {
