@@ -469,3 +469,17 @@ fn downsample(s: &Stack, f: usize) -> Stack {
     }
     Stack::U16(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plane_of_the_wrong_size_is_an_error_not_an_image() {
+        assert_eq!(one_plane("image", 2, 3, vec![7u16; 6]).map(|a| a.dim()).ok(), Some((1, 2, 3)));
+        match one_plane("flat-field", 4, 4, vec![0f32; 15]) {
+            Err(SynthError::PlaneSize { what: "flat-field", height: 4, width: 4, got: 15 }) => {}
+            other => panic!("expected PlaneSize, got {other:?}"),
+        }
+    }
+}

@@ -164,150 +164,179 @@ fn split_values(rest: &str) -> Vec<String> {
 
 /// Parses the text of a `.HTD` file. `path` is only used in errors.
 pub fn parse_htd(bytes: &[u8], path: &Path) -> Result<HtdInfo, PlateError> {
-    let text = decode_text(bytes);
-    let bad = |line: usize, message: String| PlateError::Htd { path: path.to_path_buf(), line, message };
-    let mut entries: BTreeMap<String, (usize, Vec<String>)> = BTreeMap::new();
-    let mut first = true;
-    let mut has_end = false;
-    let mut skipped = Vec::new();
-    for (i, raw) in text.split('\n').enumerate() {
-        let lineno = i + 1;
-        let line = raw.trim_end_matches('\r').trim();
-        if line.is_empty() {
-            continue;
-        }
-        // Parse one record; a malformed record is fatal on the first line (the
-        // file is not an HTD at all) and skipped with a warning afterwards (a
-        // multi-line Description must not make a plate unreadable).
-        let record = (|| {
-            let after =
-                line.strip_prefix('"').ok_or_else(|| format!("expected a line starting with a quoted key, found {:?}", clip(line)))?;
-            let end = after.find('"').ok_or_else(|| "unterminated quoted key".to_string())?;
-            let key = &after[..end];
-            let rest = after[end + 1..].trim_start();
-            let values = match rest.strip_prefix(',') {
-                Some(v) => split_values(v),
-                None if rest.is_empty() => Vec::new(),
-                None => return Err(format!("expected ',' after key {key:?}")),
-            };
-            Ok((key.to_string(), values))
-        })();
-        let (key, values) = match record {
-            Ok(r) => r,
-            Err(m) if first => return Err(bad(lineno, m)),
-            Err(m) => {
-                skipped.push(format!("line {lineno}: {m}"));
-                continue;
-            }
-        };
-        if first {
-            if key != "HTSInfoFile" {
-                return Err(bad(lineno, format!("first record must be \"HTSInfoFile\", found {key:?}")));
-            }
-            first = false;
-            continue;
-        }
-        if key == "EndFile" {
-            has_end = true;
-            break;
-        }
-        entries.insert(key, (lineno, values));
-    }
-    if first {
-        return Err(bad(1, "empty file (no \"HTSInfoFile\" record)".into()));
-    }
-
-    let get = |k: &str| entries.get(k).and_then(|(_, v)| v.first()).map(String::as_str);
-    let num = |k: &str, default: u32| -> Result<u32, PlateError> {
-        match entries.get(k) {
-            None => Ok(default),
-            Some((line, v)) => v
-                .first()
-                .and_then(|s| s.parse::<u32>().ok())
-                .ok_or_else(|| bad(*line, format!("{k} must be a non-negative integer, found {v:?}"))),
-        }
-    };
-    let boolean = |k: &str, default: bool| -> Result<bool, PlateError> {
-        match entries.get(k) {
-            None => Ok(default),
-            Some((line, v)) => parse_bool(v.first().map(String::as_str).unwrap_or(""))
-                .ok_or_else(|| bad(*line, format!("{k} must be TRUE or FALSE, found {v:?}"))),
-        }
-    };
-    // Keys `<prefix><n>` present in the file, with n parsed: loops over what
-    // the file holds, never over a count it declares (a corrupt count must
-    // not turn into billions of iterations or allocations).
-    let numbered_keys = |prefix: &str| -> Vec<(u32, &(usize, Vec<String>))> {
-        entries
-            .range(prefix.to_string()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .filter_map(|(k, v)| Some((k[prefix.len()..].parse::<u32>().ok().filter(|n| *n > 0)?, v)))
-            .collect()
-    };
-    let selection = |prefix: &str, rows: u32, cols: u32| -> Result<Option<BTreeMap<u32, Vec<bool>>>, PlateError> {
-        if !entries.contains_key(&format!("{prefix}1")) {
-            return Ok(None);
-        }
-        let mut out = BTreeMap::new();
-        for (r, (line, v)) in numbered_keys(prefix) {
-            if r > rows {
-                continue;
-            }
-            let row: Option<Vec<bool>> = v.iter().map(|s| parse_bool(s)).collect();
-            let row = row.ok_or_else(|| bad(*line, format!("{prefix}{r}: values must be TRUE or FALSE")))?;
-            if row.len() != cols as usize {
-                return Err(bad(*line, format!("{prefix}{r} has {} values, expected {cols}", row.len())));
-            }
-            out.insert(r, row);
-        }
-        Ok(Some(out))
-    };
-
-    let x_wells = num("XWells", 0)?;
-    let y_wells = num("YWells", 0)?;
+    let r = Records::read(&decode_text(bytes), path)?;
+    let x_wells = r.num("XWells", 0)?;
+    let y_wells = r.num("YWells", 0)?;
     if x_wells == 0 || y_wells == 0 {
-        return Err(bad(0, "XWells and YWells (plate columns and rows) are required and must be positive".into()));
+        return Err(r.bad(0, "XWells and YWells (plate columns and rows) are required and must be positive".into()));
     }
     // When an on/off key is absent, the counts decide (some exporters omit them).
-    let sites = boolean("Sites", u64::from(num("XSites", 1)?.max(1)) * u64::from(num("YSites", 1)?.max(1)) > 1)?;
-    let (x_sites, y_sites) = if sites { (num("XSites", 1)?.max(1), num("YSites", 1)?.max(1)) } else { (1, 1) };
-    let z_series = boolean("ZSeries", num("ZSteps", 1)? > 1)?;
-    let n_wavelengths = num("NWavelengths", 1)?.max(1);
-    let waves = boolean("Waves", n_wavelengths > 1)?;
+    let sites = r.boolean("Sites", u64::from(r.num("XSites", 1)?.max(1)) * u64::from(r.num("YSites", 1)?.max(1)) > 1)?;
+    let (x_sites, y_sites) = if sites { (r.num("XSites", 1)?.max(1), r.num("YSites", 1)?.max(1)) } else { (1, 1) };
+    let z_series = r.boolean("ZSeries", r.num("ZSteps", 1)? > 1)?;
+    let n_wavelengths = r.num("NWavelengths", 1)?.max(1);
+    let waves = r.boolean("Waves", n_wavelengths > 1)?;
     let mut wave_names = BTreeMap::new();
     let mut wave_collect = BTreeMap::new();
     let declared_waves = if waves { n_wavelengths } else { 1 };
-    for (w, (_, v)) in numbered_keys("WaveName") {
+    for (w, (_, v)) in r.numbered_keys("WaveName") {
         if let (true, Some(n)) = (w <= declared_waves, v.first()) {
             wave_names.insert(w, n.to_string());
         }
     }
-    for (w, _) in numbered_keys("WaveCollect") {
+    for (w, _) in r.numbered_keys("WaveCollect") {
         if w <= declared_waves {
-            wave_collect.insert(w, num(&format!("WaveCollect{w}"), 1)? != 0);
+            wave_collect.insert(w, r.num(&format!("WaveCollect{w}"), 1)? != 0);
         }
     }
     Ok(HtdInfo {
-        description: get("Description").map(str::to_string),
-        timepoints: num("TimePoints", 1)?.max(1),
+        description: r.get("Description").map(str::to_string),
+        timepoints: r.num("TimePoints", 1)?.max(1),
         z_series,
-        z_steps: if z_series { num("ZSteps", 1)?.max(1) } else { 1 },
-        z_projection: boolean("ZProjection", false)?,
+        z_steps: if z_series { r.num("ZSteps", 1)?.max(1) } else { 1 },
+        z_projection: r.boolean("ZProjection", false)?,
         x_wells,
         y_wells,
-        wells_selection: selection("WellsSelection", y_wells, x_wells)?,
+        wells_selection: r.selection("WellsSelection", y_wells, x_wells)?,
         sites,
         x_sites,
         y_sites,
-        site_selection: if sites { selection("SiteSelection", y_sites, x_sites)? } else { None },
+        site_selection: if sites { r.selection("SiteSelection", y_sites, x_sites)? } else { None },
         waves,
         n_wavelengths: if waves { n_wavelengths } else { 1 },
         wave_names,
         wave_collect,
-        unique_id: get("UniquePlateIdentifier").map(str::to_string),
-        has_end,
-        skipped_lines: skipped,
+        unique_id: r.get("UniquePlateIdentifier").map(str::to_string),
+        has_end: r.has_end,
+        skipped_lines: r.skipped,
     })
+}
+
+/// The records of an HTD file, by key: the line and the values.
+struct Records<'p> {
+    path: &'p Path,
+    entries: BTreeMap<String, (usize, Vec<String>)>,
+    /// Whether an `"EndFile"` record was found.
+    has_end: bool,
+    /// Records skipped as malformed ("line N: why").
+    skipped: Vec<String>,
+}
+
+impl<'p> Records<'p> {
+    /// Reads the records of `text` up to `"EndFile"`. A malformed record is
+    /// fatal on the first line (the file is not an HTD at all) and skipped
+    /// with a note afterwards (a multi-line Description must not make a plate
+    /// unreadable); the first record must be `"HTSInfoFile"`.
+    fn read(text: &str, path: &'p Path) -> Result<Self, PlateError> {
+        let mut r = Records { path, entries: BTreeMap::new(), has_end: false, skipped: Vec::new() };
+        let mut first = true;
+        for (i, raw) in text.split('\n').enumerate() {
+            let lineno = i + 1;
+            let line = raw.trim_end_matches('\r').trim();
+            if line.is_empty() {
+                continue;
+            }
+            let (key, values) = match parse_record(line) {
+                Ok(rec) => rec,
+                Err(m) if first => return Err(r.bad(lineno, m)),
+                Err(m) => {
+                    r.skipped.push(format!("line {lineno}: {m}"));
+                    continue;
+                }
+            };
+            if first {
+                if key != "HTSInfoFile" {
+                    return Err(r.bad(lineno, format!("first record must be \"HTSInfoFile\", found {key:?}")));
+                }
+                first = false;
+                continue;
+            }
+            if key == "EndFile" {
+                r.has_end = true;
+                break;
+            }
+            r.entries.insert(key, (lineno, values));
+        }
+        if first {
+            return Err(r.bad(1, "empty file (no \"HTSInfoFile\" record)".into()));
+        }
+        Ok(r)
+    }
+
+    fn bad(&self, line: usize, message: String) -> PlateError {
+        PlateError::Htd { path: self.path.to_path_buf(), line, message }
+    }
+
+    /// The first value of `k`.
+    fn get(&self, k: &str) -> Option<&str> {
+        self.entries.get(k).and_then(|(_, v)| v.first()).map(String::as_str)
+    }
+
+    /// `k` as a non-negative integer, `default` when absent.
+    fn num(&self, k: &str, default: u32) -> Result<u32, PlateError> {
+        match self.entries.get(k) {
+            None => Ok(default),
+            Some((line, v)) => v
+                .first()
+                .and_then(|s| s.parse::<u32>().ok())
+                .ok_or_else(|| self.bad(*line, format!("{k} must be a non-negative integer, found {v:?}"))),
+        }
+    }
+
+    /// `k` as TRUE/FALSE, `default` when absent.
+    fn boolean(&self, k: &str, default: bool) -> Result<bool, PlateError> {
+        match self.entries.get(k) {
+            None => Ok(default),
+            Some((line, v)) => parse_bool(v.first().map(String::as_str).unwrap_or(""))
+                .ok_or_else(|| self.bad(*line, format!("{k} must be TRUE or FALSE, found {v:?}"))),
+        }
+    }
+
+    /// Keys `<prefix><n>` present in the file, with n parsed: loops over what
+    /// the file holds, never over a count it declares (a corrupt count must
+    /// not turn into billions of iterations or allocations).
+    fn numbered_keys(&self, prefix: &str) -> Vec<(u32, &(usize, Vec<String>))> {
+        self.entries
+            .range(prefix.to_string()..)
+            .take_while(|(k, _)| k.starts_with(prefix))
+            .filter_map(|(k, v)| Some((k[prefix.len()..].parse::<u32>().ok().filter(|n| *n > 0)?, v)))
+            .collect()
+    }
+
+    /// The `<prefix><r>` TRUE/FALSE rows for `r` in `1..=rows`, each of
+    /// `cols` values; `None` when there is no `<prefix>1`.
+    fn selection(&self, prefix: &str, rows: u32, cols: u32) -> Result<Option<BTreeMap<u32, Vec<bool>>>, PlateError> {
+        if !self.entries.contains_key(&format!("{prefix}1")) {
+            return Ok(None);
+        }
+        let mut out = BTreeMap::new();
+        for (r, (line, v)) in self.numbered_keys(prefix) {
+            if r > rows {
+                continue;
+            }
+            let row: Option<Vec<bool>> = v.iter().map(|s| parse_bool(s)).collect();
+            let row = row.ok_or_else(|| self.bad(*line, format!("{prefix}{r}: values must be TRUE or FALSE")))?;
+            if row.len() != cols as usize {
+                return Err(self.bad(*line, format!("{prefix}{r} has {} values, expected {cols}", row.len())));
+            }
+            out.insert(r, row);
+        }
+        Ok(Some(out))
+    }
+}
+
+/// One record line: the quoted key and its values.
+fn parse_record(line: &str) -> Result<(String, Vec<String>), String> {
+    let after = line.strip_prefix('"').ok_or_else(|| format!("expected a line starting with a quoted key, found {:?}", clip(line)))?;
+    let end = after.find('"').ok_or_else(|| "unterminated quoted key".to_string())?;
+    let key = &after[..end];
+    let rest = after[end + 1..].trim_start();
+    let values = match rest.strip_prefix(',') {
+        Some(v) => split_values(v),
+        None if rest.is_empty() => Vec::new(),
+        None => return Err(format!("expected ',' after key {key:?}")),
+    };
+    Ok((key.to_string(), values))
 }
 
 fn parse_bool(s: &str) -> Option<bool> {

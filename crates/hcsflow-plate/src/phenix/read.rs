@@ -171,6 +171,57 @@ fn inside_plate(root: &Path, base: &Path, url: &str) -> Option<PathBuf> {
 
 /// Opens a Harmony plate (folder, `Images/` folder or index file).
 pub fn open(path: &Path) -> Result<Plate, PlateError> {
+    let loc = locate(path)?;
+    let index = &loc.index;
+    if let Some(reason) = not_a_regular_file(index) {
+        return Err(PlateError::NotRegularFile { path: index.clone(), reason });
+    }
+    let bytes = std::fs::read(index).map_err(io_err(index))?;
+    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
+    let xml = std::str::from_utf8(bytes).map_err(|e| PlateError::Xml { path: index.clone(), message: format!("not UTF-8: {e}") })?;
+    let doc = roxmltree::Document::parse(xml).map_err(|e| PlateError::Xml { path: index.clone(), message: e.to_string() })?;
+    let root_el = doc.root_element();
+    let mut warnings = Vec::new();
+    let entries = index_entries(root_el, index, &mut warnings)?;
+    let (sx, sy) = axis_signs(&entries, index, &mut warnings);
+    let grid = site_grid(&entries, sx, sy, &mut warnings);
+    let found = resolve_images(&loc, &entries, &grid.field_to_site, (sx, sy), &mut warnings);
+    if found.images.is_empty() {
+        return Err(PlateError::NoImages {
+            path: loc.root.clone(),
+            detail: format!(
+                "{} index entries, {} missing{}",
+                entries.len(),
+                found.missing.len(),
+                found.missing.first().map(|m| format!(", the first because: {}", m.reason)).unwrap_or_default()
+            ),
+        });
+    }
+    let metadata = plate_metadata(root_el, &entries, grid, found.stage, found.channel_names);
+    let Located { root, index, .. } = loc;
+    Ok(Plate {
+        format: Format::OperaPhenix,
+        root,
+        descriptor: index,
+        metadata,
+        images: found.images,
+        projections: Vec::new(),
+        missing: found.missing,
+        warnings,
+    })
+}
+
+/// Where a plate's index and folder are.
+struct Located {
+    index: PathBuf,
+    /// The plate folder (the parent of `Images/` when the index is in it).
+    root: PathBuf,
+    /// Whether the index is in `Images/` (its URLs are relative to that folder).
+    in_images: bool,
+}
+
+/// The index of the plate at `path` (a folder, its `Images/`, or the index itself).
+fn locate(path: &Path) -> Result<Located, PlateError> {
     let index = if path.is_file() {
         path.to_path_buf()
     } else {
@@ -179,16 +230,12 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
     let index_dir = index.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("."));
     let in_images = index_dir.file_name().is_some_and(|n| n.eq_ignore_ascii_case("Images"));
     let root = if in_images { index_dir.parent().map(Path::to_path_buf).unwrap_or(index_dir.clone()) } else { index_dir.clone() };
+    Ok(Located { index, root, in_images })
+}
 
-    if let Some(reason) = not_a_regular_file(&index) {
-        return Err(PlateError::NotRegularFile { path: index, reason });
-    }
-    let bytes = std::fs::read(&index).map_err(io_err(&index))?;
-    let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(&bytes);
-    let xml = std::str::from_utf8(bytes).map_err(|e| PlateError::Xml { path: index.clone(), message: format!("not UTF-8: {e}") })?;
-    let doc = roxmltree::Document::parse(xml).map_err(|e| PlateError::Xml { path: index.clone(), message: e.to_string() })?;
-    let root_el = doc.root_element();
-    let mut warnings = Vec::new();
+/// The usable `<Image>` entries of the index document (others are warnings);
+/// refuses a document without any.
+fn index_entries(root_el: Node, index: &Path, warnings: &mut Vec<String>) -> Result<Vec<IndexEntry>, PlateError> {
     if !root_el.tag_name().namespace().unwrap_or("").contains("Harmony") {
         warnings.push(format!(
             "{}: root namespace {:?} is not a Harmony namespace; reading it anyway",
@@ -196,10 +243,8 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
             root_el.tag_name().namespace().unwrap_or("")
         ));
     }
-    let content_err = |m: &str| PlateError::IndexContent { path: index.clone(), message: m.to_string() };
+    let content_err = |m: &str| PlateError::IndexContent { path: index.to_path_buf(), message: m.to_string() };
     let images_el = child(root_el, "Images").ok_or_else(|| content_err("no <Images> element"))?;
-    let plate_el = child(root_el, "Plates").and_then(|p| child(p, "Plate"));
-
     let mut entries = Vec::new();
     for n in images_el.children().filter(|c| c.is_element() && c.tag_name().name() == "Image") {
         match parse_image(n) {
@@ -210,8 +255,12 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
     if entries.is_empty() {
         return Err(content_err("no usable <Image> entries"));
     }
+    Ok(entries)
+}
 
-    // Orientation: axis signs from the first OrientationMatrix.
+/// The signs that turn stage axes into image axes, from the first
+/// OrientationMatrix (default: x as is, y flipped).
+fn axis_signs(entries: &[IndexEntry], index: &Path, warnings: &mut Vec<String>) -> (f64, f64) {
     let (mut sx, mut sy) = (1.0f64, -1.0f64);
     if let Some(m) = entries.iter().find_map(|e| e.orientation.as_deref()) {
         match parse_orientation(m) {
@@ -222,11 +271,27 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
             _ => warnings.push(format!("{}: OrientationMatrix {m:?} not understood; assuming stage Y grows upward", index.display())),
         }
     }
+    (sx, sy)
+}
 
-    // Field → raster site, from the mean stage position of every field.
+/// The fields placed into a raster site grid.
+struct SiteGrid {
+    /// FieldID → site number.
+    field_to_site: BTreeMap<u32, u32>,
+    site_cells: Vec<SiteCell>,
+    rows: u32,
+    cols: u32,
+    /// Number of distinct fields.
+    fields: u32,
+}
+
+/// Places every field by its mean stage position (image-oriented by the signs
+/// `sx`, `sy`) into a raster grid and numbers the sites in reading order; when
+/// a field has no position, sites follow FieldID order in one row.
+fn site_grid(entries: &[IndexEntry], sx: f64, sy: f64, warnings: &mut Vec<String>) -> SiteGrid {
     let fields: BTreeSet<u32> = entries.iter().map(|e| e.field).collect();
     let mut sums: BTreeMap<u32, (f64, f64, u32)> = BTreeMap::new();
-    for e in &entries {
+    for e in entries {
         if let (Some(x), Some(y)) = (e.pos_x_um, e.pos_y_um) {
             let s = sums.entry(e.field).or_insert((0.0, 0.0, 0));
             s.0 += sx * x;
@@ -234,50 +299,64 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
             s.2 += 1;
         }
     }
-    let resolution = entries.iter().find_map(|e| e.resolution_um);
-    let size_x = entries.iter().find_map(|e| e.size_x);
-    let size_y = entries.iter().find_map(|e| e.size_y);
     let mut field_to_site = BTreeMap::new();
     let mut site_cells = Vec::new();
-    let (grid_rows, grid_cols);
-    if sums.len() == fields.len() {
-        let ids: Vec<u32> = sums.keys().copied().collect();
-        let xs: Vec<f64> = sums.values().map(|s| s.0 / f64::from(s.2)).collect();
-        let ys: Vec<f64> = sums.values().map(|s| s.1 / f64::from(s.2)).collect();
-        // Two fields are in the same row/column when closer than half a tile.
-        let tile_w = resolution.zip(size_x).map(|(r, s)| r * f64::from(s)).unwrap_or(1.0);
-        let tile_h = resolution.zip(size_y).map(|(r, s)| r * f64::from(s)).unwrap_or(tile_w);
-        let (rows, nr) = cluster(&ys, tile_h / 2.0);
-        let (cols, nc) = cluster(&xs, tile_w / 2.0);
-        let mut order: Vec<usize> = (0..ids.len()).collect();
-        order.sort_by_key(|&i| (rows[i], cols[i], ids[i]));
-        let mut occupied = BTreeSet::new();
-        for (k, &i) in order.iter().enumerate() {
-            let site = k as u32 + 1;
-            if !occupied.insert((rows[i], cols[i])) {
-                warnings.push(format!("field {} shares grid cell ({}, {}) with another field", ids[i], rows[i], cols[i]));
-            }
-            field_to_site.insert(ids[i], site);
-            site_cells.push(SiteCell { site, row: rows[i], col: cols[i] });
-        }
-        grid_rows = nr;
-        grid_cols = nc;
-    } else {
+    if sums.len() != fields.len() {
         warnings.push("some fields have no PositionX/PositionY; sites follow FieldID order in one row".into());
         for (k, f) in fields.iter().enumerate() {
             field_to_site.insert(*f, k as u32 + 1);
             site_cells.push(SiteCell { site: k as u32 + 1, row: 0, col: k as u32 });
         }
-        grid_rows = 1;
-        grid_cols = fields.len() as u32;
+        return SiteGrid { field_to_site, site_cells, rows: 1, cols: fields.len() as u32, fields: fields.len() as u32 };
     }
+    let resolution = entries.iter().find_map(|e| e.resolution_um);
+    let size_x = entries.iter().find_map(|e| e.size_x);
+    let size_y = entries.iter().find_map(|e| e.size_y);
+    let ids: Vec<u32> = sums.keys().copied().collect();
+    let xs: Vec<f64> = sums.values().map(|s| s.0 / f64::from(s.2)).collect();
+    let ys: Vec<f64> = sums.values().map(|s| s.1 / f64::from(s.2)).collect();
+    // Two fields are in the same row/column when closer than half a tile.
+    let tile_w = resolution.zip(size_x).map(|(r, s)| r * f64::from(s)).unwrap_or(1.0);
+    let tile_h = resolution.zip(size_y).map(|(r, s)| r * f64::from(s)).unwrap_or(tile_w);
+    let (rows, nr) = cluster(&ys, tile_h / 2.0);
+    let (cols, nc) = cluster(&xs, tile_w / 2.0);
+    let mut order: Vec<usize> = (0..ids.len()).collect();
+    order.sort_by_key(|&i| (rows[i], cols[i], ids[i]));
+    let mut occupied = BTreeSet::new();
+    for (k, &i) in order.iter().enumerate() {
+        let site = k as u32 + 1;
+        if !occupied.insert((rows[i], cols[i])) {
+            warnings.push(format!("field {} shares grid cell ({}, {}) with another field", ids[i], rows[i], cols[i]));
+        }
+        field_to_site.insert(ids[i], site);
+        site_cells.push(SiteCell { site, row: rows[i], col: cols[i] });
+    }
+    SiteGrid { field_to_site, site_cells, rows: nr, cols: nc, fields: fields.len() as u32 }
+}
 
-    let mut images = Vec::new();
-    let mut missing = Vec::new();
-    let mut stage: BTreeMap<(String, u32), (f64, f64)> = BTreeMap::new();
-    let mut channel_names = BTreeMap::new();
+/// What the index entries resolve to.
+struct Resolved {
+    images: Vec<ImageRecord>,
+    missing: Vec<MissingImage>,
+    /// Stage position (µm, image-oriented) of every (well, site), the first entry's.
+    stage: BTreeMap<(String, u32), (f64, f64)>,
+    /// Channel number → name, the first entry's.
+    channel_names: BTreeMap<u32, String>,
+}
+
+/// Resolves every index entry to an image file inside the plate, or to a
+/// missing image saying why (empty URL, outside the plate, no file, not a
+/// regular file); duplicates and entries that name no well are warnings.
+fn resolve_images(
+    loc: &Located,
+    entries: &[IndexEntry],
+    field_to_site: &BTreeMap<u32, u32>,
+    (sx, sy): (f64, f64),
+    warnings: &mut Vec<String>,
+) -> Resolved {
+    let mut found = Resolved { images: Vec::new(), missing: Vec::new(), stage: BTreeMap::new(), channel_names: BTreeMap::new() };
     let mut seen = BTreeSet::new();
-    for e in &entries {
+    for e in entries {
         let Some(well) = well_name(e.row, e.col) else {
             warnings.push(format!("Image {:?}: row {} / column {} is not a well", e.id, e.row, e.col));
             continue;
@@ -285,10 +364,17 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
         let site = field_to_site.get(&e.field).copied().unwrap_or(0);
         let t = e.timepoint0 + 1;
         if let Some(n) = &e.channel_name {
-            channel_names.entry(e.channel).or_insert_with(|| n.clone());
+            found.channel_names.entry(e.channel).or_insert_with(|| n.clone());
         }
         if let (Some(x), Some(y)) = (e.pos_x_um, e.pos_y_um) {
-            stage.entry((well.clone(), site)).or_insert((sx * x, sy * y));
+            found.stage.entry((well.clone(), site)).or_insert((sx * x, sy * y));
+        }
+        if !seen.insert((well.clone(), site, e.channel, e.plane, t)) {
+            warnings.push(format!(
+                "Image {:?}: duplicate entry for well {well} field {} channel {} plane {} t {t}; ignored",
+                e.id, e.field, e.channel, e.plane
+            ));
+            continue;
         }
         let miss = |path: Option<PathBuf>, reason: &str| MissingImage {
             well: well.clone(),
@@ -299,58 +385,60 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
             path,
             reason: reason.to_string(),
         };
-        if !seen.insert((well.clone(), site, e.channel, e.plane, t)) {
-            warnings.push(format!(
-                "Image {:?}: duplicate entry for well {well} field {} channel {} plane {} t {t}; ignored",
-                e.id, e.field, e.channel, e.plane
-            ));
-            continue;
-        }
-        if e.url.is_empty() {
-            missing.push(miss(None, "empty URL in the index"));
-            continue;
-        }
-        let base = if in_images { Path::new("Images") } else { Path::new("") };
-        let Some(mut file) = inside_plate(&root, base, &e.url) else {
-            let reason = format!("URL {:?} points outside the plate; not opened", e.url);
-            warnings.push(format!("{}: Image {:?}: {reason}", index.display(), e.id));
-            missing.push(miss(None, &reason));
-            continue;
-        };
-        if !file.exists() && !in_images {
-            if let Some(alt) = inside_plate(&root, Path::new("Images"), &e.url).filter(|a| a.exists()) {
-                file = alt;
+        match entry_file(loc, e, warnings) {
+            Ok(file) => {
+                found.images.push(ImageRecord { well, site, channel: e.channel, z_index: e.plane, timepoint: t, path: file });
             }
+            Err((path, reason)) => found.missing.push(miss(path, &reason)),
         }
-        if std::fs::symlink_metadata(&file).is_err() {
-            missing.push(miss(Some(file), "file not found"));
-            continue;
-        }
-        if let Some(why) = not_a_regular_file(&file) {
-            warnings.push(format!("{} {why}; not opened, the plane counts as missing", file.display()));
-            missing.push(miss(Some(file), &format!("the file {why}")));
-            continue;
-        }
-        let fname = Path::new(&e.url).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        if let Some(p) = parse_phenix_name(&fname) {
-            if (p.row, p.col, p.field, p.plane, p.channel, p.sk) != (e.row, e.col, e.field, e.plane, e.channel, t) {
-                warnings.push(format!("{fname}: file name disagrees with its index entry {:?}; the index is used", e.id));
-            }
-        }
-        images.push(ImageRecord { well, site, channel: e.channel, z_index: e.plane, timepoint: t, path: file });
     }
-    if images.is_empty() {
-        return Err(PlateError::NoImages {
-            path: root.clone(),
-            detail: format!(
-                "{} index entries, {} missing{}",
-                entries.len(),
-                missing.len(),
-                missing.first().map(|m| format!(", the first because: {}", m.reason)).unwrap_or_default()
-            ),
-        });
-    }
+    found
+}
 
+/// The image file of the entry `e`, or where it was expected (if anywhere)
+/// and why it is missing. Warns about URLs outside the plate, non-regular
+/// files and file names that disagree with the entry.
+fn entry_file(loc: &Located, e: &IndexEntry, warnings: &mut Vec<String>) -> Result<PathBuf, (Option<PathBuf>, String)> {
+    if e.url.is_empty() {
+        return Err((None, "empty URL in the index".into()));
+    }
+    let base = if loc.in_images { Path::new("Images") } else { Path::new("") };
+    let Some(mut file) = inside_plate(&loc.root, base, &e.url) else {
+        let reason = format!("URL {:?} points outside the plate; not opened", e.url);
+        warnings.push(format!("{}: Image {:?}: {reason}", loc.index.display(), e.id));
+        return Err((None, reason));
+    };
+    if !file.exists() && !loc.in_images {
+        if let Some(alt) = inside_plate(&loc.root, Path::new("Images"), &e.url).filter(|a| a.exists()) {
+            file = alt;
+        }
+    }
+    if std::fs::symlink_metadata(&file).is_err() {
+        return Err((Some(file), "file not found".into()));
+    }
+    if let Some(why) = not_a_regular_file(&file) {
+        warnings.push(format!("{} {why}; not opened, the plane counts as missing", file.display()));
+        return Err((Some(file), format!("the file {why}")));
+    }
+    let fname = Path::new(&e.url).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    if let Some(p) = parse_phenix_name(&fname) {
+        if (p.row, p.col, p.field, p.plane, p.channel, p.sk) != (e.row, e.col, e.field, e.plane, e.channel, e.timepoint0 + 1) {
+            warnings.push(format!("{fname}: file name disagrees with its index entry {:?}; the index is used", e.id));
+        }
+    }
+    Ok(file)
+}
+
+/// The plate metadata: plate name and size and the acquired wells from the
+/// document, the rest from the entries and the site grid.
+fn plate_metadata(
+    root_el: Node,
+    entries: &[IndexEntry],
+    grid: SiteGrid,
+    stage: BTreeMap<(String, u32), (f64, f64)>,
+    channel_names: BTreeMap<u32, String>,
+) -> PlateMetadata {
+    let plate_el = child(root_el, "Plates").and_then(|p| child(p, "Plate"));
     let plate_num = |k: &str| plate_el.and_then(|p| text(p, k)).and_then(|t| t.parse::<u32>().ok());
     let mut acquired: Vec<String> = child(root_el, "Wells")
         .map(|w| {
@@ -370,29 +458,28 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
     let max_intensity = entries.iter().find_map(|e| e.max_intensity);
     let bit_depth = max_intensity.map(|m| (m.max(1.0) + 1.0).log2().ceil() as u32);
     let channels: BTreeSet<u32> = entries.iter().map(|e| e.channel).collect();
-    let metadata = PlateMetadata {
+    PlateMetadata {
         name: plate_el.and_then(|p| text(p, "Name")).unwrap_or("").to_string(),
         description: None,
         plate_rows: plate_num("PlateRows").unwrap_or(0),
         plate_columns: plate_num("PlateColumns").unwrap_or(0),
         acquired_wells: acquired,
-        grid_rows,
-        grid_cols,
-        site_cells,
-        field_to_site,
-        pixel_size_um: resolution,
+        grid_rows: grid.rows,
+        grid_cols: grid.cols,
+        site_cells: grid.site_cells,
+        field_to_site: grid.field_to_site,
+        pixel_size_um: entries.iter().find_map(|e| e.resolution_um),
         stage_positions: stage.into_iter().map(|((well, site), (x_um, y_um))| StagePosition { well, site, x_um, y_um }).collect(),
         channel_names,
         bit_depth,
-        image_width: size_x,
-        image_height: size_y,
+        image_width: entries.iter().find_map(|e| e.size_x),
+        image_height: entries.iter().find_map(|e| e.size_y),
         dtype: bit_depth.map(|b| if b <= 8 { DType::U8 } else { DType::U16 }),
-        sites: fields.len() as u32,
+        sites: grid.fields,
         channels: channels.len() as u32,
         z_planes: entries.iter().map(|e| e.plane).max().unwrap_or(0),
         timepoints: entries.iter().map(|e| e.timepoint0 + 1).max().unwrap_or(0),
-    };
-    Ok(Plate { format: Format::OperaPhenix, root, descriptor: index, metadata, images, projections: Vec::new(), missing, warnings })
+    }
 }
 
 #[cfg(test)]
