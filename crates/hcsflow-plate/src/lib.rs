@@ -8,6 +8,9 @@
 //! Handlers: ImageXpress/MetaXpress (`.HTD`, [`imagexpress`]) and Opera
 //! Phenix/Operetta (Harmony index XML, [`phenix`]). [`detect`] picks one from
 //! the metadata files present; [`open_plate`] accepts an explicit override.
+//! Each format module also writes what it reads (names, descriptor, image
+//! metadata), for the synthetic plates of `hcsflow-synth`; [`naming`] holds the
+//! names of pipeline outputs that follow from a plate's layout.
 //!
 //! Contract shared by every handler:
 //! - **Read-only.** Opening a plate never writes, renames or touches a file in
@@ -33,7 +36,7 @@
 //!   `._name.tif` AppleDouble companions) are skipped with one summary
 //!   warning; among duplicate images, the one whose prefix is the
 //!   descriptor's name wins.
-//! - [`verify`] reads every image header (not only one per site) for
+//! - [`verify()`] reads every image header (not only one per site) for
 //!   `hcsflow inspect --verify`.
 
 use std::collections::BTreeMap;

@@ -18,7 +18,7 @@ use rayon::prelude::*;
 use crate::layout::{tile_spec, Job, Layout, Planes, Truth};
 use crate::render::{self, TileSpec};
 use crate::rng::{derive, Rng};
-use crate::{io, write_file, GuidStyle, IxLayout, SynthError};
+use crate::{io, write_file, GuidStyle, IxLayout, SynthConfig, SynthError, TileTruth};
 
 /// Everything the writers need: the layout, the truth and the planes.
 pub(crate) struct PlateWriter<'a> {
@@ -44,7 +44,7 @@ fn one_plane<T>(what: &'static str, height: usize, width: usize, pixels: Vec<T>)
 }
 
 impl PlateWriter<'_> {
-    fn cfg(&self) -> &crate::SynthConfig {
+    fn cfg(&self) -> &SynthConfig {
         self.layout.cfg
     }
 
@@ -106,7 +106,7 @@ impl PlateWriter<'_> {
         tile_spec(self.layout, self.truth, job, seed_tag)
     }
 
-    fn tile(&self, job: &Job) -> &crate::TileTruth {
+    fn tile(&self, job: &Job) -> &TileTruth {
         &self.truth.tiles[job.well * self.layout.cells.len() + job.cell]
     }
 
@@ -419,7 +419,7 @@ impl PlateWriter<'_> {
 }
 
 /// `tile_positions.csv`.
-fn tile_positions_csv(tiles: &[crate::TileTruth]) -> String {
+fn tile_positions_csv(tiles: &[TileTruth]) -> String {
     let mut csv = String::from(
         "well,site,field_id,grid_row,grid_col,x_px,y_px,nominal_x_px,nominal_y_px,stage_x_um,stage_y_um,true_stage_x_um,true_stage_y_um\n",
     );

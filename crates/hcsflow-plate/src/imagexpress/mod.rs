@@ -3,7 +3,7 @@
 //! Folder variants accepted (formats.md §4.1): images directly in the plate
 //! folder; `TimePoint_<t>/`; `TimePoint_<t>/ZStep_<z>/`; and, with
 //! `ZProjection TRUE`, the projected plane in `TimePoint_<t>/` beside the
-//! `ZStep_<z>/` folders (exposed as [`Plate::projections`]).
+//! `ZStep_<z>/` folders (exposed as [`Plate::projections`](crate::Plate::projections)).
 //!
 //! File names are parsed from the right (the plate prefix may contain `_`):
 //! `prefix_WELL[_sS][_wW][_tT][_thumb][GUID].tif|.TIF|.tiff`. A trailing 36-character
@@ -13,7 +13,7 @@
 //! Names without the plate prefix (`A01_s001_w1.tif`, `A01_s001_w1_z001.tif`,
 //! `…_z001_t001.tif`: what OpenHCS's synthetic generator writes) are read too,
 //! when every image of the plate is named that way; a folder mixing both is
-//! [`PlateError::MixedNaming`], naming one file of each kind. A `_z<Z>` token
+//! [`PlateError::MixedNaming`](crate::PlateError::MixedNaming), naming one file of each kind. A `_z<Z>` token
 //! gives the plane outside `ZStep_<z>/` folders; inside one, the folder wins
 //! and a disagreeing token is a warning.
 //!
@@ -29,6 +29,11 @@
 //! never images; a duplicate image keeps the file whose prefix is the HTD's
 //! name. The HTD's counts must be backed by files on disk: see
 //! [`MAX_EXPECTED_FLOOR`] for the rule, checked before anything is enumerated.
+//!
+//! Both directions of the format live here: the descriptor (`htd`: [`parse_htd`]),
+//! the file and folder names (`names`: [`parse_image_name`] and the name
+//! builders), opening a plate (`read`: [`open`]), and the metadata writers
+//! (`write`: [`htd_bytes`], [`metaseries_xml`]) that `hcsflow-synth` uses.
 
 mod htd;
 mod names;

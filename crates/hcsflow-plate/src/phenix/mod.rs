@@ -14,6 +14,11 @@
 //! [`PlateMetadata::field_to_site`](crate::PlateMetadata) keeps the mapping. The
 //! OrientationMatrix contributes the axis directions (sign of its diagonal); its
 //! scale and offset are not applied because their units are not documented.
+//!
+//! Both directions of the format live here: the file names (`names`:
+//! [`parse_phenix_name`], [`PhenixName::file_name`], [`INDEX_NAMES`]), opening
+//! a plate (`read`: [`open`]), and the metadata writers (`write`:
+//! [`harmony_index`], [`tiff_tag_xml`]) that `hcsflow-synth` uses.
 
 mod names;
 mod read;
