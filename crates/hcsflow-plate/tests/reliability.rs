@@ -240,6 +240,24 @@ fn d13_index_urls_outside_the_plate_are_never_opened() {
 }
 
 #[test]
+fn a_timepoint_id_without_a_successor_is_an_ignored_image_not_a_panic() {
+    // Found by the index fuzz: TimepointID 4294967295 overflowed `timepoint0 + 1`
+    // (a panic in debug builds, timepoint 0 in release builds).
+    let d = tempfile::tempdir().unwrap();
+    let (plate, index, first) = phenix(d.path());
+    let original = std::fs::read_to_string(&index).unwrap();
+    let at = original.find(&format!("<URL>{first}</URL>")).unwrap();
+    let image_start = original[..at].rfind("<Image ").or_else(|| original[..at].rfind("<Image>")).unwrap();
+    let tp = image_start + original[image_start..].find("<TimepointID>").unwrap();
+    let tp_end = tp + original[tp..].find("</TimepointID>").unwrap() + "</TimepointID>".len();
+    let edited = format!("{}<TimepointID>4294967295</TimepointID>{}", &original[..tp], &original[tp_end..]);
+    std::fs::write(&index, edited).unwrap();
+    let p = open_plate(&plate, None).unwrap();
+    assert_eq!(p.images.len(), 1, "{:?}", p.images);
+    assert!(p.warnings.iter().any(|w| w.contains("TimepointID 4294967295 is out of range; image ignored")), "{:?}", p.warnings);
+}
+
+#[test]
 fn d13_symlinks_inside_the_plate_may_point_outside() {
     let d = tempfile::tempdir().unwrap();
     let (plate, _, first) = phenix(d.path());

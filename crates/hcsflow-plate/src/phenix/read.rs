@@ -100,9 +100,12 @@ fn parse_image(n: Node) -> Result<IndexEntry, String> {
         col: num("Col")?,
         field: num("FieldID")?,
         plane: num("PlaneID")?,
+        // Timepoints are numbered from 1 (`timepoint0 + 1`): the largest u32 has no successor.
         timepoint0: match text(n, "TimepointID") {
             None => 0,
-            Some(_) => num("TimepointID")?,
+            Some(_) => Some(num("TimepointID")?)
+                .filter(|t| *t < u32::MAX)
+                .ok_or_else(|| format!("Image {id:?}: TimepointID {} is out of range", u32::MAX))?,
         },
         channel: num("ChannelID")?,
         channel_name: text(n, "ChannelName").filter(|s| !s.is_empty()).map(str::to_string),
