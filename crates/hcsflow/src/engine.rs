@@ -6,7 +6,9 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use hcsflow_core::{Array, CallPlan, Conversions, DTypePolicy, Device, DeviceChoice, MemoryType, Registry, Route, Stack, StackShape};
+use hcsflow_core::{
+    CallContext, CallPlan, ConversionPolicy, Conversions, DTypePolicy, DeviceChoice, MemoryType, Registry, Route, Stack, StackShape,
+};
 use hcsflow_pipeline::{CompileConfig, PipelineSpec, Plan, Progress, RunSummary};
 
 use crate::device::DeviceOptions;
@@ -31,6 +33,8 @@ pub struct PreparedCall {
     pub back: Route,
     /// The device chosen, and why.
     pub device: DeviceChoice,
+    /// Which copies the routes in and back may make.
+    pub policy: ConversionPolicy,
 }
 
 impl Engine {
@@ -121,7 +125,7 @@ impl Engine {
         let policy = device.conversion_policy();
         let call = self.registry.plan_call(function, parsed, MemoryType::Host, choice.device, &self.conversions, policy)?;
         let back = self.conversions.plan(call.implementation.memory_out, MemoryType::Host, policy).map_err(Error::Route)?;
-        Ok(PreparedCall { call, back, device: choice })
+        Ok(PreparedCall { call, back, device: choice, policy })
     }
 
     /// Checks the call's arguments against an input of `shape` (e.g. a filter
@@ -146,9 +150,8 @@ impl Engine {
     /// ```
     pub fn run_call(&self, call: &PreparedCall, input: Stack, dtype: DTypePolicy) -> Result<Stack, Error> {
         let input_dtype = input.dtype();
-        let out = self.registry.execute(&call.call, Array::from(input), &self.conversions)?;
-        let out = self.conversions.execute(&call.back, out, Device::Cpu).map_err(Error::CopyBack)?;
-        let stack = out.into_host_stack().ok_or_else(|| Error::NotAStack { function: call.call.function.to_string() })?;
+        let policy = call.policy;
+        let stack = self.registry.run_to_host(&call.call, input, &self.conversions, policy, &mut CallContext::default())?;
         Ok(stack.apply_policy(input_dtype, dtype))
     }
 }

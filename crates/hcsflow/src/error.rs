@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use hcsflow_core::{ArgError, ConversionError, DeviceError, FunctionError, PlanError};
+use hcsflow_core::{ArgError, CallError, ConversionError, DeviceError, FunctionError, PlanError};
 use hcsflow_pipeline::PipelineError;
 use hcsflow_plate::PlateError;
 
@@ -48,12 +48,24 @@ pub enum Error {
     /// A single call: the function failed on its input.
     #[error(transparent)]
     Function(#[from] FunctionError),
-    /// A single call: the result could not be copied back to host memory.
-    #[error("copying the result to the host")]
-    CopyBack(#[source] ConversionError),
-    /// A single call: the function returned something other than a 3D stack.
-    #[error("{function} did not return a 3D stack")]
-    NotAStack { function: String },
+    /// A single call: the result could not be brought back to host memory as
+    /// a 3D stack.
+    #[error("{function}: bringing the result back to the host")]
+    ToHost {
+        function: String,
+        #[source]
+        error: ConversionError,
+    },
+}
+
+impl From<CallError> for Error {
+    fn from(e: CallError) -> Self {
+        match e {
+            CallError::Plan(e) => Error::Call(e),
+            CallError::Function(e) => Error::Function(e),
+            CallError::ToHost { function, error } => Error::ToHost { function, error },
+        }
+    }
 }
 
 /// Run options that cannot work together.
@@ -84,9 +96,7 @@ impl Error {
             Error::Spec(_) | Error::Options(_) | Error::Call(_) | Error::Arg(_) | Error::Route(_) => ErrorKind::Usage,
             Error::Pipeline(e) if e.is_usage() => ErrorKind::Usage,
             Error::Device(_) => ErrorKind::DeviceUnavailable,
-            Error::Pipeline(_) | Error::Plate { .. } | Error::Function(_) | Error::CopyBack(_) | Error::NotAStack { .. } => {
-                ErrorKind::Failure
-            }
+            Error::Pipeline(_) | Error::Plate { .. } | Error::Function(_) | Error::ToHost { .. } => ErrorKind::Failure,
         }
     }
 }
