@@ -48,15 +48,10 @@ fn loadavg() -> f64 {
     std::fs::read_to_string("/proc/loadavg").ok().and_then(|s| s.split_whitespace().next().and_then(|v| v.parse().ok())).unwrap_or(f64::NAN)
 }
 
-/// Peak resident set size of this process in MiB (`VmHWM`), NaN where unavailable.
+/// Peak resident set size of this process in MiB ([`hcsflow_io::peak_rss_bytes`]),
+/// NaN where unavailable.
 pub fn peak_rss_mib() -> f64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1).and_then(|kb| kb.parse::<f64>().ok()))
-        })
-        .map(|kb| kb / 1024.0)
-        .unwrap_or(f64::NAN)
+    hcsflow_io::peak_rss_bytes().map(|b| b as f64 / (1u64 << 20) as f64).unwrap_or(f64::NAN)
 }
 
 /// Runs `f` `warmup` times untimed, then `repeats` times timed.

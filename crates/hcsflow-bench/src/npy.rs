@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use hcsflow_core::{DType, Stack};
+use hcsflow_io::Durability;
 use ndarray::Array3;
 
 #[derive(Debug, thiserror::Error)]
@@ -94,7 +95,8 @@ pub fn read_npy(path: &Path) -> Result<Stack, NpyError> {
     })
 }
 
-/// Writes a stack as a 3D `.npy` (format 1.0, little-endian), atomically.
+/// Writes a stack as a 3D `.npy` (format 1.0, little-endian), atomically and
+/// fsync'ed ([`hcsflow_io::write_atomic_with`]).
 pub fn write_npy(path: &Path, stack: &Stack) -> Result<(), NpyError> {
     let descr = match stack.dtype() {
         DType::U8 => "|u1",
@@ -109,13 +111,12 @@ pub fn write_npy(path: &Path, stack: &Stack) -> Result<(), NpyError> {
     }
     header.push('\n');
     let io = |source| NpyError::Io { path: path.to_path_buf(), source };
-    let tmp = path.with_extension("npy.tmp");
-    let mut f = std::io::BufWriter::new(std::fs::File::create(&tmp).map_err(io)?);
-    f.write_all(b"\x93NUMPY\x01\x00").map_err(io)?;
-    f.write_all(&(header.len() as u16).to_le_bytes()).map_err(io)?;
-    f.write_all(header.as_bytes()).map_err(io)?;
-    // Stack bytes are native-endian; every supported target is little-endian.
-    f.write_all(stack.as_bytes()).map_err(io)?;
-    f.into_inner().map_err(|e| io(e.into_error()))?.sync_all().map_err(io)?;
-    std::fs::rename(&tmp, path).map_err(io)
+    hcsflow_io::write_atomic_with(path, Durability::Fsync, |f| {
+        f.write_all(b"\x93NUMPY\x01\x00")?;
+        f.write_all(&(header.len() as u16).to_le_bytes())?;
+        f.write_all(header.as_bytes())?;
+        // Stack bytes are native-endian; every supported target is little-endian.
+        f.write_all(stack.as_bytes())
+    })
+    .map_err(io)
 }

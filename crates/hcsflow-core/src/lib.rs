@@ -12,7 +12,6 @@
 //! - [`artifact`]: what a function sees besides its stack (plane metadata,
 //!   tables from earlier steps) and the tables it produces.
 //! - [`adapter`]: GPU adapter descriptions and the device-selection policy.
-//! - [`temp_name`]: the names of hcsflow's own temporary files.
 //!
 //! This crate has no I/O and no GPU dependency; everything above it points down to it.
 
@@ -25,7 +24,6 @@ pub mod memory;
 pub mod registry;
 pub mod slices;
 pub mod stack;
-pub mod temp_name;
 
 pub use adapter::{select_device, AdapterInfo, AdapterKind, DeviceChoice, DeviceError};
 pub use artifact::{ArtifactDecl, Artifacts, CallContext, Cell, PlaneInfo, Row, StackInfo, Table};
@@ -39,4 +37,3 @@ pub use registry::{
 };
 pub use slices::{stack_slices, unstack_slices, SliceError};
 pub use stack::{HostArray, Pixel, Stack};
-pub use temp_name::is_temp_name;

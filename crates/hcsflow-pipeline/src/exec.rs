@@ -9,7 +9,7 @@
 //!   plate) is refused, unless [`RunOptions::overwrite`]: then what that
 //!   manifest lists, and only that, is removed first.
 //! - hcsflow's own temporaries left in OUT by a killed run are removed at the
-//!   start (under the lock; only names [`hcsflow_core::is_temp_name`] matches).
+//!   start (under the lock; only names [`hcsflow_io::is_temp_name`] matches).
 //! - A well's failure (unreadable TIFF, function error, even a panic) is
 //!   recorded with its reason; the other wells run to the end. The run's
 //!   [`RunSummary::failed`] lists them; the CLI exits non-zero. A failure
@@ -36,6 +36,8 @@
 //!   first manifest write); everything later is in the [`RunSummary`].
 
 use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::BufWriter;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +45,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use hcsflow_core::{Array, CallContext, Conversions, Device, PlaneInfo, Registry, Route, Stack, StackInfo, Table};
+pub use hcsflow_io::peak_rss_bytes;
+use hcsflow_io::Durability;
 use hcsflow_tiff::WriteOptions;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -308,46 +312,27 @@ pub struct RunSummary {
     pub report: RunReport,
 }
 
-/// Peak resident set size of this process (Linux `VmHWM`), in bytes.
-pub fn peak_rss_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb * 1024)
-}
-
 fn io_err(path: &Path) -> impl Fn(std::io::Error) -> PipelineError + '_ {
     move |e| PipelineError::Io { path: path.to_path_buf(), message: e.to_string() }
 }
 
-/// Writes `bytes` to `path` atomically (hidden temporary `.NAME.PID.tmp` in
-/// the same folder, then rename). If anything fails the temporary is removed
-/// and `path` is as it was; the error names `path`.
+/// Writes `bytes` to `path` atomically ([`hcsflow_io::write_atomic_with`], not
+/// fsync'ed). If anything fails the temporary is removed and `path` is as it
+/// was; the error names `path`.
 fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PipelineError> {
-    write_atomic_with(path, bytes, disk_full::write)
+    write_atomic_with(path, bytes, |w, bytes| disk_full::write(w, bytes))
 }
 
 /// [`write_atomic`] with the function that fills the temporary.
 fn write_atomic_with(
     path: &Path,
     bytes: &[u8],
-    write: impl FnOnce(&mut std::fs::File, &[u8]) -> std::io::Result<()>,
+    write: impl FnOnce(&mut BufWriter<&File>, &[u8]) -> std::io::Result<()>,
 ) -> Result<(), PipelineError> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let replaced = std::fs::metadata(path).map(|m| m.len()).ok();
-    let result = std::fs::File::create(&tmp).and_then(|mut f| write(&mut f, bytes)).and_then(|()| std::fs::rename(&tmp, path));
-    match result {
-        Ok(()) => {
-            disk_full::freed(replaced.unwrap_or(0));
-            Ok(())
-        }
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(io_err(path)(e))
-        }
-    }
+    hcsflow_io::write_atomic_with(path, Durability::Process, |w| write(w, bytes)).map_err(io_err(path))?;
+    disk_full::freed(replaced.unwrap_or(0));
+    Ok(())
 }
 
 /// Test-only fault injection, not a feature: with the environment variable
@@ -373,7 +358,7 @@ mod disk_full {
     }
 
     /// Writes `bytes` to `file` (all of them unless the injection is on).
-    pub(super) fn write(file: &mut std::fs::File, bytes: &[u8]) -> std::io::Result<()> {
+    pub(super) fn write(file: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
         let Some(free) = free() else {
             return file.write_all(bytes);
         };

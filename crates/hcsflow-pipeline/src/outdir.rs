@@ -6,7 +6,7 @@
 //!   recording who holds it. A second run into the same OUT is refused at
 //!   once, before it writes anything.
 //! - [`remove_stale_temps`]: hcsflow's own temporaries left by a killed run
-//!   ([`hcsflow_core::is_temp_name`]), removed under the lock.
+//!   ([`hcsflow_io::is_temp_name`]), removed under the lock.
 //! - [`check_previous`]: OUT holding another pipeline's or plate's outputs is
 //!   refused unless the caller asks to overwrite, and then [`remove_recorded`]
 //!   removes only what the old manifest records.
@@ -251,7 +251,7 @@ pub(crate) fn remove_stale_temps(out: &Path, plan: &Plan, previous: Option<&Mani
     if let Ok(entries) = std::fs::read_dir(out) {
         for entry in entries.flatten() {
             let name = entry.file_name();
-            let temp = entry.file_type().is_ok_and(|t| t.is_file()) && hcsflow_core::is_temp_name(&name.to_string_lossy());
+            let temp = entry.file_type().is_ok_and(|t| t.is_file()) && hcsflow_io::is_temp_name(&name.to_string_lossy());
             if temp && std::fs::remove_file(entry.path()).is_ok() {
                 removed += 1;
             }

@@ -208,6 +208,9 @@ fn stale_temporaries_are_removed_and_nothing_else() {
         out.join("max_z/TimePoint_1/.Synth_Plate_1_A01_s1_w1.tif.4242-7.tmp"),
         out.join("max_z/TimePoint_1/.Synth_Plate_1_A02_s3_w1.tif.17-0.tmp"),
         zarr.join("A/1/.zarr.json.tmp-4242-3"),
+        // This version's one scheme (hcsflow_io::temp_name).
+        out.join(".artifacts.csv.hcsflow-4242-9.tmp"),
+        zarr.join("A/1/.zarr.json.hcsflow-4242-10.tmp"),
     ];
     let kept: Vec<PathBuf> = vec![
         out.join(".notes.tmp"),

@@ -1,13 +1,12 @@
 //! Writing stacks as multi-page TIFF files, atomically.
 
 use std::collections::BTreeSet;
-use std::ffi::OsStr;
-use std::fs::{self, File, OpenOptions};
+use std::fs::File;
 use std::io::{self, BufWriter, Seek, Write};
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 
 use hcsflow_core::{with_pixels, Pixel, Stack};
+use hcsflow_io::Durability;
 use ndarray::Axis;
 use tiff::encoder::colortype::{self, ColorType};
 use tiff::encoder::{DeflateLevel, Predictor, Rational, TiffEncoder, TiffKind, TiffKindBig, TiffKindStandard, TiffValue};
@@ -64,7 +63,7 @@ const RESERVED_TAGS: &[u16] = &[
 ///
 /// The write is atomic with respect to failures of this process and to
 /// concurrent readers: the file is written as a hidden temporary
-/// (`.NAME.PID-N.tmp`) in the target directory and renamed over `path` only
+/// ([`hcsflow_io::temp_name`]) in the target directory and renamed over `path` only
 /// when complete, so `path` holds either its previous content or the whole
 /// new file. If writing fails the temporary is removed. (A process killed
 /// outright can leave the hidden temporary behind, never a partial `path`.)
@@ -268,58 +267,29 @@ fn encoder_error(path: &Path, e: tiff::TiffError) -> TiffError {
     }
 }
 
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// Removes the temporary file unless disarmed by a successful rename.
-struct TempFile {
-    path: PathBuf,
-    armed: bool,
+/// Why the atomic write of a TIFF failed: creating, flushing or renaming
+/// the temporary ([`hcsflow_io::write_atomic_with`]), or the encoder.
+enum WriteFailure {
+    Io(io::Error),
+    Tiff(TiffError),
 }
 
-impl Drop for TempFile {
-    fn drop(&mut self) {
-        if self.armed {
-            let _ = fs::remove_file(&self.path);
-        }
+impl From<io::Error> for WriteFailure {
+    fn from(e: io::Error) -> Self {
+        WriteFailure::Io(e)
     }
 }
 
-/// Creates a new hidden file next to `target`; retries on name collisions
-/// (a stale temporary of a dead process with the same pid).
-fn create_temp(target: &Path) -> Result<(TempFile, File), TiffError> {
-    let name =
-        target.file_name().filter(|n| !n.is_empty()).ok_or_else(|| TiffError::invalid_write(target, "the path does not name a file"))?;
-    let dir = match target.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    let stem: String = name.to_string_lossy().chars().take(100).collect();
-    let mut last_err = None;
-    for _ in 0..64 {
-        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let tmp_name = format!(".{stem}.{}-{n}.tmp", std::process::id());
-        let path = dir.join(OsStr::new(&tmp_name));
-        match OpenOptions::new().write(true).create_new(true).open(&path) {
-            Ok(file) => return Ok((TempFile { path, armed: true }, file)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last_err = Some(e),
-            Err(e) => return Err(TiffError::io(target, e)),
-        }
-    }
-    Err(TiffError::io(target, last_err.unwrap_or_else(|| io::Error::other("could not create a temporary file"))))
-}
-
-/// Writes through `write` into a temporary file, then renames it to `target`.
+/// Writes through `write` into a temporary file beside `target`, then
+/// renames it to `target` ([`hcsflow_io::write_atomic_with`], not fsync'ed).
 fn atomic_write(target: &Path, write: impl FnOnce(&mut BufWriter<&File>) -> Result<(), TiffError>) -> Result<(), TiffError> {
-    let (temp, file) = create_temp(target)?;
-    let mut out = BufWriter::with_capacity(1 << 20, &file);
-    write(&mut out)?;
-    out.flush().map_err(|e| TiffError::io(target, e))?;
-    drop(out);
-    drop(file);
-    fs::rename(&temp.path, target).map_err(|e| TiffError::io(target, e))?;
-    let mut temp = temp;
-    temp.armed = false;
-    Ok(())
+    if target.file_name().is_none_or(|n| n.is_empty()) {
+        return Err(TiffError::invalid_write(target, "the path does not name a file"));
+    }
+    hcsflow_io::write_atomic_with(target, Durability::Process, |w| write(w).map_err(WriteFailure::Tiff)).map_err(|e| match e {
+        WriteFailure::Io(e) => TiffError::io(target, e),
+        WriteFailure::Tiff(e) => e,
+    })
 }
 
 #[cfg(test)]

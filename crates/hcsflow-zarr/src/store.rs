@@ -7,35 +7,20 @@
 //! old chunk, the new one, or none — never half of one. No fsync: the guarantee
 //! is against process interruption (Ctrl-C, crash, kill), not power loss.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
+use hcsflow_io::Durability;
 use zarrs::storage::{Bytes, OffsetBytesIterator, StorageError, StoreKey, StorePrefix, WritableStorageTraits};
 
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// Writes `bytes` to `path` atomically (temp file in the same directory, then
-/// rename), creating parent directories. Used for chunks and metadata JSON.
+/// Writes `bytes` to `path` atomically ([`hcsflow_io::write_atomic`], not
+/// fsync'ed), creating parent directories. Used for chunks and metadata JSON.
 pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let parent = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(parent)?;
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = parent.join(format!(".{name}.tmp-{}-{}", std::process::id(), TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        drop(f);
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+    std::fs::create_dir_all(path.parent().unwrap_or(Path::new(".")))?;
+    hcsflow_io::write_atomic(path, bytes, Durability::Process)
 }
 
-/// Removes hcsflow's temporary files ([`hcsflow_core::is_temp_name`]: this
-/// store's, the TIFF writer's and the pipeline's) left under `dir` by
+/// Removes hcsflow's temporary files ([`hcsflow_io::is_temp_name`]: every
+/// hcsflow writer's, of this version and earlier ones) left under `dir` by
 /// interrupted writes (a killed run); symbolic links are not followed. Only
 /// call when no write is in flight under `dir`. Returns how many.
 pub fn remove_stale_temps(dir: &Path) -> std::io::Result<usize> {
@@ -45,7 +30,7 @@ pub fn remove_stale_temps(dir: &Path) -> std::io::Result<usize> {
         let kind = entry.file_type()?;
         if kind.is_dir() {
             removed += remove_stale_temps(&entry.path())?;
-        } else if kind.is_file() && hcsflow_core::is_temp_name(&entry.file_name().to_string_lossy()) {
+        } else if kind.is_file() && hcsflow_io::is_temp_name(&entry.file_name().to_string_lossy()) {
             match std::fs::remove_file(entry.path()) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                 _ => removed += 1,

@@ -156,7 +156,8 @@ fn small_plate_round_trips_in_both_versions() {
         }
         check_metadata(&root, &spec, version);
         // No temporary files left behind.
-        let leftovers: Vec<_> = walk(&root).into_iter().filter(|p| p.to_string_lossy().contains(".tmp-")).collect();
+        let leftovers: Vec<_> =
+            walk(&root).into_iter().filter(|p| p.file_name().is_some_and(|n| hcsflow_io::is_temp_name(&n.to_string_lossy()))).collect();
         assert!(leftovers.is_empty(), "{leftovers:?}");
     }
 }
