@@ -1135,7 +1135,7 @@ fn plane_format(plate: &Plate) -> Result<(usize, usize, DType), PipelineError> {
         message: format!("{}: the plate has no images", plate.root.display()),
         fix: "check the plate folder (`hcsflow inspect`)".into(),
     })?;
-    let info = hcsflow_tiff::read_info(&first.path).map_err(|e| PipelineError::Io { path: first.path.clone(), message: e.to_string() })?;
+    let info = hcsflow_tiff::read_info(&first.path).map_err(|e| PipelineError::Image { path: first.path.clone(), source: e })?;
     Ok((info.height, info.width, info.dtype))
 }
 

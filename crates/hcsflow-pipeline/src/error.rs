@@ -11,8 +11,18 @@ use hcsflow_plate::PlateError;
 pub enum PipelineError {
     #[error("{origin}: not a valid pipeline file: {message}")]
     Parse { origin: String, message: String },
-    #[error("{path}: {message}")]
-    Io { path: PathBuf, message: String },
+    /// The operating system refused an operation on `path`.
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    /// An image of the plate could not be read (compile reads one for the plane size).
+    #[error("{path}: {source}")]
+    Image { path: PathBuf, source: hcsflow_tiff::TiffError },
+    /// `OUT/run_manifest.json` is not a run manifest.
+    #[error("{path}: not a run manifest: {source}")]
+    Manifest { path: PathBuf, source: serde_json::Error },
+    /// The metadata of an OME-Zarr plate could not be written.
+    #[error("{path}: {source}")]
+    Zarr { path: PathBuf, source: hcsflow_zarr::ZarrError },
     #[error("step '{step}': {message}\n    fix: {fix}")]
     Step { step: String, message: String, fix: String },
     /// Several problems found at compile time, all reported at once.
@@ -26,6 +36,10 @@ pub enum PipelineError {
 }
 
 impl PipelineError {
+    pub(crate) fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        PipelineError::Io { path: path.into(), source }
+    }
+
     pub(crate) fn step(step: &str, message: impl Into<String>, fix: impl Into<String>) -> Self {
         PipelineError::Step { step: step.to_string(), message: message.into(), fix: fix.into() }
     }

@@ -313,7 +313,47 @@ pub struct RunSummary {
 }
 
 fn io_err(path: &Path) -> impl Fn(std::io::Error) -> PipelineError + '_ {
-    move |e| PipelineError::Io { path: path.to_path_buf(), message: e.to_string() }
+    move |e| PipelineError::io(path, e)
+}
+
+/// Why a well failed. Its text is what the manifest and the report record;
+/// its [source](std::error::Error::source) chain keeps the operating
+/// system's error when one caused it ([`storage_exhausted`] reads it).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum WellError {
+    /// A step of the well failed.
+    #[error("step '{step}': {source}")]
+    Step { step: String, source: StepError },
+    /// The well was not run (missing images under `--missing skip-well`) or panicked.
+    #[error("{0}")]
+    NotRun(String),
+}
+
+/// Why a step of a well failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum StepError {
+    /// Plan and data disagree, a function failed, a chain returned the wrong
+    /// planes…: what the text says.
+    #[error("{0}")]
+    Failed(String),
+    /// The operating system refused an operation on `path`.
+    #[error("{path}: {source}")]
+    Io { path: PathBuf, source: std::io::Error },
+    /// An image could not be read or written.
+    #[error(transparent)]
+    Image(#[from] hcsflow_tiff::TiffError),
+    /// A table could not be written.
+    #[error(transparent)]
+    Output(#[from] PipelineError),
+    /// An OME-Zarr plane could not be written.
+    #[error("OME-Zarr: {0}")]
+    Zarr(#[source] hcsflow_zarr::ZarrError),
+}
+
+impl StepError {
+    fn io(path: &Path, source: std::io::Error) -> Self {
+        StepError::Io { path: path.to_path_buf(), source }
+    }
 }
 
 /// Writes `bytes` to `path` atomically ([`hcsflow_io::write_atomic_with`], not
@@ -389,19 +429,15 @@ mod disk_full {
     }
 }
 
-/// True if `message` carries an operating-system error meaning that the
+/// True if `error` was caused by an operating-system error meaning that the
 /// output file system takes no more data: full (ENOSPC), over quota (EDQUOT)
-/// or read-only (EROFS). Messages are what wells fail with, so this reads the
-/// `(os error N)` that every `std::io::Error` from the OS shows, through any
-/// library that kept only the text.
-pub(crate) fn storage_exhausted(message: &str) -> bool {
+/// or read-only (EROFS), found as a [`std::io::Error`] anywhere in its
+/// [source](std::error::Error::source) chain.
+pub(crate) fn storage_exhausted(error: &(dyn std::error::Error + 'static)) -> bool {
     use std::io::ErrorKind::{QuotaExceeded, ReadOnlyFilesystem, StorageFull};
-    const MARK: &str = "(os error ";
-    message.match_indices(MARK).any(|(i, _)| {
-        let code: String = message[i + MARK.len()..].chars().take_while(char::is_ascii_digit).collect();
-        code.parse::<i32>()
-            .is_ok_and(|c| matches!(std::io::Error::from_raw_os_error(c).kind(), StorageFull | QuotaExceeded | ReadOnlyFilesystem))
-    })
+    std::iter::successors(Some(error), |e| e.source())
+        .filter_map(|e| e.downcast_ref::<std::io::Error>())
+        .any(|e| matches!(e.kind(), StorageFull | QuotaExceeded | ReadOnlyFilesystem))
 }
 
 impl Manifest {
@@ -426,9 +462,7 @@ impl Manifest {
     pub fn read(out: &Path) -> Result<Option<Manifest>, PipelineError> {
         let path = out.join(MANIFEST_NAME);
         match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| PipelineError::Io { path, message: format!("not a run manifest: {e}") }),
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|source| PipelineError::Manifest { path, source }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(io_err(&path)(e)),
         }
@@ -440,7 +474,7 @@ impl Manifest {
         let path = out.join(MANIFEST_NAME);
         let json = |pretty: bool| {
             (if pretty { serde_json::to_vec_pretty(self) } else { serde_json::to_vec(self) })
-                .map_err(|e| PipelineError::Io { path: path.clone(), message: e.to_string() })
+                .map_err(|e| PipelineError::io(&path, e.into()))
         };
         write_atomic(&path, &json(true)?).or_else(|_| write_atomic(&path, &json(false)?))
     }
@@ -588,7 +622,7 @@ pub fn execute(
                 let missing: Vec<&MissingPlane> = plan.missing.iter().filter(|m| m.well == well.well).collect();
                 let result = if plan.missing_policy != MissingPolicy::Fill && !missing.is_empty() {
                     // Compile refuses missing images under `error`: this is skip-well.
-                    Err((skipped_for_missing(&missing), Vec::new()))
+                    Err((WellError::NotRun(skipped_for_missing(&missing)), Vec::new()))
                 } else {
                     // Trace spans (`hcsflow run --trace`): well > step > read | stack > call | conversion, and write.
                     let span = tracing::info_span!("well", well = %well.well);
@@ -601,7 +635,7 @@ pub fn execute(
                             .cloned()
                             .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
                             .unwrap_or_else(|| "unknown panic".into());
-                        Err((format!("internal error (panic): {msg}"), Vec::new()))
+                        Err((WellError::NotRun(format!("internal error (panic): {msg}")), Vec::new()))
                     })
                 };
                 release();
@@ -637,6 +671,7 @@ pub fn execute(
                         if storage_exhausted(&error) {
                             stop(format!("the output file system takes no more data: well {} failed with: {error}", well.well));
                         }
+                        let error = error.to_string();
                         (
                             WellRecord {
                                 status: "failed".into(),
@@ -663,7 +698,7 @@ pub fn execute(
                 let error = report.error.clone();
                 if let Ok(mut m) = manifest.lock() {
                     m.record(&plan.out, &well.well, record);
-                    if let Some(e) = m.error.as_ref().map(|e| e.to_string()).filter(|e| storage_exhausted(e)) {
+                    if let Some(e) = m.error.as_ref().filter(|e| storage_exhausted(*e)) {
                         stop(format!("the output file system takes no more data: the run manifest could not be written: {e}"));
                     }
                 }
@@ -858,7 +893,7 @@ type Planes = BTreeMap<Key, Stack>;
 /// file). Every file must be one page of the plan's plane size and dtype,
 /// checked from its tags before its pixels are decoded. A missing image is a
 /// plane of zeros.
-fn load<'g>(plan: &Plan, well: &WellPlan, groups: &'g [GroupPlan]) -> Result<Vec<(&'g GroupPlan, Vec<Stack>)>, String> {
+fn load<'g>(plan: &Plan, well: &WellPlan, groups: &'g [GroupPlan]) -> Result<Vec<(&'g GroupPlan, Vec<Stack>)>, StepError> {
     let (h, w, dtype) = plan.plane;
     let expected = hcsflow_tiff::Expected::one_plane(hcsflow_tiff::PlaneFormat::new(h, w, dtype));
     let files: BTreeMap<Key, &InputPlane> = well.inputs.iter().map(|i| (i.key, i)).collect();
@@ -869,7 +904,7 @@ fn load<'g>(plan: &Plan, well: &WellPlan, groups: &'g [GroupPlan]) -> Result<Vec
                 .inputs
                 .iter()
                 .map(|k| files.get(k).copied().ok_or_else(|| unavailable(k)))
-                .collect::<Result<Vec<&InputPlane>, String>>()?;
+                .collect::<Result<Vec<&InputPlane>, StepError>>()?;
             let paths: Option<Vec<&Path>> = inputs.iter().map(|i| i.path.as_deref()).collect();
             let planes = match (&g.action, paths) {
                 (Action::Skip, _) => Vec::new(),
@@ -890,35 +925,38 @@ fn load<'g>(plan: &Plan, well: &WellPlan, groups: &'g [GroupPlan]) -> Result<Vec
 /// from its tags before its pixels are decoded (the error names the file and
 /// both sizes and dtypes), so a small file claiming a huge image fails its
 /// well without the memory it claims.
-fn read_planes(plan: &Plan, inputs: &[&InputPlane]) -> Result<Vec<Stack>, String> {
+fn read_planes(plan: &Plan, inputs: &[&InputPlane]) -> Result<Vec<Stack>, StepError> {
     let (h, w, dtype) = plan.plane;
     let expected = hcsflow_tiff::Expected::one_plane(hcsflow_tiff::PlaneFormat::new(h, w, dtype));
     inputs
         .par_iter()
         .map(|input| match &input.path {
             None if plan.missing_policy == MissingPolicy::Fill => Ok(Stack::zeros(dtype, [1, h, w])),
-            None => Err(format!("{}: the image is missing (policy --missing {})", input.rel.display(), plan.missing_policy)),
+            None => {
+                Err(StepError::Failed(format!("{}: the image is missing (policy --missing {})", input.rel.display(), plan.missing_policy)))
+            }
             Some(p) => hcsflow_tiff::read_stack_expecting(p, expected).map_err(|e| match e {
                 hcsflow_tiff::TiffError::PageCount { path, found, .. } => {
-                    format!("{}: {found} pages; plate images have one plane each", path.display())
+                    StepError::Failed(format!("{}: {found} pages; plate images have one plane each", path.display()))
                 }
-                e => e.to_string(),
+                e => StepError::Image(e),
             }),
         })
         .collect()
 }
 
 /// The error for a plane the plan expects and neither the plate nor the previous step has.
-fn unavailable(k: &Key) -> String {
-    format!("plane {} is not available (plan and data disagree)", key_text(k))
+fn unavailable(k: &Key) -> StepError {
+    StepError::Failed(format!("plane {} is not available (plan and data disagree)", key_text(k)))
 }
 
 /// Each group of a step with the planes the previous step left, moved (not copied).
-fn hand_out(mut input: Planes, groups: &[GroupPlan]) -> Result<Vec<(&GroupPlan, Vec<Stack>)>, String> {
+fn hand_out(mut input: Planes, groups: &[GroupPlan]) -> Result<Vec<(&GroupPlan, Vec<Stack>)>, StepError> {
     groups
         .iter()
         .map(|g| {
-            let planes = g.inputs.iter().map(|k| input.remove(k).ok_or_else(|| unavailable(k))).collect::<Result<Vec<Stack>, String>>()?;
+            let planes =
+                g.inputs.iter().map(|k| input.remove(k).ok_or_else(|| unavailable(k))).collect::<Result<Vec<Stack>, StepError>>()?;
             Ok((g, planes))
         })
         .collect()
@@ -932,7 +970,7 @@ struct WellOutcome {
     timings: Vec<StepTiming>,
 }
 
-type WellResult = Result<WellOutcome, (String, Vec<StepTiming>)>;
+type WellResult = Result<WellOutcome, (WellError, Vec<StepTiming>)>;
 
 /// An artifact table produced for one stack. Row planes index `keys` (the
 /// planes of the call that produced it); `scope` is the stack's group scope.
@@ -974,9 +1012,9 @@ fn run_well(
         let step_span = tracing::info_span!("step", step = %step.name, well = %well.well);
         let _in_step = step_span.enter();
         let mut timing = StepTiming { step: step.name.clone(), stacks: ws.groups.len(), ..Default::default() };
-        let fail = |msg: String, timing: StepTiming, mut timings: Vec<StepTiming>| {
+        let fail = |source: StepError, timing: StepTiming, mut timings: Vec<StepTiming>| {
             timings.push(timing);
-            Err((format!("step '{}': {msg}", step.name), timings))
+            Err((WellError::Step { step: step.name.clone(), source }, timings))
         };
         let t = Instant::now();
         let work = match (step.input_source, current.take()) {
@@ -989,7 +1027,7 @@ fn run_well(
         };
         timing.read = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let results: Vec<Result<GroupResult, String>> = work
+        let results: Vec<Result<GroupResult, StepError>> = work
             .into_par_iter()
             .map(|(g, planes)| {
                 // Rayon threads: the step is the explicit parent.
@@ -1033,15 +1071,16 @@ fn run_well(
             let files: Vec<(&Key, PathBuf)> =
                 ws.groups.iter().flat_map(|g| g.outputs.iter()).map(|o| (&o.key, step.out_dir.join(&o.rel))).collect();
             let options = WriteOptions { pixel_size_um: plan.pixel_size_um.filter(|p| p.is_finite() && *p > 0.0), ..Default::default() };
-            let written: Result<Vec<OutputRecord>, String> = files
+            let written: Result<Vec<OutputRecord>, StepError> = files
                 .par_iter()
                 .map(|(key, path)| {
-                    let stack = out.get(*key).ok_or_else(|| format!("output plane {} was not produced", key_text(key)))?;
+                    let stack =
+                        out.get(*key).ok_or_else(|| StepError::Failed(format!("output plane {} was not produced", key_text(key))))?;
                     if let Some(parent) = path.parent() {
-                        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+                        std::fs::create_dir_all(parent).map_err(|e| StepError::io(parent, e))?;
                     }
-                    disk_full::reserve(stack.nbytes() as u64).map_err(|e| format!("{}: {e}", path.display()))?;
-                    hcsflow_tiff::write_stack(path, stack, &options).map_err(|e| e.to_string())?;
+                    disk_full::reserve(stack.nbytes() as u64).map_err(|e| StepError::io(path, e))?;
+                    hcsflow_tiff::write_stack(path, stack, &options)?;
                     let [_, h, w] = stack.shape();
                     Ok(OutputRecord {
                         step: step.name.clone(),
@@ -1061,7 +1100,7 @@ fn run_well(
         if step.materialize.contains(&Materialize::Zarr) {
             let planes: Vec<(&Key, &Stack)> = out.iter().collect();
             if let Err(e) = planes.par_iter().try_for_each(|(k, s)| zarr.write(ws.step, &well.well, k, s)) {
-                return fail(format!("OME-Zarr: {e}"), timing, timings);
+                return fail(e, timing, timings);
             }
         }
         timing.write = t.elapsed().as_secs_f64();
@@ -1085,7 +1124,7 @@ fn run_group(
     registry: &Registry,
     conversions: &Conversions,
     produced: &ProducedByGroup,
-) -> Result<GroupResult, String> {
+) -> Result<GroupResult, StepError> {
     let step = &plan.steps[step_index];
     let chain = match group.action {
         Action::Skip => return Ok(GroupResult { planes: Vec::new(), produced: Vec::new(), notes: Vec::new() }),
@@ -1096,7 +1135,8 @@ fn run_group(
         Action::Chain(i) => &step.chains[i],
     };
     let first = group.inputs.first().map(key_text).unwrap_or_default();
-    let stack = Stack::concat_owned(planes).ok_or_else(|| format!("stack at {first}: planes differ in size or dtype"))?;
+    let stack =
+        Stack::concat_owned(planes).ok_or_else(|| StepError::Failed(format!("stack at {first}: planes differ in size or dtype")))?;
     let input_dtype = stack.dtype();
     let mut array = Array::from(stack);
     let mut made = Vec::new();
@@ -1116,35 +1156,35 @@ fn run_group(
         for d in &call.artifacts.consumes {
             let Some(idx) = step.consumes.iter().position(|c| c.name == d.name) else { continue };
             let (Some(from), Some(Some(source))) = (step.consumes[idx].from_step, group.sources.get(idx)) else { continue };
-            let table = produced
-                .get(&(from, *source))
-                .and_then(|list| list.iter().find(|p| p.name == d.name))
-                .ok_or_else(|| format!("stack at {first}: the '{}' artifact of step '{}' is missing", d.name, plan.steps[from].name))?;
+            let table = produced.get(&(from, *source)).and_then(|list| list.iter().find(|p| p.name == d.name)).ok_or_else(|| {
+                StepError::Failed(format!("stack at {first}: the '{}' artifact of step '{}' is missing", d.name, plan.steps[from].name))
+            })?;
             inputs.insert(d.name.to_string(), reindex(&table.table, &table.keys, &plan.steps[from].variable, &keys));
         }
         let mut context = CallContext::new(info, inputs);
         // The conversion into the call (`route_in`, e.g. an upload) runs inside
         // Registry::execute_in: a "conversion" span inside this one.
         let _in_call = tracing::info_span!("call", function = %call.function, device = %call.device, route_in = %call.route_in).entered();
-        array = registry.execute_in(call, array, conversions, &mut context).map_err(|e| format!("stack at {first}: {e}"))?;
+        array =
+            registry.execute_in(call, array, conversions, &mut context).map_err(|e| StepError::Failed(format!("stack at {first}: {e}")))?;
         let (outputs, call_notes) = context.take_results();
         made.extend(outputs.into_iter().map(|(name, table)| Produced { name, table, keys: keys.clone(), scope: group.scope }));
         notes.extend(call_notes);
     }
     let array = tracing::info_span!("conversion", route = %chain.route_out)
         .in_scope(|| conversions.execute(&chain.route_out, array, Device::Cpu))
-        .map_err(|e| format!("stack at {first}: {e}"))?;
+        .map_err(|e| StepError::Failed(format!("stack at {first}: {e}")))?;
     let result = array
         .into_host_stack()
-        .ok_or_else(|| format!("stack at {first}: the chain did not return a 3D host stack"))?
+        .ok_or_else(|| StepError::Failed(format!("stack at {first}: the chain did not return a 3D host stack")))?
         .apply_policy(input_dtype, step.dtype);
     if result.depth() != group.outputs.len() {
-        return Err(format!(
+        return Err(StepError::Failed(format!(
             "stack at {first}: the chain returned {} planes for {} input planes; expected {}",
             result.depth(),
             group.inputs.len(),
             group.outputs.len()
-        ));
+        )));
     }
     let planes = group.outputs.iter().map(|o| o.key).zip(result.into_planes()).collect();
     Ok(GroupResult { planes, produced: made, notes })
@@ -1186,14 +1226,14 @@ const ARTIFACT_KEY_COLUMNS: &str = "well,site,channel,z_index,timepoint";
 
 /// Writes the tables of artifact `name` of one step in one well to
 /// `OUT/<step>/<name>/<well>.csv` (atomically): the key columns, then the table's.
-fn write_well_artifact(plan: &Plan, well: &str, step: &str, name: &str, tables: &[&Produced]) -> Result<ArtifactRecord, String> {
+fn write_well_artifact(plan: &Plan, well: &str, step: &str, name: &str, tables: &[&Produced]) -> Result<ArtifactRecord, StepError> {
     let columns = tables.first().map(|p| p.table.columns.clone()).unwrap_or_default();
     if let Some(other) = tables.iter().find(|p| p.table.columns != columns) {
-        return Err(format!(
+        return Err(StepError::Failed(format!(
             "artifact '{name}': stacks produced different columns ([{}] vs [{}])",
             columns.join(", "),
             other.table.columns.join(", ")
-        ));
+        )));
     }
     let mut csv = String::from(ARTIFACT_KEY_COLUMNS);
     for c in &columns {
@@ -1222,9 +1262,9 @@ fn write_well_artifact(plan: &Plan, well: &str, step: &str, name: &str, tables: 
         }
     }
     let dir = plan.out.join(step).join(name);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(&dir).map_err(|e| StepError::io(&dir, e))?;
     let path = dir.join(format!("{well}.csv"));
-    write_atomic(&path, csv.as_bytes()).map_err(|e| e.to_string())?;
+    write_atomic(&path, csv.as_bytes())?;
     Ok(ArtifactRecord {
         step: step.to_string(),
         artifact: name.to_string(),
@@ -1321,7 +1361,7 @@ mod tests {
         .expect_err("the write fails");
         let text = e.to_string();
         assert!(text.starts_with(&target.display().to_string()) && text.contains("(os error 28)"), "{text}");
-        assert!(storage_exhausted(&text));
+        assert!(storage_exhausted(&e));
         let names: Vec<String> = std::fs::read_dir(dir.path())
             .expect("read_dir")
             .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
@@ -1334,12 +1374,27 @@ mod tests {
 
     #[test]
     fn full_quota_and_read_only_file_systems_stop_the_run() {
+        let step = |source: StepError| WellError::Step { step: "x".into(), source };
+        let path = Path::new("/o/a.tif");
         for code in [28, 122, 30] {
-            let e = std::io::Error::from_raw_os_error(code);
-            assert!(storage_exhausted(&format!("step 'x': /o/a.tif: I/O error: {e}")), "{e}");
+            let os = || std::io::Error::from_raw_os_error(code);
+            for e in [
+                step(StepError::io(path, os())),
+                step(StepError::Image(hcsflow_tiff::TiffError::Io { path: path.into(), source: os() })),
+                step(StepError::Output(PipelineError::io(path, os()))),
+            ] {
+                assert!(storage_exhausted(&e), "{e}");
+            }
+            assert!(storage_exhausted(&PipelineError::io(path, os())));
         }
-        for text in ["/o/a.tif: No such file or directory (os error 2)", "not a TIFF file", "(os error )", "(os error 99999999999)"] {
-            assert!(!storage_exhausted(text), "{text}");
+        // Other errors, and text that merely looks like one, do not stop it.
+        let not_found = std::io::Error::from_raw_os_error(2);
+        for e in [
+            step(StepError::io(path, not_found)),
+            step(StepError::Failed("/o/a.tif: No space left on device (os error 28)".into())),
+            WellError::NotRun("internal error (panic): (os error 28)".into()),
+        ] {
+            assert!(!storage_exhausted(&e), "{e}");
         }
     }
 

@@ -50,7 +50,7 @@ pub(crate) struct OutputLock {
 /// A file system without locks (some network mounts) gets a warning, not a refusal.
 pub(crate) fn lock(out: &Path, plan: &Plan) -> Result<OutputLock, PipelineError> {
     let path = out.join(LOCK_NAME);
-    let io = |e: std::io::Error| PipelineError::Io { path: path.clone(), message: e.to_string() };
+    let io = |e: std::io::Error| PipelineError::io(&path, e);
     let mut file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(io)?;
     match file.try_lock() {
         Ok(()) => {}
@@ -216,7 +216,7 @@ pub(crate) fn remove_recorded(out: &Path, previous: &Manifest, plate: &Path) -> 
     for path in files.into_iter().filter_map(safe) {
         match std::fs::symlink_metadata(&path) {
             Ok(m) if !m.is_dir() => {
-                std::fs::remove_file(&path).map_err(|e| PipelineError::Io { path: path.clone(), message: e.to_string() })?;
+                std::fs::remove_file(&path).map_err(|e| PipelineError::io(&path, e))?;
                 removed += 1;
                 folders.extend(path.ancestors().skip(1).take_while(|a| *a != out).map(Path::to_path_buf));
             }
@@ -229,7 +229,7 @@ pub(crate) fn remove_recorded(out: &Path, previous: &Manifest, plate: &Path) -> 
             continue;
         };
         if std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
-            std::fs::remove_dir_all(&path).map_err(|e| PipelineError::Io { path: path.clone(), message: e.to_string() })?;
+            std::fs::remove_dir_all(&path).map_err(|e| PipelineError::io(&path, e))?;
             removed += 1;
         }
     }

@@ -300,7 +300,7 @@ impl PipelineSpec {
 
     /// Reads and parses a pipeline file.
     pub fn read(path: &std::path::Path) -> Result<PipelineSpec, PipelineError> {
-        let text = std::fs::read_to_string(path).map_err(|e| PipelineError::Io { path: path.to_path_buf(), message: e.to_string() })?;
+        let text = std::fs::read_to_string(path).map_err(|e| PipelineError::io(path, e))?;
         Self::parse(&text, &path.display().to_string())
     }
 

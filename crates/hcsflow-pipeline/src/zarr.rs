@@ -23,6 +23,7 @@ use hcsflow_core::{DType, Stack};
 use hcsflow_zarr::{FieldExtent, FieldShape, NgffVersion, PlateSpec, PlateWriter};
 
 use crate::compile::{Key, Plan, COLLAPSED};
+use crate::exec::StepError;
 use crate::spec::Materialize;
 use crate::PipelineError;
 
@@ -125,17 +126,16 @@ impl ZarrOutput {
     }
 
     /// Writes one output plane of step `step` of `well`.
-    pub(crate) fn write(&self, step: usize, well: &str, key: &Key, plane: &Stack) -> Result<(), String> {
+    pub(crate) fn write(&self, step: usize, well: &str, key: &Key, plane: &Stack) -> Result<(), StepError> {
         let Some((layout, writer)) = self.writers.iter().find(|(l, _)| l.step == step) else { return Ok(()) };
-        let (field, t, c, z) = layout.position(key).ok_or_else(|| format!("plane {key:?} has no place in {}", layout.root.display()))?;
-        writer.write_plane(well, field, t, c, z, plane).map_err(|e| e.to_string())
+        let (field, t, c, z) = layout
+            .position(key)
+            .ok_or_else(|| StepError::Failed(format!("OME-Zarr: plane {key:?} has no place in {}", layout.root.display())))?;
+        writer.write_plane(well, field, t, c, z, plane).map_err(StepError::Zarr)
     }
 
     /// Writes the plate metadata of every zarr plate.
     pub(crate) fn finish(self) -> Result<Vec<PathBuf>, PipelineError> {
-        self.writers
-            .into_iter()
-            .map(|(l, w)| w.finish().map_err(|e| PipelineError::Io { path: l.root.clone(), message: e.to_string() }))
-            .collect()
+        self.writers.into_iter().map(|(l, w)| w.finish().map_err(|e| PipelineError::Zarr { path: l.root.clone(), source: e })).collect()
     }
 }
