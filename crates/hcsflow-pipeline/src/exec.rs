@@ -35,7 +35,7 @@
 //!   (OUT not writable or locked by another run, another run's outputs, the
 //!   first manifest write); everything later is in the [`RunSummary`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::fs::File;
 use std::io::BufWriter;
 use std::panic::AssertUnwindSafe;
@@ -51,7 +51,9 @@ use hcsflow_tiff::WriteOptions;
 use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
-use crate::compile::{scope_text, Action, GroupPlan, InputPlane, Key, MissingPlane, MissingPolicy, Plan, WellPlan, COLLAPSED, VARIABLE};
+use crate::compile::{
+    scope_text, Action, GroupPlan, InputPlane, Key, MissingPlane, MissingPolicy, Plan, StepPlan, WellPlan, COLLAPSED, VARIABLE,
+};
 use crate::outdir;
 use crate::spec::Component;
 use crate::spec::{InputSource, Materialize};
@@ -154,12 +156,48 @@ pub struct Note {
     pub text: String,
 }
 
+/// Where a well stands, in the manifest and the report. Written as the
+/// strings "complete", "failed", "skipped (resumed)" and "not started".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum WellStatus {
+    /// Every step ran and every output was written.
+    #[serde(rename = "complete")]
+    Complete,
+    /// The well failed (`error` says why); its outputs are not recorded.
+    #[serde(rename = "failed")]
+    Failed,
+    /// Complete in an earlier run and not run again (`--resume`; the report only).
+    #[serde(rename = "skipped (resumed)")]
+    Skipped,
+    /// The run was cancelled or stopped before the well started (`error` says why).
+    #[serde(rename = "not started")]
+    NotStarted,
+}
+
+impl WellStatus {
+    /// The status as written in the manifest and the report.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WellStatus::Complete => "complete",
+            WellStatus::Failed => "failed",
+            WellStatus::Skipped => "skipped (resumed)",
+            WellStatus::NotStarted => "not started",
+        }
+    }
+}
+
+impl std::fmt::Display for WellStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A well in the manifest.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WellRecord {
-    /// "complete", "failed" or "not started" (`error` says why); `--resume`
-    /// runs every well that is not "complete".
-    pub status: String,
+    /// Complete, failed or not started (`error` says why); `--resume` runs
+    /// every well that is not complete.
+    pub status: WellStatus,
     pub seconds: f64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -172,6 +210,27 @@ pub struct WellRecord {
     /// Missing images this well used as planes of zeros (`--missing fill`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub filled: Vec<MissingPlane>,
+}
+
+impl WellRecord {
+    /// The record of a well that wrote nothing.
+    fn ended(status: WellStatus, seconds: f64, error: Option<String>) -> WellRecord {
+        WellRecord { status, seconds, error, outputs: Vec::new(), artifacts: Vec::new(), notes: Vec::new(), filled: Vec::new() }
+    }
+
+    /// The report of `well` from this record: no step timings, nothing read.
+    fn report(&self, well: &str) -> WellReport {
+        WellReport {
+            well: well.to_string(),
+            status: self.status,
+            seconds: self.seconds,
+            error: self.error.clone(),
+            steps: Vec::new(),
+            bytes_read: 0,
+            notes: self.notes.clone(),
+            filled: self.filled.clone(),
+        }
+    }
 }
 
 /// `OUT/run_manifest.json`.
@@ -205,8 +264,7 @@ pub struct StepTiming {
 #[derive(Debug, Clone, Serialize)]
 pub struct WellReport {
     pub well: String,
-    /// "complete", "failed", "skipped (resumed)" or "not started".
-    pub status: String,
+    pub status: WellStatus,
     pub seconds: f64,
     /// Why it failed or was not started.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -485,7 +543,7 @@ impl Manifest {
 struct ManifestState {
     manifest: Manifest,
     /// Well → status of the last manifest written.
-    on_disk: BTreeMap<String, String>,
+    on_disk: BTreeMap<String, WellStatus>,
     /// The last write's error, if it failed.
     error: Option<PipelineError>,
 }
@@ -500,7 +558,7 @@ impl ManifestState {
     fn save(&mut self, out: &Path) {
         match self.manifest.write(out) {
             Ok(()) => {
-                self.on_disk = self.manifest.wells.iter().map(|(w, r)| (w.clone(), r.status.clone())).collect();
+                self.on_disk = self.manifest.wells.iter().map(|(w, r)| (w.clone(), r.status)).collect();
                 self.error = None;
             }
             Err(e) => self.error = Some(e),
@@ -532,8 +590,57 @@ pub fn execute(
     progress: &(dyn Fn(Progress<'_>) + Sync),
 ) -> Result<RunSummary, PipelineError> {
     let started = Instant::now();
+    let (_lock, manifest, zarr) = prepare_out(plan, options)?;
+    let on_disk = manifest.wells.iter().map(|(w, r)| (w.clone(), r.status)).collect();
+
+    let mut skipped = Vec::new();
+    let mut queue = VecDeque::new();
+    for (i, w) in plan.wells.iter().enumerate() {
+        if manifest.wells.contains_key(&w.well) {
+            progress(Progress::Skipped { well: &w.well });
+            skipped.push(w.well.clone());
+        } else {
+            queue.push_back(i);
+        }
+    }
+    let workers = options.workers.max(1).min(queue.len().max(1));
+    let run = Run {
+        plan,
+        registry,
+        conversions,
+        options,
+        progress,
+        zarr: &zarr,
+        queue: Mutex::new(queue),
+        budget: MemoryBudget::new(options.max_memory),
+        manifest: Mutex::new(ManifestState { manifest, on_disk, error: None }),
+        reports: Mutex::new(Vec::new()),
+        done: Mutex::new(skipped.len()),
+        stopped: Mutex::new(None),
+    };
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            scope.spawn(|| run.run_worker());
+        }
+    });
+    let Run { queue, manifest, reports, stopped, .. } = run;
+    let stopped = stopped.into_inner().unwrap_or_else(|p| p.into_inner());
+    let state = manifest.into_inner().unwrap_or_else(|p| p.into_inner());
+    let wells = reports.into_inner().unwrap_or_else(|p| p.into_inner());
+    let not_started: Vec<String> =
+        queue.into_inner().unwrap_or_else(|p| p.into_inner()).into_iter().map(|i| plan.wells[i].well.clone()).collect();
+    let ended = EndedRun { workers, started, skipped, not_started, stopped, wells };
+    Ok(ended.finish(plan, options, state, zarr))
+}
+
+/// Prepares OUT for the run of `plan`: creates it, takes its lock (held
+/// while the returned guard lives), checks and (`--overwrite`) clears what an
+/// earlier run left, removes stale temporaries, writes the first manifest
+/// (under `--resume`, with the wells complete before) and opens the OME-Zarr
+/// plates.
+fn prepare_out(plan: &Plan, options: &RunOptions) -> Result<(outdir::OutputLock, Manifest, ZarrOutput), PipelineError> {
     std::fs::create_dir_all(&plan.out).map_err(io_err(&plan.out))?;
-    let _lock = outdir::lock(&plan.out, plan)?;
+    let lock = outdir::lock(&plan.out, plan)?;
     let previous = outdir::previous_manifest(&plan.out)?;
     outdir::check_previous(previous.as_ref(), plan, options.resume, options.overwrite)?;
     if let (true, Some(previous)) = (options.overwrite, &previous) {
@@ -548,321 +655,337 @@ pub fn execute(
     }
     let mut manifest = Manifest::new(plan, &zarr_roots);
     if let (true, Some(previous)) = (options.resume, previous) {
-        manifest.wells = previous.wells.into_iter().filter(|(_, r)| r.status == "complete").collect();
+        manifest.wells = previous.wells.into_iter().filter(|(_, r)| r.status == WellStatus::Complete).collect();
     }
     manifest.write(&plan.out)?;
-    let on_disk = manifest.wells.iter().map(|(w, r)| (w.clone(), r.status.clone())).collect();
     let zarr = ZarrOutput::open(layouts)?;
+    Ok((lock, manifest, zarr))
+}
 
-    let total = plan.wells.len();
-    let mut skipped = Vec::new();
-    let mut queue = std::collections::VecDeque::new();
-    for (i, w) in plan.wells.iter().enumerate() {
-        if manifest.wells.contains_key(&w.well) {
-            progress(Progress::Skipped { well: &w.well });
-            skipped.push(w.well.clone());
-        } else {
-            queue.push_back(i);
-        }
+/// The `--max-memory` budget of the wells in flight: a counting semaphore
+/// over their estimated bytes ([`WellPlan::estimate_bytes`]). A well that
+/// alone exceeds the budget still runs, alone.
+struct MemoryBudget {
+    max: Option<u64>,
+    used: Mutex<u64>,
+    released: Condvar,
+}
+
+/// Bytes taken from a [`MemoryBudget`], given back when dropped.
+struct Reservation<'a> {
+    budget: &'a MemoryBudget,
+    bytes: u64,
+}
+
+impl MemoryBudget {
+    fn new(max: Option<u64>) -> MemoryBudget {
+        MemoryBudget { max, used: Mutex::new(0), released: Condvar::new() }
     }
-    let queue = Mutex::new(queue);
-    let budget = (Mutex::new(0u64), Condvar::new());
-    let manifest = Mutex::new(ManifestState { manifest, on_disk, error: None });
-    let reports: Mutex<Vec<WellReport>> = Mutex::new(Vec::new());
-    let done = Mutex::new(skipped.len());
-    // Set when the output file system takes no more data: start no more wells.
-    let stopped: Mutex<Option<String>> = Mutex::new(None);
-    let stop = |reason: String| {
-        if let Ok(mut s) = stopped.lock() {
+
+    /// Waits until `bytes` fit the budget (or nothing else is in flight) and
+    /// takes them; `None` if the budget's lock is poisoned.
+    fn reserve(&self, bytes: u64) -> Option<Reservation<'_>> {
+        let mut used = self.used.lock().ok()?;
+        if let Some(max) = self.max {
+            while *used > 0 && *used + bytes > max {
+                used = self.released.wait(used).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+        *used += bytes;
+        Some(Reservation { budget: self, bytes })
+    }
+}
+
+impl Drop for Reservation<'_> {
+    fn drop(&mut self) {
+        if let Ok(mut used) = self.budget.used.lock() {
+            *used = used.saturating_sub(self.bytes);
+        }
+        self.budget.released.notify_all();
+    }
+}
+
+/// What the workers of one run share.
+struct Run<'a> {
+    plan: &'a Plan,
+    registry: &'a Registry,
+    conversions: &'a Conversions,
+    options: &'a RunOptions,
+    progress: &'a (dyn Fn(Progress<'_>) + Sync),
+    zarr: &'a ZarrOutput,
+    /// Wells not started yet, as indices into [`Plan::wells`].
+    queue: Mutex<VecDeque<usize>>,
+    budget: MemoryBudget,
+    manifest: Mutex<ManifestState>,
+    reports: Mutex<Vec<WellReport>>,
+    /// Wells finished (or skipped), for progress.
+    done: Mutex<usize>,
+    /// Set when the output file system takes no more data: start no more wells.
+    stopped: Mutex<Option<String>>,
+}
+
+impl Run<'_> {
+    fn stop(&self, reason: String) {
+        if let Ok(mut s) = self.stopped.lock() {
             s.get_or_insert(reason);
         }
-    };
-    let halted = || options.cancel.load(Ordering::SeqCst) || stopped.lock().map(|s| s.is_some()).unwrap_or(true);
-    let workers = options.workers.max(1).min(queue.lock().map(|q| q.len()).unwrap_or(1).max(1));
+    }
 
-    std::thread::scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|| loop {
-                if halted() {
-                    break;
+    /// True once the run was cancelled or stopped: start no more wells.
+    fn halted(&self) -> bool {
+        self.options.cancel.load(Ordering::SeqCst) || self.stopped.lock().map(|s| s.is_some()).unwrap_or(true)
+    }
+
+    /// One worker: takes wells off the queue until it is empty or the run
+    /// halts, each within the memory budget, and records each outcome.
+    fn run_worker(&self) {
+        loop {
+            if self.halted() {
+                break;
+            }
+            let Some(i) = self.queue.lock().ok().and_then(|mut q| q.pop_front()) else { break };
+            let well = &self.plan.wells[i];
+            let Some(reservation) = self.budget.reserve(well.estimate_bytes) else { break };
+            if self.halted() {
+                if let Ok(mut q) = self.queue.lock() {
+                    q.push_front(i);
                 }
-                let Some(i) = queue.lock().ok().and_then(|mut q| q.pop_front()) else { break };
-                let well = &plan.wells[i];
-                // Wait until the well fits the memory budget (or nothing else runs).
-                let estimate = well.estimate_bytes;
-                {
-                    let (lock, cv) = &budget;
-                    let Ok(mut used) = lock.lock() else { break };
-                    if let Some(max) = options.max_memory {
-                        while *used > 0 && *used + estimate > max {
-                            used = match cv.wait(used) {
-                                Ok(u) => u,
-                                Err(p) => p.into_inner(),
-                            };
-                        }
-                    }
-                    *used += estimate;
-                }
-                let release = || {
-                    let (lock, cv) = &budget;
-                    if let Ok(mut used) = lock.lock() {
-                        *used = used.saturating_sub(estimate);
-                    }
-                    cv.notify_all();
-                };
-                if halted() {
-                    if let Ok(mut q) = queue.lock() {
-                        q.push_front(i);
-                    }
-                    release();
-                    break;
-                }
-                progress(Progress::Started { well: &well.well });
-                let t0 = Instant::now();
-                let missing: Vec<&MissingPlane> = plan.missing.iter().filter(|m| m.well == well.well).collect();
-                let result = if plan.missing_policy != MissingPolicy::Fill && !missing.is_empty() {
-                    // Compile refuses missing images under `error`: this is skip-well.
-                    Err((WellError::NotRun(skipped_for_missing(&missing)), Vec::new()))
-                } else {
-                    // Trace spans (`hcsflow run --trace`): well > step > read | stack > call | conversion, and write.
-                    let span = tracing::info_span!("well", well = %well.well);
-                    std::panic::catch_unwind(AssertUnwindSafe(|| {
-                        span.in_scope(|| run_well(plan, well, registry, conversions, &zarr, progress))
-                    }))
-                    .unwrap_or_else(|p| {
-                        let msg = p
-                            .downcast_ref::<String>()
-                            .cloned()
-                            .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
-                            .unwrap_or_else(|| "unknown panic".into());
-                        Err((WellError::NotRun(format!("internal error (panic): {msg}")), Vec::new()))
-                    })
-                };
-                release();
-                let seconds = t0.elapsed().as_secs_f64();
-                let (record, report) = match result {
-                    Ok(WellOutcome { outputs, artifacts, mut notes, timings }) => {
-                        let filled: Vec<MissingPlane> = missing.into_iter().cloned().collect();
-                        let step = well.steps.first().map(|ws| plan.steps[ws.step].name.clone()).unwrap_or_default();
-                        notes.extend(filled.iter().map(|m| Note { well: well.well.clone(), step: step.clone(), text: filled_text(m) }));
-                        (
-                            WellRecord {
-                                status: "complete".into(),
-                                seconds,
-                                error: None,
-                                outputs,
-                                artifacts,
-                                notes: notes.clone(),
-                                filled: filled.clone(),
-                            },
-                            WellReport {
-                                well: well.well.clone(),
-                                status: "complete".into(),
-                                seconds,
-                                error: None,
-                                steps: timings,
-                                bytes_read: well.input_bytes,
-                                notes,
-                                filled,
-                            },
-                        )
-                    }
-                    Err((error, steps)) => {
-                        if storage_exhausted(&error) {
-                            stop(format!("the output file system takes no more data: well {} failed with: {error}", well.well));
-                        }
-                        let error = error.to_string();
-                        (
-                            WellRecord {
-                                status: "failed".into(),
-                                seconds,
-                                error: Some(error.clone()),
-                                outputs: Vec::new(),
-                                artifacts: Vec::new(),
-                                notes: Vec::new(),
-                                filled: Vec::new(),
-                            },
-                            WellReport {
-                                well: well.well.clone(),
-                                status: "failed".into(),
-                                seconds,
-                                error: Some(error),
-                                steps,
-                                bytes_read: 0,
-                                notes: Vec::new(),
-                                filled: Vec::new(),
-                            },
-                        )
-                    }
-                };
-                let error = report.error.clone();
-                if let Ok(mut m) = manifest.lock() {
-                    m.record(&plan.out, &well.well, record);
-                    if let Some(e) = m.error.as_ref().filter(|e| storage_exhausted(*e)) {
-                        stop(format!("the output file system takes no more data: the run manifest could not be written: {e}"));
-                    }
-                }
-                if let Ok(mut r) = reports.lock() {
-                    r.push(report);
-                }
-                let n = done.lock().map(|mut d| {
-                    *d += 1;
-                    *d
-                });
-                progress(Progress::Finished { well: &well.well, done: n.unwrap_or(0), total, seconds, error: error.as_deref() });
-            });
+                break;
+            }
+            (self.progress)(Progress::Started { well: &well.well });
+            let t0 = Instant::now();
+            let missing: Vec<&MissingPlane> = self.plan.missing.iter().filter(|m| m.well == well.well).collect();
+            let result = self.run_isolated(well, &missing);
+            drop(reservation);
+            let seconds = t0.elapsed().as_secs_f64();
+            let (record, report) = self.outcome(well, result, missing, seconds);
+            self.record(well, record, report, seconds);
         }
-    });
+    }
 
-    let stopped = stopped.into_inner().unwrap_or_else(|p| p.into_inner());
-    let mut state = manifest.into_inner().unwrap_or_else(|p| p.into_inner());
-    let mut wells = reports.into_inner().unwrap_or_else(|p| p.into_inner());
-    let not_started: Vec<String> =
-        queue.into_inner().unwrap_or_else(|p| p.into_inner()).into_iter().map(|i| plan.wells[i].well.clone()).collect();
-    // Every well's outcome is in the manifest, the wells never started too.
-    let why_not = match &stopped {
-        Some(reason) => format!("not started: {reason}"),
-        None => "not started: the run was interrupted".to_string(),
-    };
-    for w in &not_started {
-        let record = WellRecord {
-            status: "not started".into(),
-            seconds: 0.0,
-            error: Some(why_not.clone()),
-            outputs: Vec::new(),
-            artifacts: Vec::new(),
-            notes: Vec::new(),
-            filled: Vec::new(),
-        };
-        state.manifest.wells.insert(w.clone(), record);
-    }
-    if !not_started.is_empty() || state.error.is_some() {
-        state.save(&plan.out);
-    }
-    let manifest_error =
-        state.error.as_ref().map(|e| format!("{e}; the file on disk misses the outcome of well(s) {}", state.unrecorded().join(", ")));
-    let manifest = state.manifest;
-    let mut write_errors = Vec::new();
-    let zarr_plates = zarr.finish().unwrap_or_else(|e| {
-        write_errors.push(e.to_string());
-        Vec::new()
-    });
-    if let Err(e) = write_summary_csv(&plan.out, &manifest) {
-        write_errors.push(e.to_string());
-    }
-    let artifact_tables = write_artifact_tables(plan, &manifest).unwrap_or_else(|e| {
-        write_errors.push(e.to_string());
-        Vec::new()
-    });
-
-    for w in &skipped {
-        let record = manifest.wells.get(w);
-        let notes = record.map(|r| r.notes.clone()).unwrap_or_default();
-        let filled = record.map(|r| r.filled.clone()).unwrap_or_default();
-        wells.push(WellReport {
-            well: w.clone(),
-            status: "skipped (resumed)".into(),
-            seconds: 0.0,
-            error: None,
-            steps: Vec::new(),
-            bytes_read: 0,
-            notes,
-            filled,
-        });
-    }
-    for w in &not_started {
-        wells.push(WellReport {
-            well: w.clone(),
-            status: "not started".into(),
-            seconds: 0.0,
-            error: Some(why_not.clone()),
-            steps: Vec::new(),
-            bytes_read: 0,
-            notes: Vec::new(),
-            filled: Vec::new(),
-        });
-    }
-    let order: BTreeMap<&str, usize> = plan.wells.iter().enumerate().map(|(i, w)| (w.well.as_str(), i)).collect();
-    wells.sort_by_key(|w| order.get(w.well.as_str()).copied().unwrap_or(usize::MAX));
-    let completed: Vec<String> = wells.iter().filter(|w| w.status == "complete").map(|w| w.well.clone()).collect();
-    let failed: Vec<Failure> = wells
-        .iter()
-        .filter(|w| w.status == "failed")
-        .map(|w| Failure { well: w.well.clone(), error: w.error.clone().unwrap_or_default() })
-        .collect();
-    let filled: Vec<MissingPlane> = wells.iter().flat_map(|w| w.filled.iter().cloned()).collect();
-    let seconds = started.elapsed().as_secs_f64();
-    let input_bytes: u64 = wells.iter().map(|w| w.bytes_read).sum();
-    let steps = plan
-        .steps
-        .iter()
-        .map(|s| {
-            let timings = wells.iter().flat_map(|w| w.steps.iter().filter(|t| t.step == s.name));
-            let (mut r, mut c, mut wr) = (0.0, 0.0, 0.0);
-            for t in timings {
-                r += t.read;
-                c += t.compute;
-                wr += t.write;
-            }
-            StepReport {
-                name: s.name.clone(),
-                chains: s
-                    .chains
-                    .iter()
-                    .map(|ch| ChainReport {
-                        group: ch.label.clone(),
-                        functions: ch
-                            .calls
-                            .iter()
-                            .map(|c| {
-                                format!("{} ({} → {} on {})", c.function, c.implementation.memory_in, c.implementation.memory_out, c.device)
-                            })
-                            .collect(),
-                        routes: ch.calls.iter().map(|c| c.route_in).chain([ch.route_out]).collect(),
-                    })
-                    .collect(),
-                read_seconds: r,
-                compute_seconds: c,
-                write_seconds: wr,
-            }
+    /// Runs `well`, a panic included in its failure; under skip-well a well
+    /// with `missing` images is not run.
+    fn run_isolated(&self, well: &WellPlan, missing: &[&MissingPlane]) -> WellResult {
+        if self.plan.missing_policy != MissingPolicy::Fill && !missing.is_empty() {
+            // Compile refuses missing images under `error`: this is skip-well.
+            return Err((WellError::NotRun(skipped_for_missing(missing)), Vec::new()));
+        }
+        // Trace spans (`hcsflow run --trace`): well > step > read | stack > call | conversion, and write.
+        let span = tracing::info_span!("well", well = %well.well);
+        std::panic::catch_unwind(AssertUnwindSafe(|| {
+            span.in_scope(|| run_well(self.plan, well, self.registry, self.conversions, self.zarr, self.progress))
+        }))
+        .unwrap_or_else(|p| {
+            let msg = p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "unknown panic".into());
+            Err((WellError::NotRun(format!("internal error (panic): {msg}")), Vec::new()))
         })
-        .collect();
-    let report = RunReport {
-        pipeline: plan.pipeline_name.clone(),
-        plate: plan.plate_root.clone(),
-        out: plan.out.clone(),
-        device: plan.device.to_string(),
-        device_reason: plan.device_reason.clone(),
-        workers,
-        max_memory: options.max_memory,
-        seconds,
-        input_bytes,
-        mb_per_s: if seconds > 0.0 { input_bytes as f64 / 1e6 / seconds } else { 0.0 },
-        peak_rss_bytes: peak_rss_bytes(),
-        steps,
-        notes: wells.iter().flat_map(|w| w.notes.iter().cloned()).collect(),
-        wells,
-        failures: failed.clone(),
-        missing_policy: plan.missing_policy.name().to_string(),
-        filled: filled.clone(),
-        stopped: stopped.clone(),
-        manifest_error: manifest_error.clone(),
-        write_errors: write_errors.clone(),
-    };
-    Ok(RunSummary {
-        total,
-        completed,
-        skipped,
-        failed,
-        not_started,
-        stopped,
-        filled,
-        manifest_error,
-        write_errors,
-        zarr_plates,
-        artifact_tables,
-        report,
-    })
+    }
+
+    /// The manifest record and the report of a well that ran; a failure
+    /// because the output file system takes no more data stops the run.
+    fn outcome(&self, well: &WellPlan, result: WellResult, missing: Vec<&MissingPlane>, seconds: f64) -> (WellRecord, WellReport) {
+        match result {
+            Ok(WellOutcome { outputs, artifacts, mut notes, timings }) => {
+                let filled: Vec<MissingPlane> = missing.into_iter().cloned().collect();
+                let step = well.steps.first().map(|ws| self.plan.steps[ws.step].name.clone()).unwrap_or_default();
+                notes.extend(filled.iter().map(|m| Note { well: well.well.clone(), step: step.clone(), text: filled_text(m) }));
+                let record = WellRecord {
+                    status: WellStatus::Complete,
+                    seconds,
+                    error: None,
+                    outputs,
+                    artifacts,
+                    notes: notes.clone(),
+                    filled: filled.clone(),
+                };
+                let report = WellReport { steps: timings, bytes_read: well.input_bytes, notes, filled, ..record.report(&well.well) };
+                (record, report)
+            }
+            Err((error, steps)) => {
+                if storage_exhausted(&error) {
+                    self.stop(format!("the output file system takes no more data: well {} failed with: {error}", well.well));
+                }
+                let record = WellRecord::ended(WellStatus::Failed, seconds, Some(error.to_string()));
+                let report = WellReport { steps, ..record.report(&well.well) };
+                (record, report)
+            }
+        }
+    }
+
+    /// Writes `well`'s outcome to the manifest and the report, and says so.
+    fn record(&self, well: &WellPlan, record: WellRecord, report: WellReport, seconds: f64) {
+        let error = report.error.clone();
+        if let Ok(mut m) = self.manifest.lock() {
+            m.record(&self.plan.out, &well.well, record);
+            if let Some(e) = m.error.as_ref().filter(|e| storage_exhausted(*e)) {
+                self.stop(format!("the output file system takes no more data: the run manifest could not be written: {e}"));
+            }
+        }
+        if let Ok(mut r) = self.reports.lock() {
+            r.push(report);
+        }
+        let n = self.done.lock().map(|mut d| {
+            *d += 1;
+            *d
+        });
+        let total = self.plan.wells.len();
+        (self.progress)(Progress::Finished { well: &well.well, done: n.unwrap_or(0), total, seconds, error: error.as_deref() });
+    }
+}
+
+/// A run whose workers have ended: what [`EndedRun::finish`] turns into the summary.
+struct EndedRun {
+    workers: usize,
+    started: Instant,
+    /// Wells complete in an earlier run (`--resume`).
+    skipped: Vec<String>,
+    /// Wells never started (cancelled or stopped).
+    not_started: Vec<String>,
+    stopped: Option<String>,
+    /// Reports of the wells that ran.
+    wells: Vec<WellReport>,
+}
+
+impl EndedRun {
+    /// Records the wells never started in the manifest, writes the
+    /// plate-level outputs (OME-Zarr metadata, summaries, joined tables) and
+    /// assembles the summary and its report.
+    fn finish(self, plan: &Plan, options: &RunOptions, mut state: ManifestState, zarr: ZarrOutput) -> RunSummary {
+        let EndedRun { workers, started, skipped, not_started, stopped, mut wells } = self;
+        // Every well's outcome is in the manifest, the wells never started too.
+        let why_not = match &stopped {
+            Some(reason) => format!("not started: {reason}"),
+            None => "not started: the run was interrupted".to_string(),
+        };
+        for w in &not_started {
+            state.manifest.wells.insert(w.clone(), WellRecord::ended(WellStatus::NotStarted, 0.0, Some(why_not.clone())));
+        }
+        if !not_started.is_empty() || state.error.is_some() {
+            state.save(&plan.out);
+        }
+        let manifest_error =
+            state.error.as_ref().map(|e| format!("{e}; the file on disk misses the outcome of well(s) {}", state.unrecorded().join(", ")));
+        let manifest = state.manifest;
+        let mut write_errors = Vec::new();
+        let zarr_plates = zarr.finish().unwrap_or_else(|e| {
+            write_errors.push(e.to_string());
+            Vec::new()
+        });
+        if let Err(e) = write_summary_csv(&plan.out, &manifest) {
+            write_errors.push(e.to_string());
+        }
+        let artifact_tables = write_artifact_tables(plan, &manifest).unwrap_or_else(|e| {
+            write_errors.push(e.to_string());
+            Vec::new()
+        });
+
+        for w in &skipped {
+            let record = manifest.wells.get(w);
+            let notes = record.map(|r| r.notes.clone()).unwrap_or_default();
+            let filled = record.map(|r| r.filled.clone()).unwrap_or_default();
+            wells.push(WellReport { notes, filled, ..WellRecord::ended(WellStatus::Skipped, 0.0, None).report(w) });
+        }
+        for w in &not_started {
+            wells.push(WellRecord::ended(WellStatus::NotStarted, 0.0, Some(why_not.clone())).report(w));
+        }
+        let order: BTreeMap<&str, usize> = plan.wells.iter().enumerate().map(|(i, w)| (w.well.as_str(), i)).collect();
+        wells.sort_by_key(|w| order.get(w.well.as_str()).copied().unwrap_or(usize::MAX));
+        let completed: Vec<String> = wells.iter().filter(|w| w.status == WellStatus::Complete).map(|w| w.well.clone()).collect();
+        let run = RunOutcome { workers, seconds: started.elapsed().as_secs_f64(), stopped, manifest_error, write_errors };
+        let report = RunReport::from_wells(plan, options, wells, &run);
+        RunSummary {
+            total: plan.wells.len(),
+            completed,
+            skipped,
+            failed: report.failures.clone(),
+            not_started,
+            stopped: run.stopped,
+            filled: report.filled.clone(),
+            manifest_error: run.manifest_error,
+            write_errors: run.write_errors,
+            zarr_plates,
+            artifact_tables,
+            report,
+        }
+    }
+}
+
+/// What a run says about itself besides its wells, for [`RunReport::from_wells`].
+struct RunOutcome {
+    workers: usize,
+    seconds: f64,
+    stopped: Option<String>,
+    manifest_error: Option<String>,
+    write_errors: Vec<String>,
+}
+
+impl RunReport {
+    /// The report of a run of `plan` from its wells' reports (in plate
+    /// order): failures, notes and filled planes gathered, step times summed
+    /// over wells, throughput over the run's time.
+    fn from_wells(plan: &Plan, options: &RunOptions, wells: Vec<WellReport>, run: &RunOutcome) -> RunReport {
+        let failures: Vec<Failure> = wells
+            .iter()
+            .filter(|w| w.status == WellStatus::Failed)
+            .map(|w| Failure { well: w.well.clone(), error: w.error.clone().unwrap_or_default() })
+            .collect();
+        let filled: Vec<MissingPlane> = wells.iter().flat_map(|w| w.filled.iter().cloned()).collect();
+        let input_bytes: u64 = wells.iter().map(|w| w.bytes_read).sum();
+        let steps = plan.steps.iter().map(|s| StepReport::of(s, &wells)).collect();
+        RunReport {
+            pipeline: plan.pipeline_name.clone(),
+            plate: plan.plate_root.clone(),
+            out: plan.out.clone(),
+            device: plan.device.to_string(),
+            device_reason: plan.device_reason.clone(),
+            workers: run.workers,
+            max_memory: options.max_memory,
+            seconds: run.seconds,
+            input_bytes,
+            mb_per_s: if run.seconds > 0.0 { input_bytes as f64 / 1e6 / run.seconds } else { 0.0 },
+            peak_rss_bytes: peak_rss_bytes(),
+            steps,
+            notes: wells.iter().flat_map(|w| w.notes.iter().cloned()).collect(),
+            wells,
+            failures,
+            missing_policy: plan.missing_policy.name().to_string(),
+            filled,
+            stopped: run.stopped.clone(),
+            manifest_error: run.manifest_error.clone(),
+            write_errors: run.write_errors.clone(),
+        }
+    }
+}
+
+impl StepReport {
+    /// Step `step`'s chains and its times summed over `wells`.
+    fn of(step: &StepPlan, wells: &[WellReport]) -> StepReport {
+        let timings = wells.iter().flat_map(|w| w.steps.iter().filter(|t| t.step == step.name));
+        let (mut r, mut c, mut wr) = (0.0, 0.0, 0.0);
+        for t in timings {
+            r += t.read;
+            c += t.compute;
+            wr += t.write;
+        }
+        let chains = step
+            .chains
+            .iter()
+            .map(|ch| ChainReport {
+                group: ch.label.clone(),
+                functions: ch
+                    .calls
+                    .iter()
+                    .map(|c| format!("{} ({} → {} on {})", c.function, c.implementation.memory_in, c.implementation.memory_out, c.device))
+                    .collect(),
+                routes: ch.calls.iter().map(|c| c.route_in).chain([ch.route_out]).collect(),
+            })
+            .collect();
+        StepReport { name: step.name.clone(), chains, read_seconds: r, compute_seconds: c, write_seconds: wr }
+    }
 }
 
 /// The failure of a well not run under `--missing skip-well`: its missing images.
@@ -1278,7 +1401,7 @@ fn write_well_artifact(plan: &Plan, well: &str, step: &str, name: &str, tables: 
 /// `OUT/artifacts.csv` summary. Rebuilt from the manifest, so a resumed run's
 /// tables include the wells of earlier runs.
 fn write_artifact_tables(plan: &Plan, manifest: &Manifest) -> Result<Vec<PathBuf>, PipelineError> {
-    let mut wells: Vec<(&String, &WellRecord)> = manifest.wells.iter().filter(|(_, r)| r.status == "complete").collect();
+    let mut wells: Vec<(&String, &WellRecord)> = manifest.wells.iter().filter(|(_, r)| r.status == WellStatus::Complete).collect();
     wells.sort_by(|a, b| hcsflow_plate::cmp_wells(a.0, b.0));
     let mut summary = String::from("well,step,artifact,rows,path\n");
     let mut written = Vec::new();
@@ -1321,7 +1444,7 @@ fn write_summary_csv(out: &Path, manifest: &Manifest) -> Result<(), PipelineErro
             v.to_string()
         }
     };
-    let mut wells: Vec<(&String, &WellRecord)> = manifest.wells.iter().filter(|(_, r)| r.status == "complete").collect();
+    let mut wells: Vec<(&String, &WellRecord)> = manifest.wells.iter().filter(|(_, r)| r.status == WellStatus::Complete).collect();
     wells.sort_by(|a, b| hcsflow_plate::cmp_wells(a.0, b.0));
     for (well, record) in wells {
         for o in &record.outputs {
@@ -1400,8 +1523,8 @@ mod tests {
 
     #[test]
     fn the_manifest_state_names_the_wells_the_file_misses() {
-        let record = |status: &str| WellRecord {
-            status: status.into(),
+        let record = |status: WellStatus| WellRecord {
+            status,
             seconds: 0.0,
             error: None,
             outputs: Vec::new(),
@@ -1417,14 +1540,41 @@ mod tests {
             files: Vec::new(),
             zarr_plates: Vec::new(),
             wells: [
-                ("A01".to_string(), record("complete")),
-                ("A02".to_string(), record("failed")),
-                ("A03".to_string(), record("not started")),
+                ("A01".to_string(), record(WellStatus::Complete)),
+                ("A02".to_string(), record(WellStatus::Failed)),
+                ("A03".to_string(), record(WellStatus::NotStarted)),
             ]
             .into(),
         };
-        let on_disk = [("A01".to_string(), "complete".to_string()), ("A03".to_string(), "failed".to_string())].into();
+        let on_disk = [("A01".to_string(), WellStatus::Complete), ("A03".to_string(), WellStatus::Failed)].into();
         let state = ManifestState { manifest, on_disk, error: None };
         assert_eq!(state.unrecorded(), ["A02 (failed)", "A03 (not started)"]);
+    }
+
+    /// The manifest and the report keep the status strings of earlier
+    /// versions, so their manifests are read for `--resume` and the files
+    /// written are the same bytes.
+    #[test]
+    fn well_status_is_written_and_read_as_before() {
+        for (status, text) in [
+            (WellStatus::Complete, "complete"),
+            (WellStatus::Failed, "failed"),
+            (WellStatus::Skipped, "skipped (resumed)"),
+            (WellStatus::NotStarted, "not started"),
+        ] {
+            assert_eq!(serde_json::to_string(&status).expect("json"), format!("\"{text}\""));
+            assert_eq!(serde_json::from_str::<WellStatus>(&format!("\"{text}\"")).expect("parse"), status);
+            assert_eq!(status.to_string(), text);
+        }
+        let old = concat!(
+            r#"{"version":1,"pipeline":"p","digest":"d","plate":"/plate","wells":{"#,
+            r#""A01":{"status":"complete","seconds":1.5,"outputs":[]},"#,
+            r#""A02":{"status":"failed","seconds":0.5,"error":"step 'x': boom","outputs":[]},"#,
+            r#""A03":{"status":"not started","seconds":0.0,"error":"not started: the run was interrupted","outputs":[]}}}"#
+        );
+        let manifest: Manifest = serde_json::from_str(old).expect("an earlier version's manifest");
+        let statuses: Vec<WellStatus> = manifest.wells.values().map(|r| r.status).collect();
+        assert_eq!(statuses, [WellStatus::Complete, WellStatus::Failed, WellStatus::NotStarted]);
+        assert_eq!(serde_json::to_string(&manifest).expect("json"), old);
     }
 }

@@ -33,7 +33,7 @@ pub use compile::{
 pub use error::PipelineError;
 pub use exec::{
     execute, peak_rss_bytes, ArtifactRecord, Manifest, Note, OutputRecord, Progress, RunOptions, RunReport, RunSummary, WellRecord,
-    WellReport, ARTIFACTS_NAME, MANIFEST_NAME, SUMMARY_NAME,
+    WellReport, WellStatus, ARTIFACTS_NAME, MANIFEST_NAME, SUMMARY_NAME,
 };
 pub use outdir::LOCK_NAME;
 pub use spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, StepSpec};

@@ -108,7 +108,7 @@ fn skip_well_runs_the_other_wells_and_resume_runs_it_once_the_file_is_back() {
     assert_eq!(summary.completed.len(), 2, "the other wells run: {:?}", summary.completed);
     let manifest = Manifest::read(&out).expect("read").expect("manifest");
     let record = &manifest.wells[&gap.well];
-    assert_eq!(record.status, "failed");
+    assert_eq!(record.status, hcsflow_pipeline::WellStatus::Failed);
     assert!(record.error.as_deref().is_some_and(|e| e.contains(&z)), "{record:?}");
     assert!(record.outputs.is_empty());
     assert!(summary.report.failures.iter().any(|f| f.well == gap.well && f.error.contains("missing image")));

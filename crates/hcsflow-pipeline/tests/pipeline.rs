@@ -374,8 +374,8 @@ fn a_failing_well_does_not_lose_the_others_and_resume_completes_it() {
     assert!(s.failed[0].error.contains("Synth_Plate_1_A02_s5_w1.tif"), "{}", s.failed[0].error);
     assert_eq!(snapshot(&root), before, "the input plate changed");
     let manifest = Manifest::read(&out).unwrap().unwrap();
-    assert_eq!(manifest.wells["A01"].status, "complete");
-    assert_eq!(manifest.wells["A02"].status, "failed");
+    assert_eq!(manifest.wells["A01"].status, hcsflow_pipeline::WellStatus::Complete);
+    assert_eq!(manifest.wells["A02"].status, hcsflow_pipeline::WellStatus::Failed);
     assert!(!out.join("max_z/TimePoint_1/Synth_Plate_1_A02_s1_w1.tif").exists() || manifest.wells["A02"].outputs.is_empty());
 
     // Fix the file, resume: only A02 runs; the output equals the uninterrupted run's.
