@@ -355,174 +355,15 @@ pub fn compile(
 
     // Per well: the starting planes, then each step's stacks, simulated on keys.
     let mut wells = Vec::new();
-    // Per step: group values seen across the plate and values lacking a map entry.
-    let mut seen: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); steps.len()];
-    let mut unmapped: Vec<BTreeSet<u32>> = vec![BTreeSet::new(); steps.len()];
+    let mut found = GroupsFound::new(steps.len());
     let mut missing = Vec::new();
-    let mut wiring_errors: BTreeMap<(usize, String), PipelineError> = BTreeMap::new();
     for well in plate.wells() {
         let inputs = well_inputs(plate, &well);
         missing.extend(missing_planes(plate, &well, &inputs));
-        let start: Vec<Flow> = inputs.iter().map(|i| Flow { key: i.key, rel: i.rel.clone() }).collect();
-        let mut current = start.clone();
-        let mut well_steps = Vec::new();
-        let mut peak_planes = start.len();
-        for (si, (step, func)) in steps.iter().zip(&funcs).enumerate() {
-            let input = match step.input_source {
-                InputSource::PipelineStart => start.clone(),
-                InputSource::Previous => current,
-            };
-            let mut groups: Vec<GroupPlan> = Vec::new();
-            let mut output = Vec::new();
-            for members in group(&input, &step.variable) {
-                let mut scope = members[0].key;
-                for c in &step.variable {
-                    scope[c.index()] = VARIABLE;
-                }
-                let value = step.group_by.map(|c| members[0].key[c.index()]);
-                if let Some(v) = value {
-                    seen[si].insert(v);
-                }
-                let action = match (func, value) {
-                    (ResolvedFunc::Single, _) => Action::Chain(0),
-                    (ResolvedFunc::Map(map), Some(v)) => match map.get(&v) {
-                        Some(&ci) => Action::Chain(ci),
-                        None => {
-                            unmapped[si].insert(v);
-                            match step.missing_groups {
-                                MissingGroups::Skip => Action::Skip,
-                                MissingGroups::Passthrough | MissingGroups::Error => Action::Passthrough,
-                            }
-                        }
-                    },
-                    (ResolvedFunc::Map(_), None) => Action::Chain(0), // refused in compile_step
-                };
-                let outputs: Vec<Flow> = match action {
-                    Action::Skip => Vec::new(),
-                    Action::Passthrough => members.clone(),
-                    Action::Chain(ci) if step.chains[ci].reduces => {
-                        let mut key = members[0].key;
-                        for c in &step.variable {
-                            key[c.index()] = COLLAPSED;
-                        }
-                        vec![Flow { key, rel: collapse_rel(&members[0].rel, &step.variable) }]
-                    }
-                    Action::Chain(_) => members.clone(),
-                };
-                let mut sources = Vec::with_capacity(step.consumes.len());
-                for input in &step.consumes {
-                    let Some(from) = input.from_step else {
-                        sources.push(None);
-                        continue;
-                    };
-                    let producer = &steps[from];
-                    let candidates: Vec<usize> = well_steps
-                        .iter()
-                        .find(|ws: &&WellStepPlan| ws.step == from)
-                        .map(|ws| {
-                            ws.groups
-                                .iter()
-                                .enumerate()
-                                .filter(|(_, g)| match g.action {
-                                    Action::Chain(ci) => producer.chains[ci].produces().any(|p| p == input.name),
-                                    _ => false,
-                                })
-                                .filter(|(_, g)| scopes_match(&g.scope, &scope))
-                                .map(|(i, _)| i)
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    match candidates.as_slice() {
-                        [one] => sources.push(Some(*one)),
-                        // This stack's chain does not consume it (another map entry does).
-                        // When it does, even optionally, a producer step exists and must cover it.
-                        _ if !matches!(action, Action::Chain(ci) if step.chains[ci].calls.iter().any(|c| c.artifacts.consumes.iter().any(|d| d.name == input.name))) => {
-                            sources.push(None)
-                        }
-                        [] => {
-                            wiring_errors.entry((si, input.name.clone())).or_insert_with(|| PipelineError::step(
-                                &step.name,
-                                format!(
-                                    "no '{}' artifact of step '{}' covers the stack at {} of well {well}",
-                                    input.name,
-                                    producer.name,
-                                    scope_text(&scope)
-                                ),
-                                format!(
-                                    "step '{}' must run on stacks that contain this one's (same or collapsed components, same variable components {})",
-                                    producer.name,
-                                    producer.variable.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
-                                ),
-                            ));
-                            sources.push(None);
-                        }
-                        _ => {
-                            wiring_errors.entry((si, input.name.clone())).or_insert_with(|| {
-                                PipelineError::step(
-                                    &step.name,
-                                    format!(
-                                        "{} stacks of step '{}' could provide '{}' for the stack at {} of well {well}",
-                                        candidates.len(),
-                                        producer.name,
-                                        input.name,
-                                        scope_text(&scope)
-                                    ),
-                                    "make the producer step's stacks cover this step's (e.g. the same group_by)",
-                                )
-                            });
-                            sources.push(None);
-                        }
-                    }
-                }
-                groups.push(GroupPlan {
-                    scope,
-                    sources,
-                    inputs: members.iter().map(|m| m.key).collect(),
-                    action,
-                    outputs: outputs.iter().map(|f| OutPlane { key: f.key, rel: f.rel.clone() }).collect(),
-                });
-                output.extend(outputs);
-            }
-            output.sort_by_key(|f| f.key);
-            peak_planes = peak_planes.max(input.len() + output.len());
-            well_steps.push(WellStepPlan { step: si, groups });
-            current = output;
-        }
-        let input_bytes = inputs.len() as u64 * plane_bytes;
-        let largest_stack = well_steps.iter().flat_map(|s| s.groups.iter().map(|g| g.inputs.len())).max().unwrap_or(0) as u64;
-        wells.push(WellPlan {
-            well,
-            inputs,
-            steps: well_steps,
-            input_bytes,
-            // Planes held (a step's input and output) + one stack and its result in flight per group.
-            estimate_bytes: (peak_planes as u64 + 2 * largest_stack) * plane_bytes,
-        });
+        wells.push(plan_well(well, inputs, &steps, &funcs, plane_bytes, &mut found));
     }
-
-    errors.extend(wiring_errors.into_values());
-    // Map keys must be group values of this plate; missing groups follow the policy.
-    for (si, step) in steps.iter().enumerate() {
-        let Some(group_by) = step.group_by else { continue };
-        for chain in &step.chains {
-            if let (Some(label), Some(v)) = (&chain.label, chain.group_value) {
-                if !seen[si].contains(&v) {
-                    errors.push(PipelineError::step(
-                        &step.name,
-                        format!("func map key '{label}' is not a {group_by} of this step's input"),
-                        format!("use one of: {}", describe_values(plate, group_by, &seen[si])),
-                    ));
-                }
-            }
-        }
-        if step.missing_groups == MissingGroups::Error && !unmapped[si].is_empty() && !step.chains.iter().all(|c| c.label.is_none()) {
-            errors.push(PipelineError::step(
-                &step.name,
-                format!("func map has no entry for {group_by} {}", describe_values(plate, group_by, &unmapped[si])),
-                "add entries for them, or set missing_groups = \"passthrough\" (pass them on unchanged) or \"skip\" (drop them)",
-            ));
-        }
-    }
+    errors.extend(found.wiring_errors.into_values());
+    check_group_maps(plate, &steps, &found.seen, &found.unmapped, &mut errors);
     if !errors.is_empty() {
         return Err(flatten(errors));
     }
@@ -550,6 +391,212 @@ pub fn compile(
     };
     check_call_shapes(&plan, registry)?;
     Ok(plan)
+}
+
+/// What compile learns about the steps' stacks across the plate's wells, for
+/// the checks that need all of them.
+struct GroupsFound {
+    /// Per step: the group values seen across the plate.
+    seen: Vec<BTreeSet<u32>>,
+    /// Per step: the group values lacking a func map entry.
+    unmapped: Vec<BTreeSet<u32>>,
+    /// Per (step, consumed artifact): the first wiring problem found.
+    wiring_errors: BTreeMap<(usize, String), PipelineError>,
+}
+
+impl GroupsFound {
+    fn new(steps: usize) -> GroupsFound {
+        GroupsFound { seen: vec![BTreeSet::new(); steps], unmapped: vec![BTreeSet::new(); steps], wiring_errors: BTreeMap::new() }
+    }
+}
+
+/// The plan of one well: starting from its `inputs`, each step's stacks,
+/// simulated on keys (grouping, the chain or map entry of each stack, its
+/// output planes, the producer stack of each artifact it consumes).
+fn plan_well(
+    well: String,
+    inputs: Vec<InputPlane>,
+    steps: &[StepPlan],
+    funcs: &[ResolvedFunc],
+    plane_bytes: u64,
+    found: &mut GroupsFound,
+) -> WellPlan {
+    let start: Vec<Flow> = inputs.iter().map(|i| Flow { key: i.key, rel: i.rel.clone() }).collect();
+    let mut current = start.clone();
+    let mut well_steps: Vec<WellStepPlan> = Vec::new();
+    let mut peak_planes = start.len();
+    for (si, (step, func)) in steps.iter().zip(funcs).enumerate() {
+        let input = match step.input_source {
+            InputSource::PipelineStart => start.clone(),
+            InputSource::Previous => current,
+        };
+        let mut groups: Vec<GroupPlan> = Vec::new();
+        let mut output = Vec::new();
+        for members in group(&input, &step.variable) {
+            let mut scope = members[0].key;
+            for c in &step.variable {
+                scope[c.index()] = VARIABLE;
+            }
+            let value = step.group_by.map(|c| members[0].key[c.index()]);
+            if let Some(v) = value {
+                found.seen[si].insert(v);
+            }
+            let action = choose_action(step, func, value, &mut found.unmapped[si]);
+            let outputs: Vec<Flow> = match action {
+                Action::Skip => Vec::new(),
+                Action::Passthrough => members.clone(),
+                Action::Chain(ci) if step.chains[ci].reduces => {
+                    let mut key = members[0].key;
+                    for c in &step.variable {
+                        key[c.index()] = COLLAPSED;
+                    }
+                    vec![Flow { key, rel: collapse_rel(&members[0].rel, &step.variable) }]
+                }
+                Action::Chain(_) => members.clone(),
+            };
+            let consumer = Consumer { step_index: si, step, action, scope, well: &well };
+            let sources = step.consumes.iter().map(|input| resolve_artifact_source(&consumer, input, steps, &well_steps, found)).collect();
+            groups.push(GroupPlan {
+                scope,
+                sources,
+                inputs: members.iter().map(|m| m.key).collect(),
+                action,
+                outputs: outputs.iter().map(|f| OutPlane { key: f.key, rel: f.rel.clone() }).collect(),
+            });
+            output.extend(outputs);
+        }
+        output.sort_by_key(|f| f.key);
+        peak_planes = peak_planes.max(input.len() + output.len());
+        well_steps.push(WellStepPlan { step: si, groups });
+        current = output;
+    }
+    let input_bytes = inputs.len() as u64 * plane_bytes;
+    let largest_stack = well_steps.iter().flat_map(|s| s.groups.iter().map(|g| g.inputs.len())).max().unwrap_or(0) as u64;
+    WellPlan {
+        well,
+        inputs,
+        steps: well_steps,
+        input_bytes,
+        // Planes held (a step's input and output) + one stack and its result in flight per group.
+        estimate_bytes: (peak_planes as u64 + 2 * largest_stack) * plane_bytes,
+    }
+}
+
+/// What a stack of `step` with group value `value` goes through; a value
+/// without a func map entry is added to `unmapped`.
+fn choose_action(step: &StepPlan, func: &ResolvedFunc, value: Option<u32>, unmapped: &mut BTreeSet<u32>) -> Action {
+    match (func, value) {
+        (ResolvedFunc::Single, _) => Action::Chain(0),
+        (ResolvedFunc::Map(map), Some(v)) => match map.get(&v) {
+            Some(&ci) => Action::Chain(ci),
+            None => {
+                unmapped.insert(v);
+                match step.missing_groups {
+                    MissingGroups::Skip => Action::Skip,
+                    MissingGroups::Passthrough | MissingGroups::Error => Action::Passthrough,
+                }
+            }
+        },
+        (ResolvedFunc::Map(_), None) => Action::Chain(0), // refused in compile_step
+    }
+}
+
+/// A stack that may consume artifacts, as [`resolve_artifact_source`] sees it.
+struct Consumer<'a> {
+    step_index: usize,
+    step: &'a StepPlan,
+    action: Action,
+    scope: Key,
+    well: &'a str,
+}
+
+/// The stack of the producer step (an index into its groups in this well,
+/// `well_steps`) whose `input` artifact the `consumer` stack gets: the one
+/// stack producing it whose scope covers the consumer's. `None` when the
+/// artifact is optional and unproduced, when this stack's chain does not
+/// consume it (another map entry does), or when no stack or several stacks
+/// qualify (then a wiring error is recorded in `found`).
+fn resolve_artifact_source(
+    consumer: &Consumer<'_>,
+    input: &ArtifactInput,
+    steps: &[StepPlan],
+    well_steps: &[WellStepPlan],
+    found: &mut GroupsFound,
+) -> Option<usize> {
+    let from = input.from_step?;
+    let producer = &steps[from];
+    let produces = |g: &GroupPlan| match g.action {
+        Action::Chain(ci) => producer.chains[ci].produces().any(|p| p == input.name),
+        _ => false,
+    };
+    let candidates: Vec<usize> = well_steps
+        .iter()
+        .find(|ws| ws.step == from)
+        .map(|ws| {
+            ws.groups.iter().enumerate().filter(|(_, g)| produces(g) && scopes_match(&g.scope, &consumer.scope)).map(|(i, _)| i).collect()
+        })
+        .unwrap_or_default();
+    // When this stack's chain consumes it, even optionally, a producer step exists and must cover it.
+    let consumed = matches!(consumer.action, Action::Chain(ci)
+        if consumer.step.chains[ci].calls.iter().any(|c| c.artifacts.consumes.iter().any(|d| d.name == input.name)));
+    let (step, well, scope) = (consumer.step, consumer.well, scope_text(&consumer.scope));
+    let error = match candidates.as_slice() {
+        [one] => return Some(*one),
+        _ if !consumed => return None,
+        [] => PipelineError::step(
+            &step.name,
+            format!("no '{}' artifact of step '{}' covers the stack at {scope} of well {well}", input.name, producer.name),
+            format!(
+                "step '{}' must run on stacks that contain this one's (same or collapsed components, same variable components {})",
+                producer.name,
+                producer.variable.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(", ")
+            ),
+        ),
+        _ => PipelineError::step(
+            &step.name,
+            format!(
+                "{} stacks of step '{}' could provide '{}' for the stack at {scope} of well {well}",
+                candidates.len(),
+                producer.name,
+                input.name
+            ),
+            "make the producer step's stacks cover this step's (e.g. the same group_by)",
+        ),
+    };
+    found.wiring_errors.entry((consumer.step_index, input.name.clone())).or_insert(error);
+    None
+}
+
+/// Func map keys must be group values of this plate (`seen`, per step), and
+/// groups without an entry (`unmapped`) follow the step's `missing_groups`.
+fn check_group_maps(
+    plate: &Plate,
+    steps: &[StepPlan],
+    seen: &[BTreeSet<u32>],
+    unmapped: &[BTreeSet<u32>],
+    errors: &mut Vec<PipelineError>,
+) {
+    for (si, step) in steps.iter().enumerate() {
+        let Some(group_by) = step.group_by else { continue };
+        for chain in &step.chains {
+            if let (Some(label), Some(v)) = (&chain.label, chain.group_value) {
+                if !seen[si].contains(&v) {
+                    errors.push(PipelineError::step(
+                        &step.name,
+                        format!("func map key '{label}' is not a {group_by} of this step's input"),
+                        format!("use one of: {}", describe_values(plate, group_by, &seen[si])),
+                    ));
+                }
+            }
+        }
+        if step.missing_groups == MissingGroups::Error && !unmapped[si].is_empty() && !step.chains.iter().all(|c| c.label.is_none()) {
+            errors.push(PipelineError::step(
+                &step.name,
+                format!("func map has no entry for {group_by} {}", describe_values(plate, group_by, &unmapped[si])),
+                "add entries for them, or set missing_groups = \"passthrough\" (pass them on unchanged) or \"skip\" (drop them)",
+            ));
+        }
+    }
 }
 
 /// A producer stack covers a consumer stack when, component by component,
@@ -1103,7 +1150,7 @@ fn group(planes: &[Flow], variable: &[Component]) -> Vec<Vec<Flow>> {
     for p in planes {
         let mut fixed = p.key;
         for c in variable {
-            fixed[c.index()] = u32::MAX;
+            fixed[c.index()] = VARIABLE;
         }
         groups.entry(fixed).or_default().push(p.clone());
     }
