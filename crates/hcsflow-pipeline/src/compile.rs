@@ -23,7 +23,8 @@ use hcsflow_plate::naming::z_reduced_rel;
 use hcsflow_plate::Plate;
 use serde::{Deserialize, Serialize};
 
-use crate::exec::{ARTIFACTS_NAME, MANIFEST_NAME, SUMMARY_NAME};
+use crate::output::manifest::MANIFEST_NAME;
+use crate::output::tables::{ARTIFACTS_NAME, SUMMARY_NAME};
 use crate::spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, StepSpec};
 use crate::PipelineError;
 

@@ -36,8 +36,6 @@
 //!   first manifest write); everything later is in the [`RunSummary`].
 
 use std::collections::{BTreeMap, VecDeque};
-use std::fs::File;
-use std::io::BufWriter;
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -46,26 +44,18 @@ use std::time::Instant;
 
 use hcsflow_core::{Array, CallContext, Conversions, Device, PlaneInfo, Registry, Route, Stack, StackInfo, Table};
 pub use hcsflow_io::peak_rss_bytes;
-use hcsflow_io::Durability;
-use hcsflow_tiff::WriteOptions;
 use rayon::prelude::*;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::compile::{
-    scope_text, Action, GroupPlan, InputPlane, Key, MissingPlane, MissingPolicy, Plan, StepPlan, WellPlan, COLLAPSED, VARIABLE,
-};
+use crate::compile::{scope_text, Action, GroupPlan, InputPlane, Key, MissingPlane, MissingPolicy, Plan, StepPlan, WellPlan, COLLAPSED};
 use crate::outdir;
+use crate::output::manifest::{ArtifactRecord, Manifest, ManifestState, Note, OutputRecord, WellRecord, WellStatus};
+use crate::output::tables::{write_artifact_tables, write_summary_csv, write_well_artifact};
+use crate::output::zarr::ZarrOutput;
+use crate::output::{self};
 use crate::spec::Component;
 use crate::spec::{InputSource, Materialize};
-use crate::zarr::ZarrOutput;
 use crate::PipelineError;
-
-/// The run manifest's file name in OUT.
-pub const MANIFEST_NAME: &str = "run_manifest.json";
-/// The per-plate CSV summary of outputs in OUT.
-pub const SUMMARY_NAME: &str = "summary.csv";
-/// The per-plate CSV summary of artifact tables in OUT.
-pub const ARTIFACTS_NAME: &str = "artifacts.csv";
 
 /// How to run.
 #[derive(Debug, Clone)]
@@ -122,132 +112,6 @@ pub enum Progress<'a> {
         seconds: f64,
         error: Option<&'a str>,
     },
-}
-
-/// One written output plane, as recorded in the manifest and the CSV summary.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct OutputRecord {
-    pub step: String,
-    /// `[site, channel, z_index, timepoint]`; 0 = collapsed by a reduction.
-    pub key: Key,
-    /// Relative to OUT.
-    pub path: PathBuf,
-    pub height: usize,
-    pub width: usize,
-    pub dtype: String,
-}
-
-/// One artifact table written for a well (`OUT/<step>/<artifact>/<well>.csv`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ArtifactRecord {
-    pub step: String,
-    pub artifact: String,
-    /// Relative to OUT.
-    pub path: PathBuf,
-    pub rows: usize,
-}
-
-/// Something a function said about its result that the user must see (e.g.
-/// stitching fell back to stage positions): not an error, never silent.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Note {
-    pub well: String,
-    pub step: String,
-    pub text: String,
-}
-
-/// Where a well stands, in the manifest and the report. Written as the
-/// strings "complete", "failed", "skipped (resumed)" and "not started".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum WellStatus {
-    /// Every step ran and every output was written.
-    #[serde(rename = "complete")]
-    Complete,
-    /// The well failed (`error` says why); its outputs are not recorded.
-    #[serde(rename = "failed")]
-    Failed,
-    /// Complete in an earlier run and not run again (`--resume`; the report only).
-    #[serde(rename = "skipped (resumed)")]
-    Skipped,
-    /// The run was cancelled or stopped before the well started (`error` says why).
-    #[serde(rename = "not started")]
-    NotStarted,
-}
-
-impl WellStatus {
-    /// The status as written in the manifest and the report.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WellStatus::Complete => "complete",
-            WellStatus::Failed => "failed",
-            WellStatus::Skipped => "skipped (resumed)",
-            WellStatus::NotStarted => "not started",
-        }
-    }
-}
-
-impl std::fmt::Display for WellStatus {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// A well in the manifest.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WellRecord {
-    /// Complete, failed or not started (`error` says why); `--resume` runs
-    /// every well that is not complete.
-    pub status: WellStatus,
-    pub seconds: f64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    #[serde(default)]
-    pub outputs: Vec<OutputRecord>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub artifacts: Vec<ArtifactRecord>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub notes: Vec<Note>,
-    /// Missing images this well used as planes of zeros (`--missing fill`).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub filled: Vec<MissingPlane>,
-}
-
-impl WellRecord {
-    /// The record of a well that wrote nothing.
-    fn ended(status: WellStatus, seconds: f64, error: Option<String>) -> WellRecord {
-        WellRecord { status, seconds, error, outputs: Vec::new(), artifacts: Vec::new(), notes: Vec::new(), filled: Vec::new() }
-    }
-
-    /// The report of `well` from this record: no step timings, nothing read.
-    fn report(&self, well: &str) -> WellReport {
-        WellReport {
-            well: well.to_string(),
-            status: self.status,
-            seconds: self.seconds,
-            error: self.error.clone(),
-            steps: Vec::new(),
-            bytes_read: 0,
-            notes: self.notes.clone(),
-            filled: self.filled.clone(),
-        }
-    }
-}
-
-/// `OUT/run_manifest.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Manifest {
-    pub version: u32,
-    pub pipeline: String,
-    pub digest: String,
-    pub plate: PathBuf,
-    /// Plate-level files the run writes, relative to OUT (summaries, joined
-    /// artifact tables): with the wells' outputs, what `--overwrite` removes.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub files: Vec<PathBuf>,
-    /// OME-Zarr plates the run writes, relative to OUT.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub zarr_plates: Vec<PathBuf>,
-    pub wells: BTreeMap<String, WellRecord>,
 }
 
 /// Timings of one step in one well, seconds.
@@ -409,81 +273,8 @@ pub(crate) enum StepError {
 }
 
 impl StepError {
-    fn io(path: &Path, source: std::io::Error) -> Self {
+    pub(crate) fn io(path: &Path, source: std::io::Error) -> Self {
         StepError::Io { path: path.to_path_buf(), source }
-    }
-}
-
-/// Writes `bytes` to `path` atomically ([`hcsflow_io::write_atomic_with`], not
-/// fsync'ed). If anything fails the temporary is removed and `path` is as it
-/// was; the error names `path`.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), PipelineError> {
-    write_atomic_with(path, bytes, |w, bytes| disk_full::write(w, bytes))
-}
-
-/// [`write_atomic`] with the function that fills the temporary.
-fn write_atomic_with(
-    path: &Path,
-    bytes: &[u8],
-    write: impl FnOnce(&mut BufWriter<&File>, &[u8]) -> std::io::Result<()>,
-) -> Result<(), PipelineError> {
-    let replaced = std::fs::metadata(path).map(|m| m.len()).ok();
-    hcsflow_io::write_atomic_with(path, Durability::Process, |w| write(w, bytes)).map_err(io_err(path))?;
-    disk_full::freed(replaced.unwrap_or(0));
-    Ok(())
-}
-
-/// Test-only fault injection, not a feature: with the environment variable
-/// `HCSFLOW_TEST_DISK_FULL_AFTER=N` (read once per process), the run's own
-/// writes (wells' TIFF planes and CSV tables, the manifest, summaries; not
-/// OME-Zarr chunks, which `hcsflow-zarr` writes) behave as on a file system
-/// with N bytes free: a write that does not fit writes what fits, then fails
-/// with ENOSPC; a replaced file frees its old size. The process-level
-/// disk-full tests use it, so they run where no small file system can be mounted.
-mod disk_full {
-    use std::io::Write;
-    use std::sync::{Mutex, OnceLock};
-
-    static FREE: OnceLock<Option<Mutex<u64>>> = OnceLock::new();
-
-    fn free() -> Option<&'static Mutex<u64>> {
-        FREE.get_or_init(|| std::env::var("HCSFLOW_TEST_DISK_FULL_AFTER").ok()?.trim().parse().ok().map(Mutex::new)).as_ref()
-    }
-
-    /// "No space left on device": ENOSPC is 28 on Linux, macOS and the BSDs.
-    fn enospc() -> std::io::Error {
-        std::io::Error::from_raw_os_error(28)
-    }
-
-    /// Writes `bytes` to `file` (all of them unless the injection is on).
-    pub(super) fn write(file: &mut impl Write, bytes: &[u8]) -> std::io::Result<()> {
-        let Some(free) = free() else {
-            return file.write_all(bytes);
-        };
-        let mut free = free.lock().unwrap_or_else(|p| p.into_inner());
-        let fits = usize::try_from(*free).unwrap_or(usize::MAX).min(bytes.len());
-        file.write_all(&bytes[..fits])?;
-        if fits < bytes.len() {
-            return Err(enospc());
-        }
-        *free -= fits as u64;
-        Ok(())
-    }
-
-    /// Takes `len` bytes for a file another crate writes; ENOSPC if they do not fit.
-    pub(super) fn reserve(len: u64) -> std::io::Result<()> {
-        let Some(free) = free() else { return Ok(()) };
-        let mut free = free.lock().unwrap_or_else(|p| p.into_inner());
-        *free = free.checked_sub(len).ok_or_else(enospc)?;
-        Ok(())
-    }
-
-    /// A file of `len` bytes was replaced or removed.
-    pub(super) fn freed(len: u64) {
-        if let Some(free) = free() {
-            let mut free = free.lock().unwrap_or_else(|p| p.into_inner());
-            *free = free.saturating_add(len);
-        }
     }
 }
 
@@ -496,84 +287,6 @@ pub(crate) fn storage_exhausted(error: &(dyn std::error::Error + 'static)) -> bo
     std::iter::successors(Some(error), |e| e.source())
         .filter_map(|e| e.downcast_ref::<std::io::Error>())
         .any(|e| matches!(e.kind(), StorageFull | QuotaExceeded | ReadOnlyFilesystem))
-}
-
-impl Manifest {
-    fn new(plan: &Plan, zarr_plates: &[PathBuf]) -> Manifest {
-        let rel = |p: &Path| p.strip_prefix(&plan.out).map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf());
-        let mut files = vec![PathBuf::from(SUMMARY_NAME), PathBuf::from(ARTIFACTS_NAME)];
-        for step in &plan.steps {
-            files.extend(step.produces.iter().map(|name| rel(&step.out_dir.join(format!("{name}.csv")))));
-        }
-        Manifest {
-            version: 1,
-            pipeline: plan.pipeline_name.clone(),
-            digest: plan.digest.clone(),
-            plate: plan.plate_root.clone(),
-            files,
-            zarr_plates: zarr_plates.iter().map(|p| rel(p)).collect(),
-            wells: BTreeMap::new(),
-        }
-    }
-
-    /// Reads `OUT/run_manifest.json`, `None` if absent.
-    pub fn read(out: &Path) -> Result<Option<Manifest>, PipelineError> {
-        let path = out.join(MANIFEST_NAME);
-        match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|source| PipelineError::Manifest { path, source }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(io_err(&path)(e)),
-        }
-    }
-
-    /// Writes the manifest atomically; if that fails (a full disk), once more
-    /// as compact JSON, which is smaller. The error is the last attempt's.
-    fn write(&self, out: &Path) -> Result<(), PipelineError> {
-        let path = out.join(MANIFEST_NAME);
-        let json = |pretty: bool| {
-            (if pretty { serde_json::to_vec_pretty(self) } else { serde_json::to_vec(self) })
-                .map_err(|e| PipelineError::io(&path, e.into()))
-        };
-        write_atomic(&path, &json(true)?).or_else(|_| write_atomic(&path, &json(false)?))
-    }
-}
-
-/// The manifest in memory (every well's outcome, always) and what the file
-/// on disk holds.
-struct ManifestState {
-    manifest: Manifest,
-    /// Well → status of the last manifest written.
-    on_disk: BTreeMap<String, WellStatus>,
-    /// The last write's error, if it failed.
-    error: Option<PipelineError>,
-}
-
-impl ManifestState {
-    /// Records `record` for `well` and rewrites the file.
-    fn record(&mut self, out: &Path, well: &str, record: WellRecord) {
-        self.manifest.wells.insert(well.to_string(), record);
-        self.save(out);
-    }
-
-    fn save(&mut self, out: &Path) {
-        match self.manifest.write(out) {
-            Ok(()) => {
-                self.on_disk = self.manifest.wells.iter().map(|(w, r)| (w.clone(), r.status)).collect();
-                self.error = None;
-            }
-            Err(e) => self.error = Some(e),
-        }
-    }
-
-    /// The wells whose outcome the file on disk misses or misstates.
-    fn unrecorded(&self) -> Vec<String> {
-        self.manifest
-            .wells
-            .iter()
-            .filter(|(w, r)| self.on_disk.get(*w) != Some(&r.status))
-            .map(|(w, r)| format!("{w} ({})", r.status))
-            .collect()
-    }
 }
 
 /// Runs `plan` (see the module's contract). Returns `Err` only for problems
@@ -647,7 +360,7 @@ fn prepare_out(plan: &Plan, options: &RunOptions) -> Result<(outdir::OutputLock,
         let removed = outdir::remove_recorded(&plan.out, previous, &plan.plate_root)?;
         tracing::info!("--overwrite: removed {removed} output(s) of the previous run in {}", plan.out.display());
     }
-    let layouts = crate::zarr::layouts(plan, &plan.channel_names, options.zarr_format);
+    let layouts = output::zarr::layouts(plan, &plan.channel_names, options.zarr_format);
     let zarr_roots: Vec<PathBuf> = layouts.iter().map(|l| l.root.clone()).collect();
     let stale = outdir::remove_stale_temps(&plan.out, plan, previous.as_ref(), &zarr_roots);
     if stale > 0 {
@@ -1098,11 +811,11 @@ type WellResult = Result<WellOutcome, (WellError, Vec<StepTiming>)>;
 /// An artifact table produced for one stack. Row planes index `keys` (the
 /// planes of the call that produced it); `scope` is the stack's group scope.
 #[derive(Debug, Clone)]
-struct Produced {
-    name: String,
-    table: Table,
-    keys: Vec<Key>,
-    scope: Key,
+pub(crate) struct Produced {
+    pub(crate) name: String,
+    pub(crate) table: Table,
+    pub(crate) keys: Vec<Key>,
+    pub(crate) scope: Key,
 }
 
 /// Artifacts of the steps run so far in a well, by (step, group).
@@ -1191,31 +904,7 @@ fn run_well(
             produced.insert((ws.step, gi), p);
         }
         if step.materialize.contains(&Materialize::Tiff) {
-            let files: Vec<(&Key, PathBuf)> =
-                ws.groups.iter().flat_map(|g| g.outputs.iter()).map(|o| (&o.key, step.out_dir.join(&o.rel))).collect();
-            let options = WriteOptions { pixel_size_um: plan.pixel_size_um.filter(|p| p.is_finite() && *p > 0.0), ..Default::default() };
-            let written: Result<Vec<OutputRecord>, StepError> = files
-                .par_iter()
-                .map(|(key, path)| {
-                    let stack =
-                        out.get(*key).ok_or_else(|| StepError::Failed(format!("output plane {} was not produced", key_text(key))))?;
-                    if let Some(parent) = path.parent() {
-                        std::fs::create_dir_all(parent).map_err(|e| StepError::io(parent, e))?;
-                    }
-                    disk_full::reserve(stack.nbytes() as u64).map_err(|e| StepError::io(path, e))?;
-                    hcsflow_tiff::write_stack(path, stack, &options)?;
-                    let [_, h, w] = stack.shape();
-                    Ok(OutputRecord {
-                        step: step.name.clone(),
-                        key: **key,
-                        path: path.strip_prefix(&plan.out).map(Path::to_path_buf).unwrap_or_else(|_| path.clone()),
-                        height: h,
-                        width: w,
-                        dtype: stack.dtype().to_string(),
-                    })
-                })
-                .collect();
-            match written {
+            match output::tiff::write_planes(plan, step, ws, &out) {
                 Ok(w) => outputs.extend(w),
                 Err(e) => return fail(e, timing, timings),
             }
@@ -1344,156 +1033,14 @@ fn reindex(table: &Table, from: &[Key], variable: &[Component], to: &[Key]) -> T
     out
 }
 
-/// Columns every artifact CSV starts with: where each row belongs.
-const ARTIFACT_KEY_COLUMNS: &str = "well,site,channel,z_index,timepoint";
-
-/// Writes the tables of artifact `name` of one step in one well to
-/// `OUT/<step>/<name>/<well>.csv` (atomically): the key columns, then the table's.
-fn write_well_artifact(plan: &Plan, well: &str, step: &str, name: &str, tables: &[&Produced]) -> Result<ArtifactRecord, StepError> {
-    let columns = tables.first().map(|p| p.table.columns.clone()).unwrap_or_default();
-    if let Some(other) = tables.iter().find(|p| p.table.columns != columns) {
-        return Err(StepError::Failed(format!(
-            "artifact '{name}': stacks produced different columns ([{}] vs [{}])",
-            columns.join(", "),
-            other.table.columns.join(", ")
-        )));
-    }
-    let mut csv = String::from(ARTIFACT_KEY_COLUMNS);
-    for c in &columns {
-        csv.push(',');
-        csv.push_str(&hcsflow_core::Cell::Text(c.clone()).to_string());
-    }
-    csv.push('\n');
-    let cell = |v: u32| {
-        if v == COLLAPSED || v == VARIABLE {
-            String::new()
-        } else {
-            v.to_string()
-        }
-    };
-    let mut rows = 0;
-    for p in tables {
-        for row in &p.table.rows {
-            let key = row.plane.and_then(|i| p.keys.get(i)).copied().unwrap_or(p.scope);
-            csv.push_str(&format!("{well},{},{},{},{}", cell(key[0]), cell(key[1]), cell(key[2]), cell(key[3])));
-            for c in &row.cells {
-                csv.push(',');
-                csv.push_str(&c.to_string());
-            }
-            csv.push('\n');
-            rows += 1;
-        }
-    }
-    let dir = plan.out.join(step).join(name);
-    std::fs::create_dir_all(&dir).map_err(|e| StepError::io(&dir, e))?;
-    let path = dir.join(format!("{well}.csv"));
-    write_atomic(&path, csv.as_bytes())?;
-    Ok(ArtifactRecord {
-        step: step.to_string(),
-        artifact: name.to_string(),
-        path: path.strip_prefix(&plan.out).map(Path::to_path_buf).unwrap_or(path),
-        rows,
-    })
-}
-
-/// Joins the per-well artifact CSVs of the complete wells into
-/// `OUT/<step>/<artifact>.csv` (wells in plate order) and writes the
-/// `OUT/artifacts.csv` summary. Rebuilt from the manifest, so a resumed run's
-/// tables include the wells of earlier runs.
-fn write_artifact_tables(plan: &Plan, manifest: &Manifest) -> Result<Vec<PathBuf>, PipelineError> {
-    let mut wells: Vec<(&String, &WellRecord)> = manifest.wells.iter().filter(|(_, r)| r.status == WellStatus::Complete).collect();
-    wells.sort_by(|a, b| hcsflow_plate::cmp_wells(a.0, b.0));
-    let mut summary = String::from("well,step,artifact,rows,path\n");
-    let mut written = Vec::new();
-    for step in &plan.steps {
-        for name in &step.produces {
-            let mut joined: Option<String> = None;
-            for (well, record) in &wells {
-                for a in record.artifacts.iter().filter(|a| a.step == step.name && &a.artifact == name) {
-                    summary.push_str(&format!("{well},{},{},{},{}\n", a.step, a.artifact, a.rows, a.path.display()));
-                    let path = plan.out.join(&a.path);
-                    let text = std::fs::read_to_string(&path).map_err(io_err(&path))?;
-                    let (header, body) = text.split_once('\n').unwrap_or((text.as_str(), ""));
-                    let j = joined.get_or_insert_with(|| format!("{header}\n"));
-                    j.push_str(body);
-                }
-            }
-            if let Some(j) = joined {
-                let path = step.out_dir.join(format!("{name}.csv"));
-                write_atomic(&path, j.as_bytes())?;
-                written.push(path);
-            }
-        }
-    }
-    write_atomic(&plan.out.join(ARTIFACTS_NAME), summary.as_bytes())?;
-    Ok(written)
-}
-
-fn key_text(k: &Key) -> String {
+pub(crate) fn key_text(k: &Key) -> String {
     let names = ["site", "channel", "z", "t"];
     k.iter().zip(names).filter(|(v, _)| **v != COLLAPSED).map(|(v, n)| format!("{n} {v}")).collect::<Vec<_>>().join(", ")
-}
-
-/// `OUT/summary.csv`: one row per output plane of every complete well.
-fn write_summary_csv(out: &Path, manifest: &Manifest) -> Result<(), PipelineError> {
-    let mut csv = String::from("well,step,site,channel,z_index,timepoint,path,height,width,dtype\n");
-    let cell = |v: u32| {
-        if v == COLLAPSED {
-            String::new()
-        } else {
-            v.to_string()
-        }
-    };
-    let mut wells: Vec<(&String, &WellRecord)> = manifest.wells.iter().filter(|(_, r)| r.status == WellStatus::Complete).collect();
-    wells.sort_by(|a, b| hcsflow_plate::cmp_wells(a.0, b.0));
-    for (well, record) in wells {
-        for o in &record.outputs {
-            let path = o.path.to_string_lossy();
-            let path = if path.contains([',', '"']) { format!("\"{}\"", path.replace('"', "\"\"")) } else { path.into_owned() };
-            csv.push_str(&format!(
-                "{well},{},{},{},{},{},{path},{},{},{}\n",
-                o.step,
-                cell(o.key[0]),
-                cell(o.key[1]),
-                cell(o.key[2]),
-                cell(o.key[3]),
-                o.height,
-                o.width,
-                o.dtype
-            ));
-        }
-    }
-    write_atomic(&out.join(SUMMARY_NAME), csv.as_bytes())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// A write that fails half-way (the disk fills) leaves no temporary and
-    /// the target as it was.
-    #[test]
-    fn a_failed_atomic_write_removes_its_temporary() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let target = dir.path().join("table.csv");
-        std::fs::write(&target, "old").expect("write");
-        let e = write_atomic_with(&target, b"new contents", |f, bytes| {
-            std::io::Write::write_all(f, &bytes[..4])?;
-            Err(std::io::Error::from_raw_os_error(28))
-        })
-        .expect_err("the write fails");
-        let text = e.to_string();
-        assert!(text.starts_with(&target.display().to_string()) && text.contains("(os error 28)"), "{text}");
-        assert!(storage_exhausted(&e));
-        let names: Vec<String> = std::fs::read_dir(dir.path())
-            .expect("read_dir")
-            .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
-            .collect();
-        assert_eq!(names, ["table.csv"]);
-        assert_eq!(std::fs::read_to_string(&target).expect("read"), "old");
-        write_atomic(&target, b"new").expect("write");
-        assert_eq!(std::fs::read_to_string(&target).expect("read"), "new");
-    }
 
     #[test]
     fn full_quota_and_read_only_file_systems_stop_the_run() {
@@ -1519,62 +1066,5 @@ mod tests {
         ] {
             assert!(!storage_exhausted(&e), "{e}");
         }
-    }
-
-    #[test]
-    fn the_manifest_state_names_the_wells_the_file_misses() {
-        let record = |status: WellStatus| WellRecord {
-            status,
-            seconds: 0.0,
-            error: None,
-            outputs: Vec::new(),
-            artifacts: Vec::new(),
-            notes: Vec::new(),
-            filled: Vec::new(),
-        };
-        let manifest = Manifest {
-            version: 1,
-            pipeline: "p".into(),
-            digest: "d".into(),
-            plate: PathBuf::from("/plate"),
-            files: Vec::new(),
-            zarr_plates: Vec::new(),
-            wells: [
-                ("A01".to_string(), record(WellStatus::Complete)),
-                ("A02".to_string(), record(WellStatus::Failed)),
-                ("A03".to_string(), record(WellStatus::NotStarted)),
-            ]
-            .into(),
-        };
-        let on_disk = [("A01".to_string(), WellStatus::Complete), ("A03".to_string(), WellStatus::Failed)].into();
-        let state = ManifestState { manifest, on_disk, error: None };
-        assert_eq!(state.unrecorded(), ["A02 (failed)", "A03 (not started)"]);
-    }
-
-    /// The manifest and the report keep the status strings of earlier
-    /// versions, so their manifests are read for `--resume` and the files
-    /// written are the same bytes.
-    #[test]
-    fn well_status_is_written_and_read_as_before() {
-        for (status, text) in [
-            (WellStatus::Complete, "complete"),
-            (WellStatus::Failed, "failed"),
-            (WellStatus::Skipped, "skipped (resumed)"),
-            (WellStatus::NotStarted, "not started"),
-        ] {
-            assert_eq!(serde_json::to_string(&status).expect("json"), format!("\"{text}\""));
-            assert_eq!(serde_json::from_str::<WellStatus>(&format!("\"{text}\"")).expect("parse"), status);
-            assert_eq!(status.to_string(), text);
-        }
-        let old = concat!(
-            r#"{"version":1,"pipeline":"p","digest":"d","plate":"/plate","wells":{"#,
-            r#""A01":{"status":"complete","seconds":1.5,"outputs":[]},"#,
-            r#""A02":{"status":"failed","seconds":0.5,"error":"step 'x': boom","outputs":[]},"#,
-            r#""A03":{"status":"not started","seconds":0.0,"error":"not started: the run was interrupted","outputs":[]}}}"#
-        );
-        let manifest: Manifest = serde_json::from_str(old).expect("an earlier version's manifest");
-        let statuses: Vec<WellStatus> = manifest.wells.values().map(|r| r.status).collect();
-        assert_eq!(statuses, [WellStatus::Complete, WellStatus::Failed, WellStatus::NotStarted]);
-        assert_eq!(serde_json::to_string(&manifest).expect("json"), old);
     }
 }

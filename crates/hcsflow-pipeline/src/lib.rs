@@ -23,19 +23,18 @@ mod compile;
 mod error;
 mod exec;
 mod outdir;
+mod output;
 pub mod spec;
-mod zarr;
 
 pub use compile::{
     compile, Action, ArtifactInput, ChainPlan, CompileConfig, GroupPlan, InputPlane, Key, MissingPlane, MissingPolicy, OutPlane, Plan,
     StepPlan, WellPlan, WellStepPlan, COLLAPSED, VARIABLE,
 };
 pub use error::PipelineError;
-pub use exec::{
-    execute, peak_rss_bytes, ArtifactRecord, Manifest, Note, OutputRecord, Progress, RunOptions, RunReport, RunSummary, WellRecord,
-    WellReport, WellStatus, ARTIFACTS_NAME, MANIFEST_NAME, SUMMARY_NAME,
-};
+pub use exec::{execute, peak_rss_bytes, Progress, RunOptions, RunReport, RunSummary, WellReport};
 pub use outdir::LOCK_NAME;
+pub use output::manifest::{ArtifactRecord, Manifest, Note, OutputRecord, WellRecord, WellStatus, MANIFEST_NAME};
+pub use output::tables::{ARTIFACTS_NAME, SUMMARY_NAME};
 pub use spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, StepSpec};
 
 pub use hcsflow_zarr::NgffVersion;

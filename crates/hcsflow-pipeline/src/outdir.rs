@@ -19,7 +19,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::compile::Plan;
-use crate::exec::{Manifest, ARTIFACTS_NAME, MANIFEST_NAME, SUMMARY_NAME};
+use crate::output::manifest::{Manifest, MANIFEST_NAME};
+use crate::output::tables::{ARTIFACTS_NAME, SUMMARY_NAME};
 use crate::PipelineError;
 
 /// The lock file's name in OUT. It stays after the run (removing it would
