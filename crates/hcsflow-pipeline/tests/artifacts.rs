@@ -3,19 +3,20 @@
 //! plate's true tile positions and against the stitching library), count and
 //! object tables, fallback notes in the report, and wiring errors at compile time.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use hcsflow::builtin;
-use hcsflow_core::{ArtifactDecl, Artifacts, Contract, ConversionPolicy, Device, FunctionSpec, Implementation, Stack};
-use hcsflow_pipeline::{compile, execute, CompileConfig, PipelineError, PipelineSpec, Plan, RunOptions, RunSummary};
-use hcsflow_plate::{open_plate, Plate};
-use hcsflow_synth::{generate, SynthConfig};
+use hcsflow_core::{ArtifactDecl, Artifacts, Contract, FunctionSpec, Implementation, Stack};
+use hcsflow_pipeline::{compile, CompileConfig, PipelineError, PipelineSpec, Plan, RunOptions, RunSummary};
+use hcsflow_plate::Plate;
+use hcsflow_synth::SynthConfig;
 
 /// A 1-well 3×3 plate of `size`² tiles, 2 channels, 1 z plane; nuclei dense
 /// enough that every overlap has texture unless `blank`.
 fn synth(dir: &Path, size: u32, blank: bool) -> PathBuf {
-    let root = dir.join("plate");
     let cfg = SynthConfig {
         size,
         z_planes: 1,
@@ -23,28 +24,19 @@ fn synth(dir: &Path, size: u32, blank: bool) -> PathBuf {
         nuclei_density: if blank { 0.0 } else { 600.0 },
         ..SynthConfig::default()
     };
-    generate(&cfg, &root).expect("generate");
-    root
+    common::synth_plate(&dir.join("plate"), &cfg)
 }
 
 fn config(out: &Path) -> CompileConfig {
-    CompileConfig {
-        device: Device::Cpu,
-        device_reason: "test".into(),
-        policy: ConversionPolicy::default(),
-        out: out.to_path_buf(),
-        missing: Default::default(),
-    }
+    common::cpu_config(out, Default::default())
 }
 
 fn plan_for(plate: &Plate, toml: &str, out: &Path) -> Result<Plan, PipelineError> {
-    let (r, c) = builtin();
-    compile(plate, &PipelineSpec::parse(toml, "test.toml")?, &r, &c, &config(out))
+    common::compile_text(plate, toml, out)
 }
 
 fn run(plan: &Plan) -> RunSummary {
-    let (r, c) = builtin();
-    execute(plan, &r, &c, &RunOptions::default(), &|_| {}).expect("execute")
+    common::run_with(&builtin(), plan, &RunOptions::default()).expect("execute")
 }
 
 /// CSV → rows of (column → text).
@@ -85,7 +77,7 @@ materialize = ["tiff"]
 fn positions_from_the_composite_assemble_every_channel() {
     let dir = tempfile::tempdir().unwrap();
     let root = synth(dir.path(), 256, false);
-    let plate = open_plate(&root, None).unwrap();
+    let plate = common::open(&root);
     let out = dir.path().join("out");
     let plan = plan_for(&plate, STITCH, &out).unwrap();
     // The mosaic step consumes the positions of the positions step.
@@ -141,7 +133,7 @@ fn positions_from_the_composite_assemble_every_channel() {
 fn counts_and_objects_are_tables_per_image() {
     let dir = tempfile::tempdir().unwrap();
     let root = synth(dir.path(), 128, false);
-    let plate = open_plate(&root, None).unwrap();
+    let plate = common::open(&root);
     let out = dir.path().join("out");
     let toml = r#"
 [[steps]]
@@ -184,7 +176,7 @@ func = { name = "count_cells", args = { method = "threshold" } }
 fn a_blank_grid_falls_back_to_stage_positions_and_the_report_says_so() {
     let dir = tempfile::tempdir().unwrap();
     let root = synth(dir.path(), 128, true);
-    let plate = open_plate(&root, None).unwrap();
+    let plate = common::open(&root);
     let out = dir.path().join("out");
     let summary = run(&plan_for(&plate, STITCH, &out).unwrap());
     assert_eq!(summary.completed, ["B03"], "{:?}", summary.failed);
@@ -228,7 +220,7 @@ fn compile_error(plate: &Plate, toml: &str, out: &Path) -> String {
 fn artifact_wiring_errors_name_the_step_and_the_fix() {
     let dir = tempfile::tempdir().unwrap();
     let root = synth(dir.path(), 64, false);
-    let plate = open_plate(&root, None).unwrap();
+    let plate = common::open(&root);
     let out = dir.path().join("out");
     // No producer of a required artifact.
     let e = compile_error(&plate, "[[steps]]\nname = \"a\"\nfunc = \"needs_labels\"\n", &out);

@@ -4,6 +4,8 @@
 //! both sizes and dtypes), before its pixels are decoded; the other wells
 //! complete.
 
+mod common;
+
 #[path = "../../hcsflow-tiff/tests/common/forge.rs"]
 mod forge;
 
@@ -13,19 +15,15 @@ use std::time::Duration;
 
 use forge::{tiff, zlib_zeros, Page};
 use hcsflow::builtin;
-use hcsflow_core::{ConversionPolicy, DType, Device, Stack};
-use hcsflow_pipeline::{
-    compile, execute, peak_rss_bytes, CompileConfig, MissingPolicy, PipelineError, PipelineSpec, RunOptions, RunSummary,
-};
-use hcsflow_plate::open_plate;
-use hcsflow_synth::{generate, SynthConfig};
+use hcsflow_core::{DType, Stack};
+use hcsflow_pipeline::{peak_rss_bytes, MissingPolicy, PipelineError, RunOptions, RunSummary};
+use hcsflow_synth::SynthConfig;
 
 /// An ImageXpress plate of `wells`, 3×3 sites, 2 channels, 3 z planes of
 /// `size`² u16.
 fn synth(root: &Path, wells: &[&str], size: u32) -> PathBuf {
     let cfg = SynthConfig { size, z_planes: 3, wells: wells.iter().map(|w| w.to_string()).collect(), ..SynthConfig::default() };
-    generate(&cfg, root).expect("generate");
-    root.to_path_buf()
+    common::synth_plate(root, &cfg)
 }
 
 const MAX_Z: &str = r#"
@@ -44,19 +42,10 @@ fn run(root: &Path, toml: &str, out: &Path) -> RunSummary {
 
 /// [`run`] with a missing-image policy; `Err` is the compile error.
 fn run_with(root: &Path, toml: &str, out: &Path, missing: MissingPolicy) -> Result<RunSummary, PipelineError> {
-    let plate = open_plate(root, None).expect("open plate");
-    let (registry, conversions) = builtin();
-    let spec = PipelineSpec::parse(toml, "test.toml").expect("pipeline");
-    let config = CompileConfig {
-        device: Device::Cpu,
-        device_reason: "test".into(),
-        policy: ConversionPolicy::default(),
-        out: out.to_path_buf(),
-        missing,
-    };
-    let plan = compile(&plate, &spec, &registry, &conversions, &config)?;
+    let functions = builtin();
+    let plan = common::compile_with(&functions, &common::open(root), toml, &common::cpu_config(out, missing))?;
     let options = RunOptions { workers: 2, ..RunOptions::default() };
-    Ok(execute(&plan, &registry, &conversions, &options, &|_| {}).expect("execute"))
+    Ok(common::run_with(&functions, &plan, &options).expect("execute"))
 }
 
 /// The image of `well`, site, channel and z (1-based) of a synthetic plate.

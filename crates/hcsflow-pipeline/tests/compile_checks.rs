@@ -4,13 +4,15 @@
 //! files in OUT. `tests/corpus/*.toml` holds one case per file; its
 //! `# expect:` lines are fragments the error message must contain.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use hcsflow::builtin;
 use hcsflow_core::{Array, ConversionPolicy, Device, FunctionError, MemoryType, Stack, StackShape};
-use hcsflow_pipeline::{compile, CompileConfig, PipelineError, PipelineSpec, Plan};
-use hcsflow_plate::{open_plate, Plate};
-use hcsflow_synth::{generate, SynthConfig};
+use hcsflow_pipeline::{PipelineError, Plan};
+use hcsflow_plate::Plate;
+use hcsflow_synth::SynthConfig;
 use ndarray::Array3;
 
 /// One well, 2×2 sites, 2 channels, 2 z planes, 64² pixels (the probe's plate).
@@ -26,21 +28,11 @@ fn plate(dir: &Path) -> Plate {
         nuclei_density: 20.0,
         ..SynthConfig::default()
     };
-    generate(&cfg, &root).expect("generate");
-    open_plate(&root, None).expect("open plate")
+    common::open(&common::synth_plate(&root, &cfg))
 }
 
 fn compile_text(plate: &Plate, toml: &str, out: &Path) -> Result<Plan, PipelineError> {
-    let (registry, conversions) = builtin();
-    let spec = PipelineSpec::parse(toml, "test.toml")?;
-    let config = CompileConfig {
-        device: Device::Cpu,
-        device_reason: "test".into(),
-        policy: ConversionPolicy::default(),
-        out: out.into(),
-        missing: Default::default(),
-    };
-    compile(plate, &spec, &registry, &conversions, &config)
+    common::compile_text(plate, toml, out)
 }
 
 fn corpus() -> Vec<PathBuf> {

@@ -3,15 +3,14 @@
 //! wells and records the well failed, naming the image (and `--resume` runs
 //! it once the file is back); `fill` uses zeros and reports every filled plane.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
 use hcsflow::builtin;
-use hcsflow_core::{ConversionPolicy, Device, Stack};
-use hcsflow_pipeline::{
-    compile, execute, CompileConfig, Manifest, MissingPolicy, PipelineError, PipelineSpec, Plan, RunOptions, RunSummary,
-};
-use hcsflow_plate::open_plate;
-use hcsflow_synth::{generate, SynthConfig};
+use hcsflow_core::Stack;
+use hcsflow_pipeline::{Manifest, MissingPolicy, PipelineError, Plan, RunOptions, RunSummary};
+use hcsflow_synth::SynthConfig;
 
 /// The probe's pipeline: a min projection over z, to TIFF.
 const MIN_Z: &str = "name = \"min_z\"\n[[steps]]\nname = \"min_z\"\nfunc = \"min_projection\"\nvariable_components = [\"z_index\"]\nmaterialize = [\"tiff\"]\n";
@@ -30,28 +29,16 @@ fn plate(dir: &Path, name: &str, missing: u32) -> PathBuf {
         wells: ["A01", "A02", "A03"].iter().map(|w| w.to_string()).collect(),
         ..SynthConfig::default()
     };
-    generate(&cfg, &root).expect("generate");
-    root
+    common::synth_plate(&root, &cfg)
 }
 
 fn plan(root: &Path, out: &Path, missing: MissingPolicy) -> Result<Plan, PipelineError> {
-    let plate = open_plate(root, None).expect("open plate");
-    let (r, c) = builtin();
-    let spec = PipelineSpec::parse(MIN_Z, "min_z.toml")?;
-    let config = CompileConfig {
-        device: Device::Cpu,
-        device_reason: "test".into(),
-        policy: ConversionPolicy::default(),
-        out: out.to_path_buf(),
-        missing,
-    };
-    compile(&plate, &spec, &r, &c, &config)
+    common::compile_with(&builtin(), &common::open(root), MIN_Z, &common::cpu_config(out, missing))
 }
 
 fn run(plan: &Plan, resume: bool) -> RunSummary {
-    let (r, c) = builtin();
     let options = RunOptions { workers: 2, resume, ..RunOptions::default() };
-    execute(plan, &r, &c, &options, &|_| {}).expect("execute")
+    common::run_with(&builtin(), plan, &options).expect("execute")
 }
 
 /// Files under `root`, relative, sorted.

@@ -3,18 +3,16 @@
 //! lists), and hcsflow's stale temporaries removed (never a user's file,
 //! never anything in the plate).
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions, TryLockError};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use hcsflow::builtin;
-use hcsflow_core::{ConversionPolicy, Device};
-use hcsflow_pipeline::{
-    compile, execute, CompileConfig, Manifest, PipelineError, PipelineSpec, Plan, Progress, RunOptions, RunSummary, LOCK_NAME,
-};
-use hcsflow_plate::open_plate;
-use hcsflow_synth::{generate, SynthConfig};
+use hcsflow_pipeline::{execute, Manifest, PipelineError, Plan, Progress, RunOptions, RunSummary, LOCK_NAME};
+use hcsflow_synth::SynthConfig;
 use hcsflow_testkit::snapshot;
 
 const MAX_Z: &str = "name = \"max_z\"\n[[steps]]\nname = \"max_z\"\nfunc = \"max_projection\"\nvariable_components = [\"z_index\"]\nmaterialize = [\"tiff\", \"zarr\"]\n";
@@ -32,27 +30,15 @@ fn plate(dir: &Path, name: &str) -> PathBuf {
         wells: vec!["A01".into(), "A02".into()],
         ..SynthConfig::default()
     };
-    generate(&cfg, &root).expect("generate");
-    root
+    common::synth_plate(&root, &cfg)
 }
 
 fn plan(root: &Path, toml: &str, out: &Path) -> Plan {
-    let plate = open_plate(root, None).expect("open plate");
-    let (r, c) = builtin();
-    let spec = PipelineSpec::parse(toml, "test.toml").expect("parse");
-    let config = CompileConfig {
-        device: Device::Cpu,
-        device_reason: "test".into(),
-        policy: ConversionPolicy::default(),
-        out: out.to_path_buf(),
-        missing: Default::default(),
-    };
-    compile(&plate, &spec, &r, &c, &config).expect("compile")
+    common::compile_text(&common::open(root), toml, out).expect("compile")
 }
 
 fn run_with(plan: &Plan, options: &RunOptions) -> Result<RunSummary, PipelineError> {
-    let (r, c) = builtin();
-    execute(plan, &r, &c, options, &|_| {})
+    common::run_with(&builtin(), plan, options)
 }
 
 /// Every file under `root` with its bytes, but the lock file (hcsflow's own

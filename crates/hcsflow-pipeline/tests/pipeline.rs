@@ -2,25 +2,25 @@
 //! policies, pipeline_start, compile errors naming the step, numeric results,
 //! per-well failure isolation, resume, and the input plate left untouched.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use hcsflow::builtin;
-use hcsflow_core::{ArgSpec, Contract, ConversionPolicy, Conversions, Device, FunctionSpec, Implementation, Registry, Stack};
+use hcsflow_core::{ArgSpec, Contract, Conversions, Device, FunctionSpec, Implementation, Registry, Stack};
 use hcsflow_pipeline::{
     compile, execute, Action, CompileConfig, Manifest, PipelineError, PipelineSpec, Plan, RunOptions, RunSummary, COLLAPSED,
 };
 use hcsflow_plate::{open_plate, Plate};
-use hcsflow_synth::{generate, SynthConfig};
+use hcsflow_synth::SynthConfig;
 use hcsflow_testkit::snapshot;
 use ndarray::{Array3, Axis};
 
 /// A 2-well (A01, B02), 3×3-site, 2-channel, 3-z, 64² ImageXpress plate.
 fn synth(dir: &Path, wells: &[&str]) -> PathBuf {
-    let root = dir.join("plate");
     let cfg = SynthConfig { size: 64, z_planes: 3, wells: wells.iter().map(|w| w.to_string()).collect(), ..SynthConfig::default() };
-    generate(&cfg, &root).expect("generate");
-    root
+    common::synth_plate(&dir.join("plate"), &cfg)
 }
 
 /// `builtin()` plus a host-only pure_2d function with an argument, to test
@@ -46,25 +46,16 @@ fn registry() -> (Registry, Conversions) {
 }
 
 fn config(out: &Path, device: Device) -> CompileConfig {
-    CompileConfig {
-        device,
-        device_reason: "test".into(),
-        policy: ConversionPolicy::default(),
-        out: out.to_path_buf(),
-        missing: Default::default(),
-    }
+    CompileConfig { device, ..common::cpu_config(out, Default::default()) }
 }
 
 fn plan_for(plate: &Plate, toml: &str, out: &Path) -> Result<Plan, PipelineError> {
-    let (r, c) = registry();
-    let spec = PipelineSpec::parse(toml, "test.toml")?;
-    compile(plate, &spec, &r, &c, &config(out, Device::Cpu))
+    common::compile_with(&registry(), plate, toml, &config(out, Device::Cpu))
 }
 
 fn run(plan: &Plan, resume: bool) -> RunSummary {
-    let (r, c) = registry();
     let options = RunOptions { workers: 2, resume, ..RunOptions::default() };
-    execute(plan, &r, &c, &options, &|_| {}).expect("execute")
+    common::run_with(&registry(), plan, &options).expect("execute")
 }
 
 fn read(path: &Path) -> Stack {
@@ -106,7 +97,7 @@ fn max_projection_matches_per_pixel_max_and_plate_is_untouched() {
     let dir = tempfile::tempdir().unwrap();
     let root = synth(dir.path(), &["A01", "B02"]);
     let before = snapshot(&root);
-    let plate = open_plate(&root, None).unwrap();
+    let plate = common::open(&root);
     let out = dir.path().join("out");
     let plan = plan_for(&plate, MAX_Z, &out).unwrap();
     // 9 sites × 2 channels stacks of 3 z planes per well.
@@ -142,7 +133,7 @@ fn max_projection_matches_per_pixel_max_and_plate_is_untouched() {
 fn each_func_form_compiles_to_the_expected_chains() {
     let dir = tempfile::tempdir().unwrap();
     let root = synth(dir.path(), &["A01"]);
-    let plate = open_plate(&root, None).unwrap();
+    let plate = common::open(&root);
     let out = dir.path().join("out");
     let forms = [
         (r#"func = "max_projection""#, vec![vec!["max_projection"]]),
@@ -171,7 +162,7 @@ fn each_func_form_compiles_to_the_expected_chains() {
 fn chain_with_args_and_map_run_numerically() {
     let dir = tempfile::tempdir().unwrap();
     let root = synth(dir.path(), &["A01"]);
-    let plate = open_plate(&root, None).unwrap();
+    let plate = common::open(&root);
     let out = dir.path().join("out");
     let toml = r#"
 [[steps]]
@@ -195,7 +186,7 @@ DAPI = [{ name = "test_add", args = { value = 7 } }, "max_projection"]
 fn missing_groups_policies() {
     let dir = tempfile::tempdir().unwrap();
     let root = synth(dir.path(), &["A01"]);
-    let plate = open_plate(&root, None).unwrap();
+    let plate = common::open(&root);
     let toml = |policy: &str| {
         format!(
             "[[steps]]\nname = \"proj\"\nvariable_components = [\"z_index\"]\nmaterialize = [\"tiff\"]\n{policy}\n[steps.func]\n1 = \"max_projection\"\n"
@@ -231,7 +222,7 @@ fn missing_groups_policies() {
 fn pipeline_start_rereads_the_original_planes() {
     let dir = tempfile::tempdir().unwrap();
     let root = synth(dir.path(), &["A01"]);
-    let plate = open_plate(&root, None).unwrap();
+    let plate = common::open(&root);
     let out = dir.path().join("out");
     // Step 1 collapses z; step 2 would have nothing to project over z unless it re-reads the plate.
     let toml = r#"
@@ -260,7 +251,7 @@ materialize = ["tiff"]
 fn compile_errors_name_the_step_and_the_fix() {
     let dir = tempfile::tempdir().unwrap();
     let root = synth(dir.path(), &["A01"]);
-    let plate = open_plate(&root, None).unwrap();
+    let plate = common::open(&root);
     let out = dir.path().join("out");
     let cases = [
         (r#"func = "max_projektion""#, "did you mean 'max_projection'"),
@@ -304,7 +295,7 @@ fn compile_errors_name_the_step_and_the_fix() {
 fn gpu_plan_has_no_silent_cpu_fallback() {
     let dir = tempfile::tempdir().unwrap();
     let root = synth(dir.path(), &["A01"]);
-    let plate = open_plate(&root, None).unwrap();
+    let plate = common::open(&root);
     let (r, c) = registry();
     let out = dir.path().join("out");
     // max_projection has a wgpu implementation: the plan uploads, runs on wgpu, downloads.
@@ -356,7 +347,7 @@ fn a_failing_well_does_not_lose_the_others_and_resume_completes_it() {
     let bad = root.join("TimePoint_1/ZStep_2/Synth_Plate_1_A02_s5_w1.tif");
     let good_bytes = std::fs::read(&bad).unwrap();
     std::fs::write(&bad, b"II*\0garbage, not a TIFF").unwrap();
-    let plate = open_plate(&root, None).unwrap();
+    let plate = common::open(&root);
 
     // Reference: an uninterrupted run on the intact plate.
     let reference = dir.path().join("reference");
@@ -408,7 +399,7 @@ fn a_failing_well_does_not_lose_the_others_and_resume_completes_it() {
 fn memory_budget_and_cancellation() {
     let dir = tempfile::tempdir().unwrap();
     let root = synth(dir.path(), &["A01", "A02", "A03"]);
-    let plate = open_plate(&root, None).unwrap();
+    let plate = common::open(&root);
     let out = dir.path().join("out");
     let plan = plan_for(&plate, MAX_Z, &out).unwrap();
     let (r, c) = registry();
@@ -430,7 +421,7 @@ fn memory_budget_and_cancellation() {
 fn example_pipelines_parse_and_compile() {
     let dir = tempfile::tempdir().unwrap();
     let root = synth(dir.path(), &["A01"]);
-    let plate = open_plate(&root, None).unwrap();
+    let plate = common::open(&root);
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
     let mut n = 0;
     for e in std::fs::read_dir(&examples).unwrap() {
@@ -451,7 +442,7 @@ fn plates_with_a_collapsed_axis_can_be_grouped_again() {
     // max over z, then the 9 sites of each channel averaged: 2 planes per well.
     let dir = tempfile::tempdir().unwrap();
     let root = synth(dir.path(), &["A01"]);
-    let plate = open_plate(&root, None).unwrap();
+    let plate = common::open(&root);
     let out = dir.path().join("out");
     let toml = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/chain.toml")).unwrap();
     let plan = plan_for(&plate, &toml, &out).unwrap();
@@ -475,7 +466,7 @@ fn plates_with_a_collapsed_axis_can_be_grouped_again() {
 fn zarr_materialisation_writes_an_ome_zarr_plate() {
     let dir = tempfile::tempdir().unwrap();
     let root = synth(dir.path(), &["A01", "B02"]);
-    let plate = open_plate(&root, None).unwrap();
+    let plate = common::open(&root);
     let out = dir.path().join("out");
     let toml = MAX_Z.replace("materialize = [\"tiff\"]", "materialize = [\"tiff\", \"zarr\"]");
     let plan = plan_for(&plate, &toml, &out).unwrap();
