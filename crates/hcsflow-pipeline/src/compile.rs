@@ -38,6 +38,38 @@ pub const COLLAPSED: u32 = 0;
 /// In a [`GroupPlan::scope`]: a component that varies within the stack.
 pub const VARIABLE: u32 = u32::MAX;
 
+/// What one component of a [`Key`] means: a value, or one of the two marks
+/// ([`COLLAPSED`], [`VARIABLE`]) a key's plain numbers encode. Whoever reads a
+/// key's components reads them through this, never by comparing numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Slot {
+    /// A component's value (1-based).
+    Value(u32),
+    /// Removed by an N → 1 function ([`COLLAPSED`]).
+    Collapsed,
+    /// Varies within the stack, in a [`GroupPlan::scope`] ([`VARIABLE`]).
+    Variable,
+}
+
+impl Slot {
+    /// The meaning of the component `raw` of a [`Key`].
+    pub fn of(raw: u32) -> Slot {
+        match raw {
+            COLLAPSED => Slot::Collapsed,
+            VARIABLE => Slot::Variable,
+            v => Slot::Value(v),
+        }
+    }
+
+    /// The value, if this is one.
+    pub fn value(self) -> Option<u32> {
+        match self {
+            Slot::Value(v) => Some(v),
+            Slot::Collapsed | Slot::Variable => None,
+        }
+    }
+}
+
 /// What compile needs besides the plate and the pipeline.
 #[derive(Debug, Clone)]
 pub struct CompileConfig {
@@ -604,10 +636,10 @@ fn check_group_maps(
 /// both vary, or the producer's value is collapsed (it holds for every value),
 /// or both are the same fixed value.
 fn scopes_match(producer: &Key, consumer: &Key) -> bool {
-    producer.iter().zip(consumer).all(|(&p, &c)| match (p, c) {
-        (VARIABLE, VARIABLE) => true,
-        (VARIABLE, _) => false,
-        (COLLAPSED, _) => true,
+    producer.iter().zip(consumer).all(|(&p, &c)| match (Slot::of(p), Slot::of(c)) {
+        (Slot::Variable, Slot::Variable) => true,
+        (Slot::Variable, _) => false,
+        (Slot::Collapsed, _) => true,
         (p, c) => p == c,
     })
 }
@@ -618,8 +650,11 @@ pub(crate) fn scope_text(scope: &Key) -> String {
     let parts: Vec<String> = scope
         .iter()
         .zip(names)
-        .filter(|(v, _)| **v != VARIABLE)
-        .map(|(v, n)| if *v == COLLAPSED { format!("{n} collapsed") } else { format!("{n} {v}") })
+        .filter_map(|(&v, n)| match Slot::of(v) {
+            Slot::Variable => None,
+            Slot::Collapsed => Some(format!("{n} collapsed")),
+            Slot::Value(v) => Some(format!("{n} {v}")),
+        })
         .collect();
     if parts.is_empty() {
         "the whole well".into()
@@ -1056,7 +1091,7 @@ fn describe_values(plate: &Plate, component: Component, values: &BTreeSet<u32>) 
     let v: Vec<String> = values
         .iter()
         .map(|&v| match (v, component) {
-            (COLLAPSED, _) => "(collapsed by an earlier step)".to_string(),
+            (v, _) if Slot::of(v) == Slot::Collapsed => "(collapsed by an earlier step)".to_string(),
             (v, Component::Channel) => match plate.metadata.channel_names.get(&v) {
                 Some(n) => format!("{v} ({n})"),
                 None => v.to_string(),
@@ -1239,4 +1274,29 @@ fn check_out_dir(plate: &Plate, spec: &PipelineSpec, out: &Path) -> Result<(), P
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{scope_text, scopes_match, Slot, COLLAPSED, VARIABLE};
+
+    #[test]
+    fn slots_name_the_two_marks_of_a_key() {
+        assert_eq!(Slot::of(COLLAPSED), Slot::Collapsed);
+        assert_eq!(Slot::of(VARIABLE), Slot::Variable);
+        assert_eq!(Slot::of(3), Slot::Value(3));
+        assert_eq!([Slot::of(3).value(), Slot::Collapsed.value(), Slot::Variable.value()], [Some(3), None, None]);
+        assert_eq!(scope_text(&[2, VARIABLE, COLLAPSED, 1]), "site 2, z collapsed, t 1");
+        assert_eq!(scope_text(&[VARIABLE; 4]), "the whole well");
+    }
+
+    #[test]
+    fn a_producer_stack_covers_a_consumer_by_slot() {
+        // Both vary; collapsed covers any value; equal values match.
+        assert!(scopes_match(&[VARIABLE, 1, COLLAPSED, 1], &[VARIABLE, 1, 3, 1]));
+        // A varying producer component does not cover a fixed consumer one.
+        assert!(!scopes_match(&[VARIABLE, 1, 1, 1], &[2, 1, 1, 1]));
+        // Different values do not match.
+        assert!(!scopes_match(&[1, 1, 1, 1], &[1, 2, 1, 1]));
+    }
 }

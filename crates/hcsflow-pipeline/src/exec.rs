@@ -47,7 +47,7 @@ pub use hcsflow_io::peak_rss_bytes;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::compile::{scope_text, Action, GroupPlan, InputPlane, Key, MissingPlane, MissingPolicy, Plan, StepPlan, WellPlan, COLLAPSED};
+use crate::compile::{scope_text, Action, GroupPlan, InputPlane, Key, MissingPlane, MissingPolicy, Plan, Slot, StepPlan, WellPlan};
 use crate::outdir;
 use crate::output::manifest::{ArtifactRecord, Manifest, ManifestState, Note, OutputRecord, WellRecord, WellStatus};
 use crate::output::tables::{write_artifact_tables, write_summary_csv, write_well_artifact};
@@ -1005,7 +1005,7 @@ fn run_group(
 /// The metadata of the plane with components `key` in `well`.
 fn plane_info(plan: &Plan, well: &str, key: &Key) -> PlaneInfo {
     let site = key[Component::Site.index()];
-    let known = site != COLLAPSED;
+    let known = Slot::of(site) != Slot::Collapsed;
     PlaneInfo {
         site,
         channel: key[Component::Channel.index()],
@@ -1035,7 +1035,7 @@ fn reindex(table: &Table, from: &[Key], variable: &[Component], to: &[Key]) -> T
 
 pub(crate) fn key_text(k: &Key) -> String {
     let names = ["site", "channel", "z", "t"];
-    k.iter().zip(names).filter(|(v, _)| **v != COLLAPSED).map(|(v, n)| format!("{n} {v}")).collect::<Vec<_>>().join(", ")
+    k.iter().zip(names).filter(|(v, _)| Slot::of(**v) != Slot::Collapsed).map(|(v, n)| format!("{n} {v}")).collect::<Vec<_>>().join(", ")
 }
 
 #[cfg(test)]

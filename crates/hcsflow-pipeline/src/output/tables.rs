@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::compile::{Plan, COLLAPSED, VARIABLE};
+use crate::compile::{Plan, Slot};
 use crate::exec::{Produced, StepError};
 use crate::output::manifest::{ArtifactRecord, Manifest, WellRecord, WellStatus};
 use crate::output::write_atomic;
@@ -41,13 +41,8 @@ pub(crate) fn write_well_artifact(
         csv.push_str(&hcsflow_core::Cell::Text(c.clone()).to_string());
     }
     csv.push('\n');
-    let cell = |v: u32| {
-        if v == COLLAPSED || v == VARIABLE {
-            String::new()
-        } else {
-            v.to_string()
-        }
-    };
+    // Collapsed and variable components have no value: empty cells.
+    let cell = |v: u32| Slot::of(v).value().map(|v| v.to_string()).unwrap_or_default();
     let mut rows = 0;
     for p in tables {
         for row in &p.table.rows {
@@ -109,13 +104,8 @@ pub(crate) fn write_artifact_tables(plan: &Plan, manifest: &Manifest) -> Result<
 /// `OUT/summary.csv`: one row per output plane of every complete well.
 pub(crate) fn write_summary_csv(out: &Path, manifest: &Manifest) -> Result<(), PipelineError> {
     let mut csv = String::from("well,step,site,channel,z_index,timepoint,path,height,width,dtype\n");
-    let cell = |v: u32| {
-        if v == COLLAPSED {
-            String::new()
-        } else {
-            v.to_string()
-        }
-    };
+    // Output planes have no variable component; a collapsed one is an empty cell.
+    let cell = |v: u32| if Slot::of(v) == Slot::Collapsed { String::new() } else { v.to_string() };
     let mut wells: Vec<(&String, &WellRecord)> = manifest.wells.iter().filter(|(_, r)| r.status == WellStatus::Complete).collect();
     wells.sort_by(|a, b| hcsflow_plate::cmp_wells(a.0, b.0));
     for (well, record) in wells {

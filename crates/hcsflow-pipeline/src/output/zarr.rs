@@ -22,7 +22,7 @@ use std::path::PathBuf;
 use hcsflow_core::{DType, Stack};
 use hcsflow_zarr::{FieldExtent, FieldShape, NgffVersion, PlateSpec, PlateWriter};
 
-use crate::compile::{Key, Plan, COLLAPSED};
+use crate::compile::{Key, Plan, Slot};
 use crate::exec::StepError;
 use crate::spec::Materialize;
 use crate::PipelineError;
@@ -79,9 +79,9 @@ pub(crate) fn layouts(plan: &Plan, channel_names: &BTreeMap<u32, String>, versio
             let count = |i: usize| values[i].len().max(1);
             let channel_names = values[1]
                 .iter()
-                .map(|&c| match c {
-                    COLLAPSED => "composite".to_string(),
-                    c => channel_names.get(&c).cloned().unwrap_or_else(|| format!("Channel {c}")),
+                .map(|&c| match Slot::of(c) {
+                    Slot::Collapsed => "composite".to_string(),
+                    _ => channel_names.get(&c).cloned().unwrap_or_else(|| format!("Channel {c}")),
                 })
                 .collect();
             let (h, w, dtype) = plan.plane;
