@@ -1218,7 +1218,7 @@ fn plane_format(plate: &Plate) -> Result<(usize, usize, DType), PipelineError> {
         message: format!("{}: the plate has no images", plate.root.display()),
         fix: "check the plate folder (`hcsflow inspect`)".into(),
     })?;
-    let info = hcsflow_tiff::read_info(&first.path).map_err(|e| PipelineError::Image { path: first.path.clone(), source: e })?;
+    let info = hcsflow_tiff::read_info(&first.path).map_err(|e| PipelineError::Image { path: first.path.clone(), source: Box::new(e) })?;
     Ok((info.height, info.width, info.dtype))
 }
 

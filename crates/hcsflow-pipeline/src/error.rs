@@ -16,13 +16,13 @@ pub enum PipelineError {
     Io { path: PathBuf, source: std::io::Error },
     /// An image of the plate could not be read (compile reads one for the plane size).
     #[error("{path}: {source}")]
-    Image { path: PathBuf, source: hcsflow_tiff::TiffError },
+    Image { path: PathBuf, source: Box<hcsflow_tiff::TiffError> },
     /// `OUT/run_manifest.json` is not a run manifest.
     #[error("{path}: not a run manifest: {source}")]
     Manifest { path: PathBuf, source: serde_json::Error },
     /// The metadata of an OME-Zarr plate could not be written.
     #[error("{path}: {source}")]
-    Zarr { path: PathBuf, source: hcsflow_zarr::ZarrError },
+    Zarr { path: PathBuf, source: Box<hcsflow_zarr::ZarrError> },
     #[error("step '{step}': {message}\n    fix: {fix}")]
     Step { step: String, message: String, fix: String },
     /// Several problems found at compile time, all reported at once.

@@ -263,13 +263,25 @@ pub(crate) enum StepError {
     Io { path: PathBuf, source: std::io::Error },
     /// An image could not be read or written.
     #[error(transparent)]
-    Image(#[from] hcsflow_tiff::TiffError),
+    Image(Box<hcsflow_tiff::TiffError>),
     /// A table could not be written.
     #[error(transparent)]
-    Output(#[from] PipelineError),
+    Output(Box<PipelineError>),
     /// An OME-Zarr plane could not be written.
     #[error("OME-Zarr: {0}")]
-    Zarr(#[source] hcsflow_zarr::ZarrError),
+    Zarr(#[source] Box<hcsflow_zarr::ZarrError>),
+}
+
+impl From<hcsflow_tiff::TiffError> for StepError {
+    fn from(e: hcsflow_tiff::TiffError) -> Self {
+        StepError::Image(Box::new(e))
+    }
+}
+
+impl From<PipelineError> for StepError {
+    fn from(e: PipelineError) -> Self {
+        StepError::Output(Box::new(e))
+    }
 }
 
 impl StepError {
@@ -775,7 +787,7 @@ fn read_planes(plan: &Plan, inputs: &[&InputPlane]) -> Result<Vec<Stack>, StepEr
                 hcsflow_tiff::TiffError::PageCount { path, found, .. } => {
                     StepError::Failed(format!("{}: {found} pages; plate images have one plane each", path.display()))
                 }
-                e => StepError::Image(e),
+                e => StepError::from(e),
             }),
         })
         .collect()
@@ -1050,8 +1062,8 @@ mod tests {
             let os = || std::io::Error::from_raw_os_error(code);
             for e in [
                 step(StepError::io(path, os())),
-                step(StepError::Image(hcsflow_tiff::TiffError::Io { path: path.into(), source: os() })),
-                step(StepError::Output(PipelineError::io(path, os()))),
+                step(hcsflow_tiff::TiffError::Io { path: path.into(), source: os() }.into()),
+                step(PipelineError::io(path, os()).into()),
             ] {
                 assert!(storage_exhausted(&e), "{e}");
             }

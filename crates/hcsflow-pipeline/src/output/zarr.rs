@@ -131,11 +131,14 @@ impl ZarrOutput {
         let (field, t, c, z) = layout
             .position(key)
             .ok_or_else(|| StepError::Failed(format!("OME-Zarr: plane {key:?} has no place in {}", layout.root.display())))?;
-        writer.write_plane(well, field, t, c, z, plane).map_err(StepError::Zarr)
+        writer.write_plane(well, field, t, c, z, plane).map_err(|e| StepError::Zarr(Box::new(e)))
     }
 
     /// Writes the plate metadata of every zarr plate.
     pub(crate) fn finish(self) -> Result<Vec<PathBuf>, PipelineError> {
-        self.writers.into_iter().map(|(l, w)| w.finish().map_err(|e| PipelineError::Zarr { path: l.root.clone(), source: e })).collect()
+        self.writers
+            .into_iter()
+            .map(|(l, w)| w.finish().map_err(|e| PipelineError::Zarr { path: l.root.clone(), source: Box::new(e) }))
+            .collect()
     }
 }
