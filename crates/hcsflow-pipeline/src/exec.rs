@@ -1064,6 +1064,12 @@ mod tests {
                 step(StepError::io(path, os())),
                 step(hcsflow_tiff::TiffError::Io { path: path.into(), source: os() }.into()),
                 step(PipelineError::io(path, os()).into()),
+                // A chunk the OME-Zarr store could not write: zarrs' text, the store's io::Error kept.
+                step(StepError::Zarr(Box::new(hcsflow_zarr::ZarrError::Zarr {
+                    path: path.into(),
+                    message: "plane t=0 c=0 z=0: No space left on device".into(),
+                    io: Some(os()),
+                }))),
             ] {
                 assert!(storage_exhausted(&e), "{e}");
             }

@@ -61,9 +61,16 @@ pub enum ZarrError {
     #[error("{path}: invalid JSON metadata: {message}")]
     Json { path: PathBuf, message: String },
 
-    /// An error reported by zarrs (array creation, encoding, storage).
+    /// An error reported by zarrs (array creation, encoding, storage). When
+    /// the store failed with an I/O error (a full disk, say), `io` keeps it,
+    /// so a caller tells it apart without reading `message`.
     #[error("{path}: zarr error: {message}")]
-    Zarr { path: PathBuf, message: String },
+    Zarr {
+        path: PathBuf,
+        message: String,
+        #[source]
+        io: Option<std::io::Error>,
+    },
 }
 
 impl ZarrError {
@@ -72,6 +79,38 @@ impl ZarrError {
     }
 
     pub(crate) fn zarr(path: impl Into<PathBuf>, e: impl std::fmt::Display) -> ZarrError {
-        ZarrError::Zarr { path: path.into(), message: e.to_string() }
+        ZarrError::Zarr { path: path.into(), message: e.to_string(), io: None }
+    }
+
+    /// A zarrs array error on `path`, described by `context`; the store's
+    /// I/O error, if that is what it was, stays typed in `io` (zarrs shares it
+    /// behind an `Arc`, so its kind and text are carried over).
+    pub(crate) fn array(path: impl Into<PathBuf>, context: impl std::fmt::Display, e: &zarrs::array::ArrayError) -> ZarrError {
+        let io = match e {
+            zarrs::array::ArrayError::StorageError(zarrs::storage::StorageError::IOError(io)) => {
+                Some(std::io::Error::new(io.kind(), io.to_string()))
+            }
+            _ => None,
+        };
+        ZarrError::Zarr { path: path.into(), message: format!("{context}: {e}"), io }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use zarrs::array::ArrayError;
+    use zarrs::storage::StorageError;
+
+    #[test]
+    fn a_store_io_error_stays_typed_under_the_zarrs_text() {
+        let full = ArrayError::StorageError(StorageError::from(std::io::Error::from(std::io::ErrorKind::StorageFull)));
+        let e = ZarrError::array("/o/p.zarr/A/1/0/0", "plane t=0 c=1 z=2", &full);
+        let io = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<std::io::Error>()).map(std::io::Error::kind);
+        assert_eq!(io, Some(std::io::ErrorKind::StorageFull), "{e}");
+        assert!(e.to_string().starts_with("/o/p.zarr/A/1/0/0: zarr error: plane t=0 c=1 z=2: "), "{e}");
+        // Not a storage failure: no I/O error to find.
+        let other = ArrayError::InvalidChunkGridIndicesError(vec![9, 9]);
+        assert!(std::error::Error::source(&ZarrError::array("/o", "x", &other)).is_none());
     }
 }

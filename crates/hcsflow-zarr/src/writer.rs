@@ -491,7 +491,7 @@ impl PlateWriter {
     ) -> Result<(), ZarrError> {
         let err = |k: usize, e: zarrs::array::ArrayError| {
             let key = self.well_path(well).unwrap_or_else(|_| well.to_string());
-            ZarrError::zarr(self.root.join(format!("{key}/{field}/{k}")), format!("plane t={t} c={c} z={z}: {e}"))
+            ZarrError::array(self.root.join(format!("{key}/{field}/{k}")), format_args!("plane t={t} c={c} z={z}"), &e)
         };
         if let Some(l0) = levels.first() {
             self.store_level(l0, 0, [t, c, z], (h, w), plane).map_err(|e| err(0, e))?;
