@@ -77,15 +77,15 @@ pub fn read_npy(path: &Path) -> Result<Stack, NpyError> {
     let data = &data[..n * size];
     let shape_err = |_| format_error(path, "shape does not match data");
     Ok(match dtype {
-        Some(DType::U8) => Stack::U8(Array3::from_shape_vec(dims, data.to_vec()).map_err(shape_err)?),
-        Some(DType::U16) => Stack::U16(
+        Some(DType::U8) => Stack::from(Array3::from_shape_vec(dims, data.to_vec()).map_err(shape_err)?),
+        Some(DType::U16) => Stack::from(
             Array3::from_shape_vec(dims, data.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]])).collect()).map_err(shape_err)?,
         ),
-        Some(DType::F32) => Stack::F32(
+        Some(DType::F32) => Stack::from(
             Array3::from_shape_vec(dims, data.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect())
                 .map_err(shape_err)?,
         ),
-        None => Stack::F32(
+        None => Stack::from(
             Array3::from_shape_vec(
                 dims,
                 data.chunks_exact(8).map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]) as f32).collect(),

@@ -49,7 +49,7 @@ for k, a in arrs.items():
 fn we_write_numpy_reads() {
     let Some(python) = numpy() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let s = Stack::U16(Array3::from_shape_fn((2, 3, 5), |(z, y, x)| (z * 1000 + y * 10 + x) as u16));
+    let s = Stack::from(Array3::from_shape_fn((2, 3, 5), |(z, y, x)| (z * 1000 + y * 10 + x) as u16));
     let p = dir.path().join("ours.npy");
     write_npy(&p, &s).unwrap();
     let out = python.run([

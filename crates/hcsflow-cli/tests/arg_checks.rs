@@ -42,7 +42,7 @@ fn run_refuses_an_even_median_at_compile_with_exit_2_and_writes_nothing() {
 fn apply_checks_arguments_against_the_input_shape_with_exit_2() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("in.tif");
-    hcsflow_tiff::write_stack(&input, &Stack::U16(Array3::zeros((2, 17, 23))), &Default::default()).unwrap();
+    hcsflow_tiff::write_stack(&input, &Stack::from(Array3::<u16>::zeros((2, 17, 23))), &Default::default()).unwrap();
     let out = dir.path().join("out.tif");
     let (i, o) = (input.to_str().unwrap(), out.to_str().unwrap());
     let cases: [(&[&str], &str); 3] = [

@@ -106,7 +106,7 @@ fn bench_stitch_reports_checksum_timings_and_true_positions() {
         let tile = ndarray::Array3::from_shape_fn((1, th, tw), |(_, y, x)| field[(y0 + y) * fw + x0 + x].round() as u16);
         raw.extend(tile.iter().flat_map(|v| v.to_le_bytes()));
         let opts = hcsflow_tiff::WriteOptions::default();
-        hcsflow_tiff::write_stack(&dir.path().join(format!("img_{k:03}.tif")), &hcsflow_tiff::Stack::U16(tile), &opts).unwrap();
+        hcsflow_tiff::write_stack(&dir.path().join(format!("img_{k:03}.tif")), &hcsflow_tiff::Stack::from(tile), &opts).unwrap();
     }
     let raw_path = dir.path().join("tiles.raw");
     std::fs::write(&raw_path, &raw).unwrap();

@@ -15,7 +15,7 @@ fn write_input(dir: &Path) -> (std::path::PathBuf, Stack) {
     let (z, y, x) = (5, 17, 23);
     let mut a = Array3::from_shape_fn((z, y, x), |(k, j, i)| ((i + 3 * j + 7 * k) % 1000) as u16);
     a[[4, 2, 3]] = 60000;
-    let s = Stack::U16(a);
+    let s = Stack::from(a);
     let path = dir.join("in.tif");
     hcsflow_tiff::write_stack(&path, &s, &Default::default()).unwrap();
     (path, s)
@@ -24,7 +24,7 @@ fn write_input(dir: &Path) -> (std::path::PathBuf, Stack) {
 fn expected_max(s: &Stack) -> Stack {
     let Stack::U16(a) = s else { unreachable!() };
     let m = a.fold_axis(ndarray::Axis(0), 0u16, |&acc, &v| acc.max(v));
-    Stack::U16(m.insert_axis(ndarray::Axis(0)))
+    Stack::from(m.insert_axis(ndarray::Axis(0)))
 }
 
 fn has_software_adapter_only() -> bool {

@@ -52,7 +52,7 @@ fn hcsflow_or_kill(args: &[&str]) -> Output {
 }
 
 fn tiff(path: &Path, size: usize) {
-    let s = hcsflow_core::Stack::U16(ndarray::Array3::from_elem((1, size, size), 9u16));
+    let s = hcsflow_core::Stack::from(ndarray::Array3::from_elem((1, size, size), 9u16));
     hcsflow_tiff::write_stack(path, &s, &hcsflow_tiff::WriteOptions::default()).unwrap();
 }
 

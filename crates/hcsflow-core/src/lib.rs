@@ -36,4 +36,4 @@ pub use registry::{
     Implementation, PlanError, Registry, ShapeRule, StackShape,
 };
 pub use slices::{stack_slices, unstack_slices, SliceError};
-pub use stack::{HostArray, Pixel, Stack};
+pub use stack::{HostArray, Pixel, Stack, StackArray};

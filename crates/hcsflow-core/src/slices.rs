@@ -81,24 +81,23 @@ pub fn stack_slices(
         }
     }
     let host: Vec<HostArray> = slices.into_iter().map(|s| to_host(s, conversions, policy)).collect::<Result<_, _>>()?;
-    let stacked = stack_host(&host);
+    let stacked = stack_host(&host, &expected)?;
     from_host(stacked.into_host_array(), memory_type, device, conversions, policy)
 }
 
 /// Stacks validated host slices (same shape and dtype, 2D). Internal helper.
-fn stack_host(slices: &[HostArray]) -> Stack {
+fn stack_host(slices: &[HostArray], expected: &[usize]) -> Result<Stack, SliceError> {
     let planes: Vec<Stack> = slices
         .iter()
-        .map(|s| {
+        .enumerate()
+        .map(|(index, s)| {
             with_pixels!(HostArray, s, a, T => {
-                let (h, w) = (a.shape()[0], a.shape()[1]);
-                let data: Vec<T> = a.iter().copied().collect();
-                Stack::from(ndarray::Array3::from_shape_vec((1, h, w), data)
-                    .unwrap_or_else(|_| unreachable!("validated 2D slice")))
+                let mismatch = |_| SliceError::ShapeMismatch { index, shape: a.shape().to_vec(), expected: expected.to_vec() };
+                Stack::from_vec([1, a.shape()[0], a.shape()[1]], a.iter().copied().collect::<Vec<T>>()).map_err(mismatch)
             })
         })
-        .collect();
-    Stack::concat_owned(planes).unwrap_or_else(|| unreachable!("validated same shape and dtype"))
+        .collect::<Result<_, _>>()?;
+    Ok(Stack::concat_owned(planes).unwrap_or_else(|| unreachable!("validated same shape and dtype")))
 }
 
 /// Splits a `[N, Y, X]` array into N 2D slices of `memory_type` on `device`.

@@ -1,7 +1,9 @@
 //! Host arrays: the 3D [`Stack`] every function sees, and the n-dimensional
 //! [`HostArray`] used where the dimensionality is not yet validated.
 
-use ndarray::{Array3, ArrayD, Axis, IxDyn};
+use std::ops::{Deref, Index, IndexMut};
+
+use ndarray::{Array3, ArrayD, ArrayViewMut3, Axis, IxDyn, NdIndex, ShapeError};
 
 use crate::dtype::{DType, DTypeConversion, DTypePolicy};
 
@@ -16,12 +18,13 @@ pub trait Pixel: Copy + Default + PartialOrd + Send + Sync + bytemuck::Pod + std
     fn max_value() -> Self;
     /// The smallest representable value (`f32::MIN` for floats).
     fn min_value() -> Self;
-    /// Wraps a typed 3D array in the [`Stack`] variant of this pixel type.
+    /// Wraps a typed 3D array in the [`Stack`] variant of this pixel type
+    /// (in standard layout: see [`StackArray`]).
     fn wrap_stack(a: Array3<Self>) -> Stack;
     /// The typed array of a stack of this pixel type (`None` for another dtype).
     fn unwrap_stack(s: Stack) -> Option<Array3<Self>>;
     /// [`Pixel::unwrap_stack`], borrowed.
-    fn stack_array(s: &Stack) -> Option<&Array3<Self>>;
+    fn stack_array(s: &Stack) -> Option<&StackArray<Self>>;
     /// Wraps a typed n-d array in the [`HostArray`] variant of this pixel type.
     fn wrap_host(a: ArrayD<Self>) -> HostArray;
 }
@@ -31,16 +34,16 @@ macro_rules! int_pixel {
         impl Pixel for $t {
             const DTYPE: DType = DType::$v;
             fn wrap_stack(a: Array3<Self>) -> Stack {
-                Stack::$v(a)
+                Stack::$v(StackArray::from(a))
             }
             fn unwrap_stack(s: Stack) -> Option<Array3<Self>> {
                 if let Stack::$v(a) = s {
-                    Some(a)
+                    Some(a.into_array())
                 } else {
                     None
                 }
             }
-            fn stack_array(s: &Stack) -> Option<&Array3<Self>> {
+            fn stack_array(s: &Stack) -> Option<&StackArray<Self>> {
                 if let Stack::$v(a) = s {
                     Some(a)
                 } else {
@@ -88,16 +91,16 @@ int_pixel!(u16, U16);
 impl Pixel for f32 {
     const DTYPE: DType = DType::F32;
     fn wrap_stack(a: Array3<Self>) -> Stack {
-        Stack::F32(a)
+        Stack::F32(StackArray::from(a))
     }
     fn unwrap_stack(s: Stack) -> Option<Array3<Self>> {
         if let Stack::F32(a) = s {
-            Some(a)
+            Some(a.into_array())
         } else {
             None
         }
     }
-    fn stack_array(s: &Stack) -> Option<&Array3<Self>> {
+    fn stack_array(s: &Stack) -> Option<&StackArray<Self>> {
         if let Stack::F32(a) = s {
             Some(a)
         } else {
@@ -151,19 +154,134 @@ macro_rules! with_pixels {
 /// A 3D image stack `[Z, Y, X]` in host memory.
 ///
 /// "Z" is whatever the step's variable components made the stack axis:
-/// z-planes, channels, sites or timepoints. Arrays are always in standard
-/// (C) layout so they can be handed to files and GPU buffers without copies.
+/// z-planes, channels, sites or timepoints. The pixels are always in standard
+/// (C) layout, so they can be handed to files and GPU buffers without copies
+/// and each plane is one slice ([`StackArray::plane`]): the variants hold a
+/// [`StackArray`], which cannot be built in another layout. Build a stack
+/// with [`Stack::from`] (any layout; copied into standard layout if needed)
+/// or [`Stack::from_vec`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum Stack {
-    U8(Array3<u8>),
-    U16(Array3<u16>),
-    F32(Array3<f32>),
+    U8(StackArray<u8>),
+    U16(StackArray<u16>),
+    F32(StackArray<f32>),
 }
 
 impl<T: Pixel> From<Array3<T>> for Stack {
     fn from(a: Array3<T>) -> Self {
-        let a = if a.is_standard_layout() { a } else { a.as_standard_layout().into_owned() };
         T::wrap_stack(a)
+    }
+}
+
+impl<T: Pixel> From<StackArray<T>> for Stack {
+    fn from(a: StackArray<T>) -> Self {
+        T::wrap_stack(a.0)
+    }
+}
+
+/// The pixels of a [`Stack`]: a `[Z, Y, X]` array in standard (C) layout.
+///
+/// Reads go through [`Deref`] to the [`Array3`]; writes through
+/// [`StackArray::view_mut`], [`StackArray::pixels_mut`] or indexing, none of
+/// which can change the layout. [`StackArray::from`] copies an array in
+/// another layout into standard layout (an array already in it is kept as it is).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StackArray<T>(Array3<T>);
+
+impl<T: Pixel> From<Array3<T>> for StackArray<T> {
+    fn from(a: Array3<T>) -> Self {
+        let a = if a.is_standard_layout() { a } else { a.as_standard_layout().into_owned() };
+        StackArray(a)
+    }
+}
+
+impl<T> Deref for StackArray<T> {
+    type Target = Array3<T>;
+    fn deref(&self) -> &Array3<T> {
+        &self.0
+    }
+}
+
+impl<T, I: NdIndex<ndarray::Ix3>> Index<I> for StackArray<T> {
+    type Output = T;
+    fn index(&self, index: I) -> &T {
+        &self.0[index]
+    }
+}
+
+impl<T, I: NdIndex<ndarray::Ix3>> IndexMut<I> for StackArray<T> {
+    fn index_mut(&mut self, index: I) -> &mut T {
+        &mut self.0[index]
+    }
+}
+
+impl<T: PartialEq> PartialEq<Array3<T>> for StackArray<T> {
+    fn eq(&self, other: &Array3<T>) -> bool {
+        self.0 == *other
+    }
+}
+
+impl<T: Pixel> StackArray<T> {
+    /// `[Z, Y, X]` pixels from a flat vector in standard order; an error if
+    /// `pixels` does not hold exactly `Z·Y·X` values.
+    pub fn from_vec(shape: [usize; 3], pixels: Vec<T>) -> Result<Self, ShapeError> {
+        Array3::from_shape_vec(shape, pixels).map(StackArray)
+    }
+
+    /// `[Z, Y, X]` zeros (`T::default()`).
+    pub fn zeros(shape: [usize; 3]) -> Self {
+        StackArray(Array3::from_elem(shape, T::default()))
+    }
+
+    /// The typed array, giving up the stack.
+    pub fn into_array(self) -> Array3<T> {
+        self.0
+    }
+
+    /// Every pixel in standard order (plane after plane, row after row).
+    pub fn pixels(&self) -> &[T] {
+        self.0.as_slice().unwrap_or_else(|| unreachable!("a StackArray is in standard layout"))
+    }
+
+    /// [`StackArray::pixels`], writable.
+    pub fn pixels_mut(&mut self) -> &mut [T] {
+        self.0.as_slice_mut().unwrap_or_else(|| unreachable!("a StackArray is in standard layout"))
+    }
+
+    /// Plane `z` (`Y·X` pixels, row after row). Panics if `z >= Z`, as
+    /// indexing does: callers iterate over `0..Z`.
+    pub fn plane(&self, z: usize) -> &[T] {
+        let (depth, h, w) = self.0.dim();
+        assert!(z < depth, "plane {z} of a stack of {depth} planes");
+        &self.pixels()[z * h * w..(z + 1) * h * w]
+    }
+
+    /// [`StackArray::plane`], writable.
+    pub fn plane_mut(&mut self, z: usize) -> &mut [T] {
+        let (depth, h, w) = self.0.dim();
+        assert!(z < depth, "plane {z} of a stack of {depth} planes");
+        &mut self.pixels_mut()[z * h * w..(z + 1) * h * w]
+    }
+
+    /// The planes in order, each as in [`StackArray::plane`].
+    pub fn planes(&self) -> impl ExactSizeIterator<Item = &[T]> + '_ {
+        (0..self.0.dim().0).map(|z| self.plane(z))
+    }
+
+    /// [`StackArray::planes`], writable.
+    pub fn planes_mut(&mut self) -> impl ExactSizeIterator<Item = &mut [T]> + '_ {
+        let (depth, h, w) = self.0.dim();
+        let mut rest = self.pixels_mut();
+        (0..depth).map(move |_| {
+            let (plane, after) = std::mem::take(&mut rest).split_at_mut(h * w);
+            rest = after;
+            plane
+        })
+    }
+
+    /// A writable view (the layout stays standard).
+    pub fn view_mut(&mut self) -> ArrayViewMut3<'_, T> {
+        self.0.view_mut()
     }
 }
 
@@ -171,10 +289,17 @@ impl Stack {
     /// A stack of zeros.
     pub fn zeros(dtype: DType, shape: [usize; 3]) -> Stack {
         match dtype {
-            DType::U8 => Stack::U8(Array3::zeros(shape)),
-            DType::U16 => Stack::U16(Array3::zeros(shape)),
-            DType::F32 => Stack::F32(Array3::zeros(shape)),
+            DType::U8 => Stack::from(Array3::<u8>::zeros(shape)),
+            DType::U16 => Stack::from(Array3::<u16>::zeros(shape)),
+            DType::F32 => Stack::from(Array3::<f32>::zeros(shape)),
         }
+    }
+
+    /// A stack from a flat vector of pixels in standard order (plane after
+    /// plane, row after row); an error if `pixels` does not hold exactly
+    /// `Z·Y·X` values.
+    pub fn from_vec<T: Pixel>(shape: [usize; 3], pixels: Vec<T>) -> Result<Stack, ShapeError> {
+        StackArray::from_vec(shape, pixels).map(|a| T::wrap_stack(a.into_array()))
     }
 
     /// `[Z, Y, X]`.
@@ -203,9 +328,7 @@ impl Stack {
 
     /// The raw pixel bytes in native endianness, standard layout.
     pub fn as_bytes(&self) -> &[u8] {
-        with_pixels!(Stack, self, a, T => {
-            bytemuck::cast_slice(a.as_slice().unwrap_or(&[]))
-        })
+        with_pixels!(Stack, self, a, T => bytemuck::cast_slice(a.pixels()))
     }
 
     /// Plane `z` as a one-plane stack (a copy). Panics if `z` is out of range:
@@ -223,7 +346,7 @@ impl Stack {
 
     /// The stack as an n-dimensional host array (no copy of pixels).
     pub fn into_host_array(self) -> HostArray {
-        with_pixels!(Stack, self, a, T => HostArray::from(a.into_dyn()))
+        with_pixels!(Stack, self, a, T => HostArray::from(a.into_array().into_dyn()))
     }
 
     /// Converts to `target` dtype according to `conversion`.
@@ -243,7 +366,7 @@ impl Stack {
         }
         match self {
             // No f32 copy of an f32 stack first.
-            Stack::F32(a) => Stack::from_f32_array(a, target),
+            Stack::F32(a) => Stack::from_f32_array(a.into_array(), target),
             other => Stack::from_f32_array(other.to_f32(), target),
         }
     }
@@ -256,9 +379,9 @@ impl Stack {
     /// Builds a stack of `dtype` from f32 values (clip and round for integers).
     pub fn from_f32_array(a: Array3<f32>, dtype: DType) -> Stack {
         match dtype {
-            DType::U8 => Stack::U8(a.mapv(u8::from_f32_clip)),
-            DType::U16 => Stack::U16(a.mapv(u16::from_f32_clip)),
-            DType::F32 => Stack::F32(a),
+            DType::U8 => Stack::from(a.mapv(u8::from_f32_clip)),
+            DType::U16 => Stack::from(a.mapv(u16::from_f32_clip)),
+            DType::F32 => Stack::from(a),
         }
     }
 
@@ -298,7 +421,7 @@ impl Stack {
     /// first plane keeps the stack's buffer (shrunk to one plane), the others
     /// are copies. A one-plane stack is returned as it is.
     pub fn into_planes(self) -> Vec<Stack> {
-        with_pixels!(Stack, self, a, T => split_owned(a))
+        with_pixels!(Stack, self, a, T => split_owned(a.into_array()))
     }
 }
 
@@ -307,13 +430,9 @@ fn concat_owned_typed<T: Pixel>(parts: Vec<Stack>, shape: [usize; 3]) -> Option<
     let mut pixels = into_pixels(parts.next()??);
     pixels.reserve_exact(shape.iter().product::<usize>().saturating_sub(pixels.len()));
     for p in parts {
-        let p = p?;
-        match p.as_slice() {
-            Some(s) => pixels.extend_from_slice(s),
-            None => pixels.extend(p.iter().copied()),
-        }
+        pixels.extend_from_slice(StackArray::from(p?).pixels());
     }
-    Array3::from_shape_vec(shape, pixels).ok().map(T::wrap_stack)
+    Stack::from_vec(shape, pixels).ok()
 }
 
 fn split_owned<T: Pixel>(a: Array3<T>) -> Vec<Stack> {
@@ -321,15 +440,13 @@ fn split_owned<T: Pixel>(a: Array3<T>) -> Vec<Stack> {
     if depth <= 1 {
         return vec![Stack::from(a)];
     }
-    let mut planes = Vec::with_capacity(depth);
     let rest: Vec<Stack> = (1..depth).map(|z| Stack::from(a.index_axis(Axis(0), z).insert_axis(Axis(0)).to_owned())).collect();
     let mut pixels = into_pixels(a);
     pixels.truncate(y * x);
     pixels.shrink_to_fit();
-    match Array3::from_shape_vec((1, y, x), pixels) {
-        Ok(first) => planes.push(T::wrap_stack(first)),
-        Err(_) => unreachable!("a stack of depth ≥ 2 holds at least one plane of pixels"),
-    }
+    let mut planes = Vec::with_capacity(depth);
+    // A stack of depth ≥ 2 holds at least one plane of pixels.
+    planes.extend(Stack::from_vec([1, y, x], pixels).ok());
     planes.extend(rest);
     planes
 }

@@ -50,7 +50,7 @@ fn registry() -> Registry {
 
 fn stack() -> Stack {
     // Plane z holds the value z + 1 everywhere (2 × 2): sums 4, 8, 12.
-    Stack::U16(Array3::from_shape_fn((3, 2, 2), |(z, _, _)| z as u16 + 1))
+    Stack::from(Array3::<u16>::from_shape_fn((3, 2, 2), |(z, _, _)| z as u16 + 1))
 }
 
 fn plan(r: &Registry, name: &str) -> hcsflow_core::CallPlan {

@@ -27,14 +27,14 @@ fn registry() -> Registry {
             let depth = s.depth() as f32;
             let mut a = s.to_f32().mapv(|v| v * f);
             a[[0, 0, 0]] = depth;
-            Ok(Stack::F32(a))
+            Ok(Stack::from(a))
         }),
     );
     r.register(
         FunctionSpec { name: "sum_planes", doc: "sum", contract: Contract::Flexible, args: vec![] },
         Implementation::host(|s, _| {
             let a = s.to_f32().sum_axis(ndarray::Axis(0)).insert_axis(ndarray::Axis(0));
-            Ok(Stack::F32(a))
+            Ok(Stack::from(a))
         }),
     );
     r.register(
@@ -95,7 +95,7 @@ fn run(r: &Registry, name: &str, args: &[&str], s: Stack) -> Result<Stack, Funct
 #[test]
 fn pure_2d_is_applied_plane_by_plane() {
     let r = registry();
-    let s = Stack::U16(Array3::from_shape_fn((3, 2, 2), |(z, y, x)| (z * 4 + y * 2 + x) as u16));
+    let s = Stack::from(Array3::<u16>::from_shape_fn((3, 2, 2), |(z, y, x)| (z * 4 + y * 2 + x) as u16));
     let out = run(&r, "scale", &["factor=0.5"], s).unwrap();
     let Stack::F32(a) = out else { panic!() };
     assert_eq!(a.dim(), (3, 2, 2));
@@ -108,12 +108,12 @@ fn pure_2d_is_applied_plane_by_plane() {
 #[test]
 fn flexible_runs_whole_or_per_slice() {
     let r = registry();
-    let s = Stack::U8(Array3::from_elem((4, 2, 3), 2));
+    let s = Stack::from(Array3::<u8>::from_elem((4, 2, 3), 2));
     let whole = run(&r, "sum_planes", &[], s.clone()).unwrap();
     assert_eq!(whole.shape(), [1, 2, 3]);
-    assert_eq!(whole, Stack::F32(Array3::from_elem((1, 2, 3), 8.0)));
+    assert_eq!(whole, Stack::from(Array3::<f32>::from_elem((1, 2, 3), 8.0)));
     let per = run(&r, "sum_planes", &["slice_by_slice=true"], s).unwrap();
-    assert_eq!(per, Stack::F32(Array3::from_elem((4, 2, 3), 2.0)));
+    assert_eq!(per, Stack::from(Array3::<f32>::from_elem((4, 2, 3), 2.0)));
 }
 
 #[test]

@@ -15,8 +15,8 @@ fn concat_owned_equals_concat_for_every_dtype_and_layout() {
     let b = Stack::from(ramp((1, 3, 5), 100));
     // A plane sliced out of a larger array (its pixels start at an offset)
     // and a stack whose Y and X axes are swapped in memory (not standard layout).
-    let sliced = Stack::U16(ramp((4, 3, 5), 200).slice_move(s![2..3, .., ..]));
-    let swapped = Stack::U16(ramp((1, 5, 3), 300).permuted_axes([0, 2, 1]));
+    let sliced = Stack::from(ramp((4, 3, 5), 200).slice_move(s![2..3, .., ..]));
+    let swapped = Stack::from(ramp((1, 5, 3), 300).permuted_axes([0, 2, 1]));
     let parts = vec![a, b, sliced, swapped];
     let want = Stack::concat(&parts).unwrap();
     assert_eq!(want.shape(), [5, 3, 5]);
@@ -50,8 +50,8 @@ fn into_planes_equals_plane_by_plane() {
     let stacks = [
         Stack::from(ramp((3, 4, 2), 7)),
         Stack::from(ramp((1, 4, 2), 9)),
-        Stack::U16(ramp((5, 4, 2), 11).slice_move(s![1..4, .., ..])),
-        Stack::U16(ramp((2, 2, 4), 13).permuted_axes([0, 2, 1])),
+        Stack::from(ramp((5, 4, 2), 11).slice_move(s![1..4, .., ..])),
+        Stack::from(ramp((2, 2, 4), 13).permuted_axes([0, 2, 1])),
     ];
     for s in stacks {
         let want: Vec<Stack> = (0..s.depth()).map(|z| s.plane(z)).collect();
@@ -111,4 +111,43 @@ fn f32_to_integer_casts_round_ties_even_then_saturate() {
         check(v + 0.5);
         v *= 1.01;
     }
+}
+
+/// A stack is in standard layout whatever array it is built from, so each
+/// plane is one slice holding what indexing the array gives.
+#[test]
+fn stacks_are_standard_layout_and_planes_are_slices() {
+    let sliced = ramp((5, 4, 3), 11).slice_move(s![1..4, .., ..]);
+    let swapped = ramp((3, 3, 4), 13).permuted_axes([0, 2, 1]);
+    let reversed = ramp((3, 4, 3), 17).slice_move(s![..;-1, .., ..]);
+    for array in [sliced, swapped, reversed] {
+        let mut stack = Stack::from(array.clone());
+        let Stack::U16(a) = &stack else { panic!("u16") };
+        assert!(a.is_standard_layout());
+        assert_eq!(*a, array);
+        assert_eq!(a.pixels(), array.iter().copied().collect::<Vec<_>>());
+        assert_eq!(a.planes().len(), 3);
+        for (z, plane) in a.planes().enumerate() {
+            let want: Vec<u16> = array.index_axis(ndarray::Axis(0), z).iter().copied().collect();
+            assert_eq!(plane, want, "plane {z}");
+            assert_eq!(a.plane(z), want);
+        }
+        let Stack::U16(a) = &mut stack else { panic!("u16") };
+        a.plane_mut(1).fill(7);
+        a.planes_mut().nth(2).unwrap().fill(9);
+        assert!(a.index_axis(ndarray::Axis(0), 1).iter().all(|&v| v == 7));
+        assert!(a.index_axis(ndarray::Axis(0), 2).iter().all(|&v| v == 9));
+        assert_eq!(a.index_axis(ndarray::Axis(0), 0), array.index_axis(ndarray::Axis(0), 0));
+    }
+    // Planes of a stack without pixels are empty, one per plane.
+    let empty = hcsflow_core::StackArray::<u8>::zeros([2, 0, 5]);
+    assert_eq!(empty.planes().map(<[u8]>::len).collect::<Vec<_>>(), vec![0, 0]);
+}
+
+#[test]
+fn from_vec_checks_the_length() {
+    let s = Stack::from_vec([2, 2, 3], (0..12u16).collect()).unwrap();
+    assert_eq!(s, Stack::from(ramp((2, 2, 3), 0)));
+    assert!(Stack::from_vec([2, 2, 3], vec![0u8; 11]).is_err());
+    assert!(Stack::from_vec([2, 2, 3], vec![0f32; 13]).is_err());
 }

@@ -163,7 +163,7 @@ fn load(input: Input) -> (Stack, &'static str) {
             1 => plane[[(y + h - 7 % h) % h, x]],
             _ => plane[[y, (x + w - 11 % w) % w]],
         });
-        return (Stack::U16(c), source);
+        return (Stack::from(c), source);
     }
     let (file, shape) = match input {
         Input::Image => ("cells_2048x2048_s0.npy", (1, 2048, 2048)),
@@ -171,8 +171,8 @@ fn load(input: Input) -> (Stack, &'static str) {
         Input::ThreeChannels => unreachable!("handled above"),
     };
     match read_npy_u16(&data_dir().join(file)) {
-        Some(a) => (Stack::U16(a), "peer cache"),
-        None => (Stack::U16(synthetic(shape)), "synthetic"),
+        Some(a) => (Stack::from(a), "peer cache"),
+        None => (Stack::from(synthetic(shape)), "synthetic"),
     }
 }
 

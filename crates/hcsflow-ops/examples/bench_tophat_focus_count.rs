@@ -142,8 +142,8 @@ fn main() {
         }
     };
     println!("threads: {}", rayon::current_num_threads());
-    let img = Stack::U16(img);
-    let zs = Stack::U16(zs);
+    let img = Stack::from(img);
+    let zs = Stack::from(zs);
     time("white_tophat exact disk r15 2048²", repeats.min(3), || white_tophat(&img, 15).expect("tophat"), |_| String::new());
     time("white_tophat exact disk r50 2048²", repeats.min(3), || white_tophat(&img, 50).expect("tophat"), |_| String::new());
     time("tophat r50 ds4 (OpenHCS) 2048²", repeats, || tophat(&img, 50, 4).expect("tophat"), |_| String::new());

@@ -27,8 +27,8 @@
 //! are first stretched from their min..max to [0, 1] in f32
 //! (`rescale_intensity(x, out_range=(0, 1))`); NaN or ±inf is an error.
 
+use hcsflow_core::StackArray;
 use hcsflow_core::{with_pixels, ArgProblem, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack, StackShape};
-use ndarray::{Array3, Axis};
 use rayon::prelude::*;
 
 use crate::convolve::Boundary;
@@ -71,28 +71,15 @@ pub fn clahe(stack: &Stack, params: &ClaheParams) -> Result<Stack, FunctionError
         }
     }
     let [n, h, w] = stack.shape();
-    let planes: Vec<Stack> = (0..n)
-        .into_par_iter()
-        .map(|z| -> Result<Stack, FunctionError> {
-            Ok(with_pixels!(Stack, stack, a, T => {
-                let plane = a.index_axis(Axis(0), z);
-                let owned: Vec<T>;
-                let data: &[T] = match plane.as_slice() {
-                    Some(s) => s,
-                    None => {
-                        owned = plane.iter().copied().collect();
-                        &owned
-                    }
-                };
-                let out = T::clahe_plane(data, h, w, params)?;
-                Stack::from(Array3::from_shape_vec((1, h, w), out).unwrap_or_else(|_| unreachable!("h*w values")))
-            }))
-        })
-        .collect::<Result<_, _>>()?;
-    if planes.is_empty() {
-        return Ok(stack.clone());
-    }
-    Stack::concat_owned(planes).ok_or_else(|| FunctionError::failed(NAME, "planes of different shapes"))
+    Ok(with_pixels!(Stack, stack, a, T => {
+        let mut out = StackArray::<T>::zeros([n, h, w]);
+        let mut planes: Vec<&mut [T]> = out.planes_mut().collect();
+        planes.par_iter_mut().enumerate().try_for_each(|(z, dst)| -> Result<(), FunctionError> {
+            dst.copy_from_slice(&T::clahe_plane(a.plane(z), h, w, params)?);
+            Ok(())
+        })?;
+        Stack::from(out)
+    }))
 }
 
 /// Per-dtype entry: quantisation to 16 bits and the output mapping differ.

@@ -1,9 +1,9 @@
 //! Channel composite (weighted mean over the stack axis) and apply-mask.
 
+use hcsflow_core::StackArray;
 use hcsflow_core::{
     with_pixels, ArgProblem, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack, StackShape,
 };
-use ndarray::{Array3, Axis};
 use rayon::prelude::*;
 
 /// Rows per parallel task.
@@ -39,12 +39,10 @@ pub fn composite_weights(weights: &[f64], n: usize) -> Result<Vec<f32>, Function
 pub fn composite(stack: &Stack, weights: &[f64]) -> Result<Stack, FunctionError> {
     let [n, h, w] = stack.shape();
     let wts = composite_weights(weights, n)?;
-    let mut out = vec![0f32; h * w];
+    let mut out = StackArray::<f32>::zeros([1, h, w]);
     with_pixels!(Stack, stack, a, T => {
-        // One contiguous slice per plane (a copy only for a stack not in standard layout).
-        let a = a.as_standard_layout();
-        let planes: Vec<&[T]> = a.outer_iter().filter_map(|p| p.to_slice()).collect();
-        out.par_chunks_mut(ROWS_PER_TASK * w.max(1)).enumerate().for_each(|(block, o)| {
+        let planes: Vec<&[T]> = a.planes().collect();
+        out.pixels_mut().par_chunks_mut(ROWS_PER_TASK * w.max(1)).enumerate().for_each(|(block, o)| {
             let start = block * ROWS_PER_TASK * w;
             for (z, (&wz, plane)) in wts.iter().zip(&planes).enumerate() {
                 let src = &plane[start..start + o.len()];
@@ -56,7 +54,7 @@ pub fn composite(stack: &Stack, weights: &[f64]) -> Result<Stack, FunctionError>
             }
         });
     });
-    Ok(Stack::F32(Array3::from_shape_vec((1, h, w), out).unwrap_or_else(|_| unreachable!("h*w values"))))
+    Ok(Stack::from(out))
 }
 
 /// Applies the mask plane to the other planes: the plane at `mask_index`
@@ -76,15 +74,14 @@ pub fn apply_mask(stack: &Stack, mask_index: i64, fill: f64) -> Result<Stack, Fu
     let idx = idx as usize;
     Ok(with_pixels!(Stack, stack, a, T => {
         let fill = T::from_f32_clip(fill as f32);
-        let mask = a.index_axis(Axis(0), idx);
-        let keep: Vec<bool> = mask.iter().map(|&m| m.to_f32() != 0.0).collect();
+        let keep: Vec<bool> = a.plane(idx).iter().map(|&m| m.to_f32() != 0.0).collect();
         let planes: Vec<usize> = (0..n).filter(|&z| z != idx).collect();
-        let mut out = vec![T::default(); planes.len() * h * w];
-        out.par_chunks_mut((h * w).max(1)).zip(planes.par_iter()).for_each(|(o, &z)| {
-            let plane = a.index_axis(Axis(0), z);
-            o.iter_mut().zip(plane.iter()).zip(&keep).for_each(|((o, &v), &k)| *o = if k { v } else { fill });
+        let mut out = StackArray::<T>::zeros([planes.len(), h, w]);
+        let mut dst: Vec<&mut [T]> = out.planes_mut().collect();
+        dst.par_iter_mut().zip(planes.par_iter()).for_each(|(o, &z)| {
+            o.iter_mut().zip(a.plane(z)).zip(&keep).for_each(|((o, &v), &k)| *o = if k { v } else { fill });
         });
-        Stack::from(Array3::from_shape_vec((planes.len(), h, w), out).unwrap_or_else(|_| unreachable!("sizes")))
+        Stack::from(out)
     }))
 }
 
@@ -174,13 +171,14 @@ pub(crate) fn register(registry: &mut Registry) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ndarray::Array3;
 
     #[test]
     fn a_stack_not_in_standard_layout_composites_like_its_standard_copy() {
         let a = Array3::from_shape_fn((3, 5, 40), |(z, y, x)| (z * 1000 + y * 40 + x) as u16);
         // Y and X swapped in memory: the planes are not contiguous slices.
-        let swapped = Stack::U16(a.clone().permuted_axes([0, 2, 1]));
-        let standard = Stack::U16(a.permuted_axes([0, 2, 1]).as_standard_layout().into_owned());
+        let swapped = Stack::from(a.clone().permuted_axes([0, 2, 1]));
+        let standard = Stack::from(a.permuted_axes([0, 2, 1]).as_standard_layout().into_owned());
         assert_eq!(composite(&swapped, &[1.0, 2.0, 3.0]), composite(&standard, &[1.0, 2.0, 3.0]));
     }
 }

@@ -34,18 +34,17 @@
 
 use std::fmt::Write as _;
 
+use hcsflow_core::StackArray;
 use hcsflow_core::{
     with_pixels, ArgProblem, ArgSpec, Args, ArtifactDecl, Artifacts, Cell, Contract, DType, FunctionError, FunctionSpec, Implementation,
     Pixel, Registry, Stack, StackShape, Table,
 };
-use ndarray::Array3;
 use rayon::prelude::*;
 use serde::Serialize;
 
 use crate::convolve::{correlate_separable_pair_into, Boundary, Kernel1d};
 use crate::label::{label_mask, Connectivity, Labels};
 use crate::threshold::{threshold_value, ThresholdMethod};
-use crate::tophat::plane_slice;
 
 /// One detected blob: centre (row, column) and scale σ.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
@@ -456,26 +455,26 @@ fn measure<T: Pixel>(image: usize, labels: &Labels, plane: &[T]) -> Vec<ObjectRo
 pub fn count_cells(stack: &Stack, method: &CountMethod) -> Result<CellCounts, FunctionError> {
     const NAME: &str = "count_cells";
     let [n, h, w] = stack.shape();
-    let mut labels_out = Vec::with_capacity(n * h * w);
+    let mut labels_out = StackArray::<u16>::zeros([n, h, w]);
     let mut counts = CountTable::default();
     let mut objects = ObjectTable::default();
     with_pixels!(Stack, stack, a, T => {
         for z in 0..n {
-            let plane = plane_slice(a, z);
+            let plane = a.plane(z);
             let (labels, sigmas) = match method {
                 CountMethod::BlobLog { params, normalize } => {
-                    let img = if *normalize { min_max_image(&plane) } else { as_float_image(&plane) };
+                    let img = if *normalize { min_max_image(plane) } else { as_float_image(plane) };
                     let blobs = blob_log(&img, h, w, params)?;
                     (paint_blobs(&blobs, h, w), Some(blobs))
                 }
                 CountMethod::Threshold { method, connectivity, min_area, max_area } => {
-                    let t = threshold_value(&plane, *method)?;
+                    let t = threshold_value(plane, *method)?;
                     let mask: Vec<bool> = plane.iter().map(|v| v.to_f32() as f64 > t).collect();
                     let l = label_mask(&mask, h, w, *connectivity);
                     (filter_area(l, *min_area, *max_area), None)
                 }
             };
-            let mut rows = measure(z, &labels, &plane);
+            let mut rows = measure(z, &labels, plane);
             if let Some(blobs) = sigmas {
                 for (r, b) in rows.iter_mut().zip(&blobs) {
                     r.y = b.y;
@@ -485,10 +484,10 @@ pub fn count_cells(stack: &Stack, method: &CountMethod) -> Result<CellCounts, Fu
             }
             counts.rows.push(CountRow { image: z, count: rows.len() });
             objects.rows.extend(rows);
-            labels_out.extend(labels.to_u16(NAME)?);
+            labels_out.plane_mut(z).copy_from_slice(&labels.to_u16(NAME)?);
         }
     });
-    let labels = Stack::U16(Array3::from_shape_vec((n, h, w), labels_out).unwrap_or_else(|_| unreachable!("n·h·w labels")));
+    let labels = Stack::from(labels_out);
     Ok(CellCounts { labels, counts, objects })
 }
 

@@ -13,11 +13,10 @@
 //!   operation (agreement to 1 ulp of f32 in tests). NaN stays NaN; ±inf is an error.
 
 use hcsflow_core::{ArgSpec, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack};
-use ndarray::Array3;
 use rayon::prelude::*;
 
 use crate::histogram::{cumulative, histogram, histogram_by, Binned};
-use crate::normalize::{apply_lut_in_place, contiguous_mut, integer_lut_flat_outside};
+use crate::normalize::{apply_lut_in_place, integer_lut_flat_outside};
 
 const NAME: &str = "stack_equalize_histogram";
 const CHUNK: usize = 1 << 18;
@@ -37,8 +36,7 @@ pub fn equalize_lut<T: Binned + Pixel>(hist: &[u64]) -> Option<Vec<T>> {
     Some(integer_lut_flat_outside::<T>(lowest.saturating_sub(1), highest, |v| cdf[v as usize] as f64 / n * max))
 }
 
-fn equalize_int<T: Binned + Pixel>(a: &mut Array3<T>) -> Option<()> {
-    let data = contiguous_mut(a);
+fn equalize_int<T: Binned + Pixel>(data: &mut [T]) -> Option<()> {
     let lut = equalize_lut::<T>(&histogram(data))?;
     apply_lut_in_place(data, &lut);
     Some(())
@@ -56,8 +54,7 @@ pub fn linspace_f32(lo: f32, hi: f32, nbins: usize) -> Vec<f32> {
     e
 }
 
-fn equalize_f32(a: &mut Array3<f32>, nbins: usize) -> Result<(), FunctionError> {
-    let data = contiguous_mut(a);
+fn equalize_f32(data: &mut [f32], nbins: usize) -> Result<(), FunctionError> {
     let (mn, mx) = data
         .par_chunks(CHUNK)
         .map(|c| c.iter().filter(|v| !v.is_nan()).fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v))))
@@ -121,9 +118,9 @@ pub fn stack_equalize_histogram(stack: &Stack, nbins: usize) -> Result<Stack, Fu
 pub fn stack_equalize_histogram_in_place(stack: &mut Stack, nbins: usize) -> Result<(), FunctionError> {
     let empty = || FunctionError::failed(NAME, "the stack has no pixels (or only NaN)");
     match stack {
-        Stack::U8(a) => equalize_int(a).ok_or_else(empty),
-        Stack::U16(a) => equalize_int(a).ok_or_else(empty),
-        Stack::F32(a) => equalize_f32(a, nbins.max(1)),
+        Stack::U8(a) => equalize_int(a.pixels_mut()).ok_or_else(empty),
+        Stack::U16(a) => equalize_int(a.pixels_mut()).ok_or_else(empty),
+        Stack::F32(a) => equalize_f32(a.pixels_mut(), nbins.max(1)),
     }
 }
 

@@ -5,8 +5,8 @@
 //! [0, 1]: scikit-image's `preserve_range=True`) and return f32; the dtype
 //! policy rounds and clips back to the input dtype. The median keeps the dtype.
 
+use hcsflow_core::StackArray;
 use hcsflow_core::{with_pixels, ArgProblem, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack, StackShape};
-use ndarray::{Array3, Axis};
 use rayon::prelude::*;
 
 use crate::convolve::{correlate_separable_into, Boundary, Kernel1d};
@@ -15,24 +15,15 @@ use crate::convolve::{correlate_separable_into, Boundary, Kernel1d};
 /// `dst` (`h · w` values of the one f32 result, allocated once).
 fn map_planes_f32(stack: &Stack, f: impl Fn(&dyn PlaneRef, usize, usize, &mut [f32]) + Sync) -> Stack {
     let [n, h, w] = stack.shape();
-    let mut out = vec![0f32; n * h * w];
+    let mut out = StackArray::<f32>::zeros([n, h, w]);
     if h * w > 0 {
         with_pixels!(Stack, stack, a, T => {
-            for (z, dst) in out.chunks_mut(h * w).enumerate() {
-                let plane = a.index_axis(Axis(0), z);
-                let owned;
-                let data: &[T] = match plane.as_slice() {
-                    Some(s) => s,
-                    None => {
-                        owned = plane.iter().copied().collect::<Vec<T>>();
-                        &owned
-                    }
-                };
-                f(&Plane(data), h, w, dst);
+            for (src, dst) in a.planes().zip(out.planes_mut()) {
+                f(&Plane(src), h, w, dst);
             }
         });
     }
-    Stack::F32(Array3::from_shape_vec((n, h, w), out).unwrap_or_else(|_| unreachable!("n*h*w values")))
+    Stack::from(out)
 }
 
 /// A plane of any pixel type, for the filters that take every dtype.
@@ -108,24 +99,16 @@ pub fn median_filter(stack: &Stack, size: usize) -> Result<Stack, FunctionError>
     let [n, h, w] = stack.shape();
     let network = (size != 3 && size <= NETWORK_MAX).then(|| MedianNetwork::new(size));
     Ok(with_pixels!(Stack, stack, a, T => {
-        let mut out: Vec<T> = Vec::with_capacity(n * h * w);
-        for z in 0..n {
-            let plane = a.index_axis(Axis(0), z);
-            let owned: Vec<T>;
-            let data: &[T] = match plane.as_slice() {
-                Some(s) => s,
-                None => {
-                    owned = plane.iter().copied().collect();
-                    &owned
-                }
+        let mut out = StackArray::<T>::zeros([n, h, w]);
+        for (data, dst) in a.planes().zip(out.planes_mut()) {
+            let filtered = match &network {
+                Some(net) => net.apply(data, h, w),
+                None if size == 3 => median3(data, h, w),
+                None => median_generic(data, h, w, size),
             };
-            match &network {
-                Some(net) => out.extend(net.apply(data, h, w)),
-                None if size == 3 => out.extend(median3(data, h, w)),
-                None => out.extend(median_generic(data, h, w, size)),
-            }
+            dst.copy_from_slice(&filtered);
         }
-        Stack::from(Array3::from_shape_vec((n, h, w), out).unwrap_or_else(|_| unreachable!("n*h*w values")))
+        Stack::from(out)
     }))
 }
 

@@ -26,8 +26,9 @@
 //! [`DepthMap::to_stack`] (a u16 image: plane index per pixel) under that name,
 //! written beside the images. Until then library users call [`focus_stack`].
 
+use hcsflow_core::StackArray;
 use hcsflow_core::{with_pixels, ArgSpec, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
-use ndarray::{Array3, Axis};
+use ndarray::{Array3, ShapeError};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -62,12 +63,10 @@ pub struct DepthMap {
 }
 
 impl DepthMap {
-    /// The depth map as a one-plane u16 image.
-    pub fn to_stack(&self) -> Stack {
-        Stack::U16(
-            Array3::from_shape_vec((1, self.height, self.width), self.index.clone())
-                .unwrap_or_else(|_| unreachable!("height·width values")),
-        )
+    /// The depth map as a one-plane u16 image; an error if `index` does not
+    /// hold `height · width` values.
+    pub fn to_stack(&self) -> Result<Stack, ShapeError> {
+        Stack::from_vec([1, self.height, self.width], self.index.clone())
     }
 }
 
@@ -174,24 +173,14 @@ pub fn focus_measure(stack: &Stack, sigma: f64, method: FocusMethod) -> Result<A
     validate(stack, sigma)?;
     let [n, h, w] = stack.shape();
     let g = Kernel1d::gaussian(sigma, TRUNCATE);
-    let mut out = Array3::<f32>::zeros((n, h, w));
+    let mut out = StackArray::<f32>::zeros([n, h, w]);
     with_pixels!(Stack, stack, a, T => {
-        for (z, mut o) in out.axis_iter_mut(Axis(0)).enumerate() {
-            let plane = plane_of(a, z);
-            let blur = blur_plane(&plane, h, w, &g);
-            let o = o.as_slice_mut().unwrap_or_else(|| unreachable!("standard layout"));
-            o.par_chunks_mut(w.max(1)).enumerate().for_each(|(y, d)| measure_row(&blur, 0, &plane, h, w, y, method, d));
+        for (plane, o) in a.planes().zip(out.planes_mut()) {
+            let blur = blur_plane(plane, h, w, &g);
+            o.par_chunks_mut(w.max(1)).enumerate().for_each(|(y, d)| measure_row(&blur, 0, plane, h, w, y, method, d));
         }
     });
-    Ok(out)
-}
-
-fn plane_of<T: Pixel>(a: &Array3<T>, z: usize) -> std::borrow::Cow<'_, [T]> {
-    let p = a.index_axis(Axis(0), z);
-    match p.to_slice() {
-        Some(s) => std::borrow::Cow::Borrowed(s),
-        None => std::borrow::Cow::Owned(p.iter().copied().collect()),
-    }
+    Ok(out.into_array())
 }
 
 /// Running sums of the `weighted` method for one row block: Σ w·I, Σ w, Σ I.
@@ -203,7 +192,7 @@ type Sums<'a> = (&'a mut [f32], &'a mut [f32], &'a mut [f32]);
 /// measure and the select are vector loops; same arithmetic either way).
 #[allow(clippy::too_many_arguments)]
 fn fold_block<T: Pixel>(
-    planes: &[std::borrow::Cow<'_, [T]>],
+    planes: &[&[T]],
     h: usize,
     w: usize,
     g: &Kernel1d,
@@ -226,7 +215,7 @@ fn fold_block<T: Pixel>(
 #[target_feature(enable = "avx2")]
 #[allow(clippy::too_many_arguments)]
 fn fold_block_avx2<T: Pixel>(
-    planes: &[std::borrow::Cow<'_, [T]>],
+    planes: &[&[T]],
     h: usize,
     w: usize,
     g: &Kernel1d,
@@ -243,7 +232,7 @@ fn fold_block_avx2<T: Pixel>(
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn fold_block_impl<T: Pixel>(
-    planes: &[std::borrow::Cow<'_, [T]>],
+    planes: &[&[T]],
     h: usize,
     w: usize,
     g: &Kernel1d,
@@ -306,7 +295,7 @@ pub fn focus_stack(stack: &Stack, sigma: f64, method: FocusMethod) -> Result<Foc
         FocusMethod::Log => (Vec::new(), Vec::new(), Vec::new()),
     };
     let image = with_pixels!(Stack, stack, a, T => {
-        let planes: Vec<std::borrow::Cow<'_, [T]>> = (0..n).map(|z| plane_of(a, z)).collect();
+        let planes: Vec<&[T]> = a.planes().collect();
         // Row blocks in parallel; within a block, planes in order (each plane's slab
         // is blurred, measured and folded into the running argmax while in cache).
         let fold = |bi: usize, b: &mut [f32], d: &mut [u16], m: &mut Vec<f32>, acc: Option<Sums<'_>>| {
@@ -329,14 +318,22 @@ pub fn focus_stack(stack: &Stack, sigma: f64, method: FocusMethod) -> Result<Foc
         }
         match method {
             FocusMethod::Log => {
-                let mut out: Vec<T> = Vec::with_capacity(h * w);
-                depth.par_iter().enumerate().with_min_len(1 << 14).map(|(i, &d)| planes[d as usize][i]).collect_into_vec(&mut out);
-                Stack::from(Array3::from_shape_vec((1, h, w), out).unwrap_or_else(|_| unreachable!("h·w values")))
+                let mut out = StackArray::<T>::zeros([1, h, w]);
+                out.pixels_mut()
+                    .par_iter_mut()
+                    .zip(depth.par_iter())
+                    .enumerate()
+                    .with_min_len(1 << 14)
+                    .for_each(|(i, (o, &d))| *o = planes[d as usize][i]);
+                Stack::from(out)
             }
             FocusMethod::Weighted => {
                 let nf = n as f32;
-                let out: Vec<f32> = (0..h * w).map(|i| if den[i] > 0.0 { num[i] / den[i] } else { sum[i] / nf }).collect();
-                Stack::F32(Array3::from_shape_vec((1, h, w), out).unwrap_or_else(|_| unreachable!("h·w values")))
+                let mut out = StackArray::<f32>::zeros([1, h, w]);
+                for (i, o) in out.pixels_mut().iter_mut().enumerate() {
+                    *o = if den[i] > 0.0 { num[i] / den[i] } else { sum[i] / nf };
+                }
+                Stack::from(out)
             }
         }
     });

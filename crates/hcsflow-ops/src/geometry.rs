@@ -1,9 +1,10 @@
 //! Geometry per plane: binning (k × k mean or sum) and crop.
 
+use hcsflow_core::StackArray;
 use hcsflow_core::{
     with_pixels, ArgProblem, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack, StackShape,
 };
-use ndarray::{s, Array3, Axis};
+use ndarray::{s, Axis};
 use rayon::prelude::*;
 
 /// k × k binning of every plane: output `[N, H / k, W / k]` (integer division;
@@ -22,9 +23,9 @@ pub fn bin(stack: &Stack, k: usize, mean: bool) -> Result<Stack, FunctionError> 
         return Err(FunctionError::failed("bin", format!("factor {k} is larger than the {h}x{w} plane")));
     }
     let divisor = if mean { (k * k) as f64 } else { 1.0 };
-    let mut out = vec![0f32; n * oh * ow];
+    let mut out = StackArray::<f32>::zeros([n, oh, ow]);
     with_pixels!(Stack, stack, a, T => {
-        out.par_chunks_mut(ow.max(1)).enumerate().for_each(|(i, o)| {
+        out.pixels_mut().par_chunks_mut(ow.max(1)).enumerate().for_each(|(i, o)| {
             let (z, by) = (i / oh.max(1), i % oh.max(1));
             let plane = a.index_axis(Axis(0), z);
             let mut acc = vec![0f64; ow];
@@ -41,7 +42,7 @@ pub fn bin(stack: &Stack, k: usize, mean: bool) -> Result<Stack, FunctionError> 
             o.iter_mut().zip(&acc).for_each(|(o, &s)| *o = (s / divisor) as f32);
         });
     });
-    Ok(Stack::F32(Array3::from_shape_vec((n, oh, ow), out).unwrap_or_else(|_| unreachable!("n*oh*ow values"))))
+    Ok(Stack::from(out))
 }
 
 /// The rectangle `[y, y + height) × [x, x + width)` of every plane, same dtype

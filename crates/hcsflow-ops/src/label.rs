@@ -9,11 +9,9 @@
 //!
 //! Two raster passes with union–find (path halving), linear time.
 
+use hcsflow_core::StackArray;
 use hcsflow_core::{with_pixels, ArgSpec, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
-use ndarray::Array3;
 use serde::Serialize;
-
-use crate::tophat::plane_slice;
 
 /// Pixel neighbourhood.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -145,14 +143,13 @@ impl Labels {
 /// Labels every plane (nonzero = foreground) into a u16 label stack (`pure_2d`).
 pub fn label_stack(stack: &Stack, connectivity: Connectivity) -> Result<Stack, FunctionError> {
     let [n, h, w] = stack.shape();
-    let mut data = Vec::with_capacity(n * h * w);
+    let mut labels = StackArray::<u16>::zeros([n, h, w]);
     with_pixels!(Stack, stack, a, T => {
-        for z in 0..n {
-            let l = label_plane(&plane_slice(a, z), h, w, connectivity);
-            data.extend(l.to_u16("label")?);
+        for (plane, dst) in a.planes().zip(labels.planes_mut()) {
+            dst.copy_from_slice(&label_plane(plane, h, w, connectivity).to_u16("label")?);
         }
     });
-    Ok(Stack::U16(Array3::from_shape_vec((n, h, w), data).unwrap_or_else(|_| unreachable!("n·h·w labels"))))
+    Ok(Stack::from(labels))
 }
 
 pub(crate) fn register(registry: &mut Registry) {

@@ -17,7 +17,6 @@
 //! float64 formula rounded the same way, exactly.
 
 use hcsflow_core::{ArgProblem, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack, StackShape};
-use ndarray::Array3;
 use rayon::prelude::*;
 
 use crate::histogram::{percentiles_f32, percentiles_int, Binned};
@@ -122,15 +121,6 @@ fn apply_table<T: Binned + Pixel, const N: usize>(data: &mut [T], lut: &[T; N]) 
     data.par_chunks_mut(CHUNK).for_each(|c| c.iter_mut().for_each(|v| *v = lut[v.bin()]));
 }
 
-/// The pixels of an owned stack as one mutable contiguous slice (re-laid out
-/// first only if the array is not in standard layout).
-pub(crate) fn contiguous_mut<T: Pixel>(a: &mut Array3<T>) -> &mut [T] {
-    if !a.is_standard_layout() {
-        *a = a.as_standard_layout().into_owned();
-    }
-    a.as_slice_mut().unwrap_or_else(|| unreachable!("standard layout is contiguous"))
-}
-
 fn normalize_int<T: Binned + Pixel>(data: &mut [T], p: &PercentileNormalize) -> Option<()> {
     let q = percentiles_int(data, &[p.low_percentile, p.high_percentile])?;
     let (lo, hi) = (q[0], q[1]);
@@ -197,9 +187,9 @@ pub fn percentile_normalize_in_place(stack: &mut Stack, p: &PercentileNormalize,
         data.par_chunks_mut(unit.min(data.len())).map(f).collect::<Option<Vec<()>>>().map(|_| ())
     }
     match stack {
-        Stack::U8(a) => each(contiguous_mut(a), unit, |d| normalize_int(d, p)),
-        Stack::U16(a) => each(contiguous_mut(a), unit, |d| normalize_int(d, p)),
-        Stack::F32(a) => each(contiguous_mut(a), unit, |d| normalize_f32(d, p)),
+        Stack::U8(a) => each(a.pixels_mut(), unit, |d| normalize_int(d, p)),
+        Stack::U16(a) => each(a.pixels_mut(), unit, |d| normalize_int(d, p)),
+        Stack::F32(a) => each(a.pixels_mut(), unit, |d| normalize_f32(d, p)),
     }
     .ok_or_else(empty)
 }

@@ -6,8 +6,8 @@
 //! for f32). The wgpu kernels in `hcsflow-gpu` perform the same operations in
 //! the same order.
 
-use hcsflow_core::{with_pixels, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
-use ndarray::{Array3, ArrayView3, Axis};
+use hcsflow_core::{with_pixels, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack, StackArray};
+use ndarray::Axis;
 use rayon::prelude::*;
 
 /// Rows per parallel task: large enough to amortise scheduling, small enough
@@ -16,26 +16,21 @@ const ROWS_PER_TASK: usize = 64;
 
 /// Applies `fold(acc_row, plane_row)` over planes 1.. into a copy of plane 0,
 /// in parallel over row blocks. Planes are visited in order for every pixel.
-fn fold_planes<T: Pixel, A: Copy + Send + Sync>(a: ArrayView3<T>, init: impl Fn(T) -> A + Sync, fold: impl Fn(&mut A, T) + Sync) -> Vec<A> {
+fn fold_planes<T: Pixel, A: Pixel>(a: &StackArray<T>, init: impl Fn(T) -> A + Sync, fold: impl Fn(&mut A, T) + Sync) -> StackArray<A> {
     let (n, h, w) = a.dim();
-    let mut acc = vec![init(T::default()); h * w];
+    let mut acc = StackArray::<A>::zeros([1, h, w]);
+    acc.pixels_mut().fill(init(T::default()));
     if n == 0 {
         return acc;
     }
-    acc.par_chunks_mut(ROWS_PER_TASK * w.max(1)).enumerate().for_each(|(block, out)| {
-        let y0 = block * ROWS_PER_TASK;
-        let rows = out.len() / w.max(1);
-        for z in 0..n {
-            let plane = a.index_axis(Axis(0), z);
-            for r in 0..rows {
-                let src = plane.row(y0 + r);
-                let dst = &mut out[r * w..(r + 1) * w];
-                match src.as_slice() {
-                    Some(s) if z == 0 => dst.iter_mut().zip(s).for_each(|(d, &v)| *d = init(v)),
-                    Some(s) => dst.iter_mut().zip(s).for_each(|(d, &v)| fold(d, v)),
-                    None if z == 0 => dst.iter_mut().zip(src.iter()).for_each(|(d, &v)| *d = init(v)),
-                    None => dst.iter_mut().zip(src.iter()).for_each(|(d, &v)| fold(d, v)),
-                }
+    acc.pixels_mut().par_chunks_mut(ROWS_PER_TASK * w.max(1)).enumerate().for_each(|(block, out)| {
+        let start = block * ROWS_PER_TASK * w;
+        for (z, plane) in a.planes().enumerate() {
+            let src = &plane[start..start + out.len()];
+            if z == 0 {
+                out.iter_mut().zip(src).for_each(|(d, &v)| *d = init(v));
+            } else {
+                out.iter_mut().zip(src).for_each(|(d, &v)| fold(d, v));
             }
         }
     });
@@ -52,11 +47,9 @@ pub fn max_projection(stack: &Stack) -> Result<Stack, FunctionError> {
     if stack.depth() == 0 {
         return Err(empty_stack_error("max_projection"));
     }
-    let [_, h, w] = stack.shape();
     Ok(with_pixels!(Stack, stack, a, T => {
         // A select, not a conditional store, so the loop vectorises.
-        let v = fold_planes(a.view(), |v: T| v, |m, v| *m = if v > *m { v } else { *m });
-        Stack::from(Array3::from_shape_vec((1, h, w), v).unwrap_or_else(|_| unreachable!("h*w values")))
+        Stack::from(fold_planes(a, |v: T| v, |m, v| *m = if v > *m { v } else { *m }))
     }))
 }
 
@@ -66,11 +59,7 @@ pub fn min_projection(stack: &Stack) -> Result<Stack, FunctionError> {
     if stack.depth() == 0 {
         return Err(empty_stack_error("min_projection"));
     }
-    let [_, h, w] = stack.shape();
-    Ok(with_pixels!(Stack, stack, a, T => {
-        let v = fold_planes(a.view(), |v: T| v, |m, v| *m = if v < *m { v } else { *m });
-        Stack::from(Array3::from_shape_vec((1, h, w), v).unwrap_or_else(|_| unreachable!("h*w values")))
-    }))
+    Ok(with_pixels!(Stack, stack, a, T => Stack::from(fold_planes(a, |v: T| v, |m, v| *m = if v < *m { v } else { *m }))))
 }
 
 /// Per-pixel sum over the stack axis as f32, accumulated in plane order
@@ -80,9 +69,7 @@ pub fn sum_projection(stack: &Stack) -> Result<Stack, FunctionError> {
     if stack.depth() == 0 {
         return Err(empty_stack_error("sum_projection"));
     }
-    let [_, h, w] = stack.shape();
-    let sums = with_pixels!(Stack, stack, a, T => fold_planes(a.view(), |v: T| v.to_f32(), |s, v| *s += v.to_f32()));
-    Ok(Stack::F32(Array3::from_shape_vec((1, h, w), sums).unwrap_or_else(|_| unreachable!("h*w values"))))
+    Ok(Stack::from(with_pixels!(Stack, stack, a, T => fold_planes(a, |v: T| v.to_f32(), |s, v| *s += v.to_f32()))))
 }
 
 /// Rows per parallel task of [`std_projection`]: small, so the second pass over
@@ -99,11 +86,10 @@ pub fn std_projection(stack: &Stack) -> Result<Stack, FunctionError> {
         return Err(empty_stack_error("std_projection"));
     }
     let [n, h, w] = stack.shape();
-    let mut out = vec![0f32; h * w];
+    let mut result = StackArray::<f32>::zeros([1, h, w]);
     let inv = n as f32;
     with_pixels!(Stack, stack, a, T => {
-        let a = a.view();
-        out.par_chunks_mut(STD_ROWS * w.max(1)).enumerate().for_each(|(block, out)| {
+        result.pixels_mut().par_chunks_mut(STD_ROWS * w.max(1)).enumerate().for_each(|(block, out)| {
             let y0 = block * STD_ROWS;
             let rows = out.len() / w.max(1);
             let mut mean = vec![0f32; out.len()];
@@ -129,7 +115,7 @@ pub fn std_projection(stack: &Stack) -> Result<Stack, FunctionError> {
             out.iter_mut().for_each(|d| *d = (*d / inv).sqrt());
         });
     });
-    Ok(Stack::F32(Array3::from_shape_vec((1, h, w), out).unwrap_or_else(|_| unreachable!("h*w values"))))
+    Ok(Stack::from(result))
 }
 
 /// Per-pixel arithmetic mean over the stack axis, as f32: values are summed in
@@ -140,11 +126,10 @@ pub fn mean_projection(stack: &Stack) -> Result<Stack, FunctionError> {
     if stack.depth() == 0 {
         return Err(empty_stack_error("mean_projection"));
     }
-    let [n, h, w] = stack.shape();
-    let sums = with_pixels!(Stack, stack, a, T => fold_planes(a.view(), |v: T| v.to_f32(), |s, v| *s += v.to_f32()));
-    let inv = n as f32;
-    let mean: Vec<f32> = sums.into_iter().map(|s| s / inv).collect();
-    Ok(Stack::F32(Array3::from_shape_vec((1, h, w), mean).unwrap_or_else(|_| unreachable!("h*w values"))))
+    let mut mean = with_pixels!(Stack, stack, a, T => fold_planes(a, |v: T| v.to_f32(), |s, v| *s += v.to_f32()));
+    let inv = stack.depth() as f32;
+    mean.pixels_mut().iter_mut().for_each(|s| *s /= inv);
+    Ok(Stack::from(mean))
 }
 
 pub(crate) fn register(registry: &mut Registry) {

@@ -16,10 +16,8 @@
 //!
 //! The mask is `value > threshold` (skimage's convention), as u8 0/1.
 
+use hcsflow_core::StackArray;
 use hcsflow_core::{with_pixels, ArgSpec, Contract, DType, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
-use ndarray::Array3;
-
-use crate::tophat::plane_slice;
 
 /// How the threshold of a plane is chosen.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -240,19 +238,18 @@ pub fn threshold_value<T: Pixel>(plane: &[T], method: ThresholdMethod) -> Result
 /// Contract: `pure_2d`; returns the mask stack and the threshold of each plane.
 pub fn threshold_mask(stack: &Stack, method: ThresholdMethod) -> Result<(Stack, Vec<f64>), FunctionError> {
     let [n, h, w] = stack.shape();
-    let mut out = Array3::<u8>::zeros((n, h, w));
+    let mut out = StackArray::<u8>::zeros([n, h, w]);
     let mut thresholds = Vec::with_capacity(n);
     with_pixels!(Stack, stack, a, T => {
-        for z in 0..n {
-            let p = plane_slice(a, z);
-            let t = threshold_value(&p, method)?;
+        for (p, dst) in a.planes().zip(out.planes_mut()) {
+            let t = threshold_value(p, method)?;
             thresholds.push(t);
-            for (o, v) in out.index_axis_mut(ndarray::Axis(0), z).iter_mut().zip(&p) {
+            for (o, v) in dst.iter_mut().zip(p) {
                 *o = u8::from(v.to_f32() as f64 > t);
             }
         }
     });
-    Ok((Stack::U8(out), thresholds))
+    Ok((Stack::from(out), thresholds))
 }
 
 pub(crate) fn register(registry: &mut Registry) {

@@ -21,8 +21,8 @@
 //! Cost per pixel: ~log2(2r+1) + (#distinct widths) + (2r+1) vectorised min/max,
 //! independent of the footprint area; rows are split over threads in chunks.
 
+use hcsflow_core::StackArray;
 use hcsflow_core::{with_pixels, ArgSpec, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
-use ndarray::{Array3, ArrayView2, Axis};
 use rayon::prelude::*;
 
 /// Min/max on a pixel type, with the identity elements used for padding.
@@ -261,22 +261,6 @@ fn check_nan<T: Lattice>(function: &str, plane: &[T]) -> Result<(), FunctionErro
     Ok(())
 }
 
-/// Contiguous pixels of plane `z` (planes of a standard-layout stack are contiguous).
-pub(crate) fn plane_slice<'a, T: Pixel>(a: &'a Array3<T>, z: usize) -> Vec<T> {
-    let p: ArrayView2<'a, T> = a.index_axis(Axis(0), z);
-    match p.as_slice() {
-        Some(s) => s.to_vec(),
-        None => p.iter().copied().collect(),
-    }
-}
-
-/// Builds a stack from planes of equal size.
-pub(crate) fn stack_from_planes<T: Pixel>(planes: Vec<Vec<T>>, h: usize, w: usize) -> Stack {
-    let n = planes.len();
-    let data: Vec<T> = planes.into_iter().flatten().collect();
-    Stack::from(Array3::from_shape_vec((n, h, w), data).unwrap_or_else(|_| unreachable!("n·h·w values")))
-}
-
 /// White top-hat of every plane: `image − opening(image, disk(radius))`.
 ///
 /// Contract: per plane (`pure_2d`), same shape and dtype as the input; equals
@@ -288,14 +272,13 @@ pub fn white_tophat(stack: &Stack, radius: usize) -> Result<Stack, FunctionError
     check_radius(NAME, radius)?;
     let [n, h, w] = stack.shape();
     Ok(with_pixels!(Stack, stack, a, T => {
-        let mut planes = Vec::with_capacity(n);
-        for z in 0..n {
-            let p = plane_slice(a, z);
-            check_nan(NAME, &p)?;
-            let opened = opening_disk(&p, h, w, radius);
-            planes.push(p.iter().zip(&opened).map(|(&v, &o)| T::sub(v, o)).collect::<Vec<T>>());
+        let mut out = StackArray::<T>::zeros([n, h, w]);
+        for (p, dst) in a.planes().zip(out.planes_mut()) {
+            check_nan(NAME, p)?;
+            let opened = opening_disk(p, h, w, radius);
+            dst.iter_mut().zip(p.iter().zip(&opened)).for_each(|(d, (&v, &o))| *d = T::sub(v, o));
         }
-        stack_from_planes(planes, h, w)
+        Stack::from(out)
     }))
 }
 
@@ -328,10 +311,9 @@ pub fn tophat(stack: &Stack, radius: usize, downsample: usize) -> Result<Stack, 
     let [n, h, w] = stack.shape();
     let (hs, ws) = (h.div_ceil(f), w.div_ceil(f));
     Ok(with_pixels!(Stack, stack, a, T => {
-        let mut planes = Vec::with_capacity(n);
-        for z in 0..n {
-            let p = plane_slice(a, z);
-            check_nan(NAME, &p)?;
+        let mut result = StackArray::<T>::zeros([n, h, w]);
+        for (p, out) in a.planes().zip(result.planes_mut()) {
+            check_nan(NAME, p)?;
             // 1. block means
             let mut small = vec![0f32; hs * ws];
             small.par_chunks_mut(ws.max(1)).enumerate().for_each(|(by, row)| {
@@ -364,7 +346,6 @@ pub fn tophat(stack: &Stack, radius: usize, downsample: usize) -> Result<Stack, 
             };
             let cy = coords(h, hs);
             let cx = coords(w, ws);
-            let mut out = vec![T::default(); h * w];
             out.par_chunks_mut(w.max(1)).enumerate().for_each(|(y, row)| {
                 let (y0, y1, fy) = cy[y];
                 let r0 = &bg[y0 * ws..(y0 + 1) * ws];
@@ -378,9 +359,8 @@ pub fn tophat(stack: &Stack, radius: usize, downsample: usize) -> Result<Stack, 
                     *o = T::from_f32_clip(v);
                 }
             });
-            planes.push(out);
         }
-        stack_from_planes(planes, h, w)
+        Stack::from(result)
     }))
 }
 

@@ -13,7 +13,7 @@ use ndarray::Array3;
 use serde_json::json;
 
 fn scaled(s: &Stack, factor: f32) -> Stack {
-    Stack::F32(s.to_f32().mapv(|v| v * factor))
+    Stack::from(s.to_f32().mapv(|v| v * factor))
 }
 
 fn inputs() -> Vec<(String, Stack)> {
@@ -29,8 +29,8 @@ fn inputs() -> Vec<(String, Stack)> {
     v.push(("u16 constant".into(), Stack::from_f32_array(Array3::from_elem((1, 6, 7), 1234.0), DType::U16)));
     v.push(("u16 constant above 16383".into(), Stack::from_f32_array(Array3::from_elem((1, 9, 8), 40000.0), DType::U16)));
     v.push(("u8 constant 0".into(), Stack::zeros(DType::U8, [1, 5, 5])));
-    v.push(("f32 constant 7".into(), Stack::F32(Array3::from_elem((1, 8, 9), 7.0))));
-    v.push(("f32 two levels".into(), Stack::F32(Array3::from_shape_fn((1, 12, 10), |(_, y, x)| ((y + x) % 2) as f32 * 0.25))));
+    v.push(("f32 constant 7".into(), Stack::from(Array3::<f32>::from_elem((1, 8, 9), 7.0))));
+    v.push(("f32 two levels".into(), Stack::from(Array3::from_shape_fn((1, 12, 10), |(_, y, x)| ((y + x) % 2) as f32 * 0.25))));
     v
 }
 
@@ -68,7 +68,7 @@ fn clahe_matches_skimage_equalize_adapthist() {
 
 #[test]
 fn clahe_rejects_bad_input() {
-    let nan = Stack::F32(Array3::from_shape_fn((1, 4, 4), |(_, y, _)| if y == 2 { f32::NAN } else { 0.5 }));
+    let nan = Stack::from(Array3::from_shape_fn((1, 4, 4), |(_, y, _)| if y == 2 { f32::NAN } else { 0.5 }));
     let err = clahe(&nan, &ClaheParams::default()).unwrap_err().to_string();
     assert!(err.contains("NaN or infinite"), "{err}");
     let s = random_stack(DType::U8, [1, 4, 4], 1);

@@ -40,8 +40,8 @@ fn otsu_and_li_match_skimage() {
         cases.push(blobs_stack(dtype, [2, 64, 57], 20, top, 0.05, 80 + i as u64).0);
         cases.push(random_stack(dtype, [1, 31, 29], 90 + i as u64));
     }
-    cases.push(Stack::U16(Array3::from_shape_fn((1, 8, 8), |(_, y, _)| if y < 4 { 100 } else { 5000 }))); // two values
-    cases.push(Stack::U8(Array3::from_shape_fn((1, 3, 5), |(_, y, x)| (y * 5 + x) as u8 + 7)));
+    cases.push(Stack::from(Array3::<u16>::from_shape_fn((1, 8, 8), |(_, y, _)| if y < 4 { 100 } else { 5000 }))); // two values
+    cases.push(Stack::from(Array3::from_shape_fn((1, 3, 5), |(_, y, x)| (y * 5 + x) as u8 + 7)));
     let jobs: Vec<(usize, usize)> =
         cases.iter().map(|s| (oracle.add("otsu", &[s], json!({})), oracle.add("li", &[s], json!({})))).collect();
     let refs = oracle.run();
@@ -65,14 +65,14 @@ fn otsu_and_li_match_skimage() {
 
 #[test]
 fn threshold_edge_cases() {
-    let c = Stack::U16(Array3::from_elem((1, 4, 4), 42));
+    let c = Stack::from(Array3::<u16>::from_elem((1, 4, 4), 42));
     assert_eq!(thresholds_of(&c, "otsu"), vec![42.0]);
     assert_eq!(thresholds_of(&c, "li"), vec![42.0]);
     let (mask, t) = threshold_mask(&c, ThresholdMethod::Otsu).unwrap();
     assert_eq!(t, vec![42.0]);
-    assert_eq!(mask, Stack::U8(Array3::zeros((1, 4, 4))));
+    assert_eq!(mask, Stack::from(Array3::<u8>::zeros((1, 4, 4))));
     let (mask, _) = threshold_mask(&c, ThresholdMethod::Manual(41.5)).unwrap();
-    assert_eq!(mask, Stack::U8(Array3::ones((1, 4, 4))));
+    assert_eq!(mask, Stack::from(Array3::<u8>::ones((1, 4, 4))));
     assert!(threshold_otsu::<f32>(&[]).is_err());
     assert!(threshold_li(&[1.0f32, f32::NAN]).is_err());
 }
@@ -97,11 +97,11 @@ fn labels_match_skimage_and_scipy() {
     for (k, density) in [0.3, 0.5, 0.6].iter().enumerate() {
         let mut r = Rng::new(7 + k as u64);
         for &(h, w) in &[(64usize, 64usize), (37, 91), (1, 50), (50, 1)] {
-            cases.push(Stack::U8(Array3::from_shape_fn((1, h, w), |_| u8::from(r.unit() < *density))));
+            cases.push(Stack::from(Array3::from_shape_fn((1, h, w), |_| u8::from(r.unit() < *density))));
         }
     }
-    cases.push(Stack::U16(Array3::zeros((1, 5, 5))));
-    cases.push(Stack::U16(Array3::from_elem((1, 5, 5), 3)));
+    cases.push(Stack::from(Array3::<u16>::zeros((1, 5, 5))));
+    cases.push(Stack::from(Array3::<u16>::from_elem((1, 5, 5), 3)));
     let mut jobs = Vec::new();
     for s in &cases {
         for c in [1, 2] {
@@ -183,7 +183,7 @@ fn blob_log_same_detections_as_skimage() {
                                                                         // Tall enough for the 64-row tasks of the separable correlation (several row
                                                                         // blocks and 32-column strips, an odd width), crowded as a real field.
     cases.push(blobs_stack(DType::U16, [1, 300, 263], 220, 50000.0, 0.05, 212).0);
-    cases.push(Stack::F32(Array3::from_elem((1, 12, 12), 0.5))); // constant: no blobs
+    cases.push(Stack::from(Array3::<f32>::from_elem((1, 12, 12), 0.5))); // constant: no blobs
     let args = json!({"min_sigma": p.min_sigma, "max_sigma": p.max_sigma, "num_sigma": p.num_sigma, "threshold": p.threshold, "overlap": p.overlap});
     let jobs: Vec<usize> = cases.iter().map(|s| oracle.add("blob_log", &[s], args.clone())).collect();
     let refs = oracle.run();

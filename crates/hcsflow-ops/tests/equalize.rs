@@ -48,7 +48,7 @@ fn equalisation_matches_skimage() {
 fn non_finite_and_empty_input_are_errors() {
     let mut a = Array3::from_elem((1, 2, 2), 1.0f32);
     a[[0, 0, 0]] = f32::INFINITY;
-    let err = stack_equalize_histogram(&Stack::F32(a), 256).unwrap_err().to_string();
+    let err = stack_equalize_histogram(&Stack::from(a), 256).unwrap_err().to_string();
     assert_eq!(err, "stack_equalize_histogram: the value range [1, inf] is not finite");
     let err = stack_equalize_histogram(&Stack::zeros(DType::U16, [0, 3, 3]), 256).unwrap_err().to_string();
     assert!(err.contains("no pixels"), "{err}");

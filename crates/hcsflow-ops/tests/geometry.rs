@@ -43,13 +43,13 @@ fn binning_crop_composite_mask_match_numpy() {
             if shape[0] >= 2 {
                 let mut m = s.clone();
                 if let Stack::U8(a) = &mut m {
-                    a.index_axis_mut(ndarray::Axis(0), 1).mapv_inplace(|v| v % 2)
+                    a.plane_mut(1).iter_mut().for_each(|v| *v %= 2)
                 }
                 if let Stack::U16(a) = &mut m {
-                    a.index_axis_mut(ndarray::Axis(0), 1).mapv_inplace(|v| v % 2)
+                    a.plane_mut(1).iter_mut().for_each(|v| *v %= 2)
                 }
                 if let Stack::F32(a) = &mut m {
-                    a.index_axis_mut(ndarray::Axis(0), 1).mapv_inplace(|v| if v > 0.0 { 1.0 } else { 0.0 })
+                    a.plane_mut(1).iter_mut().for_each(|v| *v = if *v > 0.0 { 1.0 } else { 0.0 })
                 }
                 let j = oracle.add("apply_mask", &[&m], json!({"mask_index": 1, "fill": 7.0}));
                 jobs.push((format!("apply_mask {what}"), apply_mask(&m, 1, 7.0).unwrap(), j, 0.0));

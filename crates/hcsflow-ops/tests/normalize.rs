@@ -121,14 +121,14 @@ fn bad_percentile_order_and_empty_input_are_errors() {
     let p = PercentileNormalize { low_percentile: 90.0, high_percentile: 10.0, ..Default::default() };
     let err = percentile_normalize(&s, &p).unwrap_err().to_string();
     assert_eq!(err, "percentile_normalize: low_percentile (90) must not exceed high_percentile (10)");
-    let nan = Stack::F32(Array3::from_elem((1, 2, 2), f32::NAN));
+    let nan = Stack::from(Array3::<f32>::from_elem((1, 2, 2), f32::NAN));
     let err = percentile_normalize(&nan, &Default::default()).unwrap_err().to_string();
     assert!(err.contains("no pixels (or only NaN)"), "{err}");
     // NaN pixels are ignored by the percentiles and stay NaN.
     let mut a = Array3::from_shape_fn((1, 3, 3), |(_, y, x)| (y * 3 + x) as f32);
     a[[0, 1, 1]] = f32::NAN;
     let Stack::F32(out) = percentile_normalize(
-        &Stack::F32(a),
+        &Stack::from(a),
         &PercentileNormalize { low_percentile: 0.0, high_percentile: 100.0, target_min: 0.0, target_max: 8.0 },
     )
     .unwrap() else {

@@ -25,7 +25,7 @@ fn white_tophat_equals_skimage_exactly() {
     cases.push((random_stack(DType::U8, [1, 33, 1], 3), 4));
     cases.push((random_stack(DType::U16, [1, 21, 17], 4), 100));
     cases.push((random_stack(DType::U16, [1, 21, 17], 5), 0));
-    cases.push((Stack::U16(Array3::from_elem((1, 9, 11), 777)), 2));
+    cases.push((Stack::from(Array3::<u16>::from_elem((1, 9, 11), 777)), 2));
     // skimage's default mode="reflect" is only valid while the disk is not much
     // larger than the image (scipy's reflect padding then returns values that are
     // not in the image); beyond that compare with mode="ignore", which is the same
@@ -95,8 +95,8 @@ fn tophat_rejects_bad_input() {
     assert!(tophat(&s, 5, 0).is_err());
     // Empty stacks and constant images are fine.
     assert_eq!(white_tophat(&Stack::zeros(DType::U16, [0, 4, 4]), 3).unwrap().shape(), [0, 4, 4]);
-    let c = Stack::U8(Array3::from_elem((2, 5, 5), 9));
-    assert_eq!(white_tophat(&c, 2).unwrap(), Stack::U8(Array3::zeros((2, 5, 5))));
+    let c = Stack::from(Array3::<u8>::from_elem((2, 5, 5), 9));
+    assert_eq!(white_tophat(&c, 2).unwrap(), Stack::from(Array3::<u8>::zeros((2, 5, 5))));
 }
 
 #[test]

@@ -157,7 +157,7 @@ fn the_registry_runs_the_same_check_on_the_real_stack() {
     let message = registry.check_call(&plan, &shape).expect_err("index 99 of 2 planes").to_string();
     assert!(message.contains("mask_index 99 is not a plane of this 2-plane stack"), "{message}");
     assert!(message.contains("2 planes of 8×8 pixels"), "{message}");
-    let stack = Stack::U16(Array3::zeros((2, 8, 8)));
+    let stack = Stack::from(Array3::<u16>::zeros((2, 8, 8)));
     match registry.execute(&plan, Array::from(stack), &conversions) {
         Err(FunctionError::Args(e)) => assert!(e.to_string().contains("mask_index 99"), "{e}"),
         other => panic!("expected an argument error, got {other:?}"),

@@ -37,7 +37,7 @@ fn registry() -> (Registry, Conversions) {
         Implementation::host(|s, args| {
             let v = args.int("value") as u16;
             match s {
-                Stack::U16(a) => Ok(Stack::U16(a.mapv(|x| x.saturating_add(v)))),
+                Stack::U16(a) => Ok(Stack::from(a.mapv(|x| x.saturating_add(v)))),
                 other => Ok(other.clone()),
             }
         }),
@@ -65,7 +65,7 @@ fn read(path: &Path) -> Stack {
 fn u16_planes(plate: &Plate, well: &str, site: u32, channel: u32) -> Vec<Array3<u16>> {
     (1..=3)
         .map(|z| match read(&plate.image(well, site, channel, z, 1).expect("image").path) {
-            Stack::U16(a) => a,
+            Stack::U16(a) => a.into_array(),
             other => panic!("expected u16, got {}", other.dtype()),
         })
         .collect()
@@ -114,7 +114,7 @@ fn max_projection_matches_per_pixel_max_and_plate_is_untouched() {
         for (site, channel) in [(1, 1), (5, 2), (9, 1)] {
             let expected = max_of(&u16_planes(&plate, well, site, channel));
             let path = out.join(format!("max_z/TimePoint_1/Synth_Plate_1_{well}_s{site}_w{channel}.tif"));
-            assert_eq!(read(&path), Stack::U16(expected), "{}", path.display());
+            assert_eq!(read(&path), Stack::from(expected), "{}", path.display());
         }
     }
     // The CSV summary lists every output (header + 2 wells × 18).
@@ -178,8 +178,8 @@ DAPI = [{ name = "test_add", args = { value = 7 } }, "max_projection"]
     assert!(s.failed.is_empty(), "{:?}", s.failed);
     let m1 = max_of(&u16_planes(&plate, "A01", 4, 1)).mapv(|v| v.saturating_add(7));
     let m2 = max_of(&u16_planes(&plate, "A01", 4, 2));
-    assert_eq!(read(&out.join("proj/TimePoint_1/Synth_Plate_1_A01_s4_w1.tif")), Stack::U16(m1));
-    assert_eq!(read(&out.join("proj/TimePoint_1/Synth_Plate_1_A01_s4_w2.tif")), Stack::U16(m2));
+    assert_eq!(read(&out.join("proj/TimePoint_1/Synth_Plate_1_A01_s4_w1.tif")), Stack::from(m1));
+    assert_eq!(read(&out.join("proj/TimePoint_1/Synth_Plate_1_A01_s4_w2.tif")), Stack::from(m2));
 }
 
 #[test]
@@ -206,7 +206,7 @@ fn missing_groups_policies() {
     assert_eq!(groups.iter().filter(|g| g.action == Action::Passthrough).count(), 9); // channel 2 of each site
     assert!(run(&plan, false).failed.is_empty());
     let z2 = &u16_planes(&plate, "A01", 3, 2)[1];
-    assert_eq!(read(&out.join("proj/TimePoint_1/ZStep_2/Synth_Plate_1_A01_s3_w2.tif")), Stack::U16(z2.clone()));
+    assert_eq!(read(&out.join("proj/TimePoint_1/ZStep_2/Synth_Plate_1_A01_s3_w2.tif")), Stack::from(z2.clone()));
     assert!(out.join("proj/TimePoint_1/Synth_Plate_1_A01_s3_w1.tif").exists());
 
     // skip: channel 2 is dropped.
@@ -243,7 +243,7 @@ materialize = ["tiff"]
     assert!(plan.wells[0].steps[1].groups.iter().all(|g| g.inputs.len() == 3 && g.inputs.iter().all(|k| k[2] != COLLAPSED)));
     assert!(run(&plan, false).failed.is_empty());
     let z3 = u16_planes(&plate, "A01", 2, 1)[2].mapv(|v| v.saturating_add(3));
-    assert_eq!(read(&out.join("plus/TimePoint_1/ZStep_3/Synth_Plate_1_A01_s2_w1.tif")), Stack::U16(z3));
+    assert_eq!(read(&out.join("plus/TimePoint_1/ZStep_3/Synth_Plate_1_A01_s2_w1.tif")), Stack::from(z3));
     assert!(!out.join("max_z").exists(), "max_z is not materialised");
 }
 
@@ -457,7 +457,7 @@ fn plates_with_a_collapsed_axis_can_be_grouped_again() {
         sum / 9.0
     };
     let Stack::F32(got) = read(&out.join("site_mean/TimePoint_1/Synth_Plate_1_A01_s1_w2.tif")) else { panic!("not f32") };
-    let diff = (&got - &expected).mapv(f32::abs).fold(0.0f32, |a, &b| a.max(b));
+    let diff = (&*got - &expected).mapv(f32::abs).fold(0.0f32, |a, &b| a.max(b));
     assert!(diff < 1e-2, "max diff {diff}");
     let _ = Axis(0);
 }

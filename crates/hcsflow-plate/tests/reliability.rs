@@ -56,8 +56,8 @@ fn edit_htd(plate: &Path, edits: &[(&str, &str)]) -> PathBuf {
 
 fn tiff(path: &Path, size: usize, dtype: DType, planes: usize) {
     let s = match dtype {
-        DType::U8 => Stack::U8(Array3::from_elem((planes, size, size), 3u8)),
-        _ => Stack::U16(Array3::from_elem((planes, size, size), 7u16)),
+        DType::U8 => Stack::from(Array3::<u8>::from_elem((planes, size, size), 3u8)),
+        _ => Stack::from(Array3::<u16>::from_elem((planes, size, size), 7u16)),
     };
     hcsflow_tiff::write_stack(path, &s, &hcsflow_tiff::WriteOptions::default()).unwrap();
 }

@@ -11,7 +11,7 @@ use ndarray::Array3;
 const HTD: &str = "\"HTSInfoFile\", Version 1.0\r\n\"Description\", \"test\"\r\n\"TimePoints\", 1\r\n\"ZSeries\", FALSE\r\n\"XWells\", 12\r\n\"YWells\", 8\r\n\"WellsSelection1\", TRUE, FALSE, FALSE, FALSE, FALSE, FALSE, FALSE, FALSE, FALSE, FALSE, FALSE, FALSE\r\n\"Sites\", TRUE\r\n\"XSites\", 2\r\n\"YSites\", 1\r\n\"SiteSelection1\", TRUE, TRUE\r\n\"Waves\", TRUE\r\n\"NWavelengths\", 2\r\n\"WaveName1\", \"DAPI\"\r\n\"WaveName2\", \"FITC, 488\"\r\n\"EndFile\"\r\n";
 
 fn tiff(path: &Path) {
-    let s = Stack::U16(Array3::from_elem((1, 8, 8), 7u16));
+    let s = Stack::from(Array3::<u16>::from_elem((1, 8, 8), 7u16));
     hcsflow_tiff::write_stack(path, &s, &hcsflow_tiff::WriteOptions::default()).unwrap();
 }
 

@@ -90,8 +90,7 @@ pub fn assemble(tiles: &Stack, positions: &[(f64, f64)], blend: Blend) -> Result
     }
     let ((ox, oy), (h, w)) = canvas_geometry(positions, th, tw)?;
     Ok(with_pixels!(Stack, tiles, a, T => {
-        let data = a.as_slice().unwrap_or(&[]);
-        Stack::from(assemble_typed::<T>(data, n, th, tw, positions, (ox, oy), (h, w), blend))
+        Stack::from(assemble_typed::<T>(a.pixels(), n, th, tw, positions, (ox, oy), (h, w), blend))
     }))
 }
 

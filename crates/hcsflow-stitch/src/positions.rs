@@ -237,15 +237,9 @@ impl TilePositions {
 const IRLS_ITERATIONS: usize = 10;
 const IRLS_SCALE_PX: f64 = 0.5;
 
-/// Typed plane access for window extraction.
+/// Window `win` of tile `k`, prepared into `out`.
 fn prepare_window(tiles: &Stack, k: usize, win: Window, out: &mut [f32]) {
-    with_pixels!(Stack, tiles, a, T => {
-        let (_, h, w) = a.dim();
-        match a.as_slice() {
-            Some(s) => prepare_into(&s[k * h * w..(k + 1) * h * w], w, win, <T as Pixel>::to_f32, out),
-            None => out.fill(0.0),
-        }
-    })
+    with_pixels!(Stack, tiles, a, T => prepare_into(a.plane(k), a.dim().2, win, <T as Pixel>::to_f32, out))
 }
 
 struct Candidate {

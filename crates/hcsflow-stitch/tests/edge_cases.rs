@@ -17,7 +17,7 @@ fn blank_tile_gets_stage_position_and_is_reported() {
     let mut d = load(&case(3, 3, 11), &dir.path().join("p"));
     let blank = 4;
     if let Stack::U16(a) = &mut d.tiles {
-        a.index_axis_mut(ndarray::Axis(0), blank).fill(220);
+        a.plane_mut(blank).fill(220);
     }
     let res = tile_positions(&d.tiles, &d.layout, &PositionParams::default()).unwrap();
     assert_eq!(res.stage_only, vec![blank], "{}", res.to_csv());
@@ -78,7 +78,7 @@ fn phenix_fields_by_stage_position() {
 
 #[test]
 fn all_blank_falls_back_to_stage_and_says_so() {
-    let tiles = Stack::U16(Array3::from_elem((4, 64, 64), 300));
+    let tiles = Stack::from(Array3::<u16>::from_elem((4, 64, 64), 300));
     let layout = TileLayout::grid(2, 2, 64, 64, 0.1);
     let res = tile_positions(&tiles, &layout, &PositionParams::default()).unwrap();
     assert!(res.fell_back_to_stage);
@@ -90,14 +90,14 @@ fn all_blank_falls_back_to_stage_and_says_so() {
 
 #[test]
 fn errors_not_panics_on_bad_input() {
-    let tiles = Stack::U16(Array3::zeros((3, 16, 16)));
+    let tiles = Stack::from(Array3::<u16>::zeros((3, 16, 16)));
     let layout = TileLayout::grid(2, 2, 16, 16, 0.1);
     assert!(tile_positions(&tiles, &layout, &PositionParams::default()).is_err());
-    assert!(tile_positions(&Stack::U16(Array3::zeros((0, 16, 16))), &TileLayout::default(), &PositionParams::default()).is_err());
+    assert!(tile_positions(&Stack::from(Array3::<u16>::zeros((0, 16, 16))), &TileLayout::default(), &PositionParams::default()).is_err());
     assert!(assemble(&tiles, &[(0.0, 0.0)], Blend::Linear).is_err());
     assert!(assemble(&tiles, &[(0.0, 0.0), (f64::NAN, 1.0), (2.0, 2.0)], Blend::Linear).is_err());
     let bad = PositionParams { max_residual_px: -1.0, ..PositionParams::default() };
-    assert!(tile_positions(&Stack::U16(Array3::zeros((4, 16, 16))), &layout, &bad).is_err());
+    assert!(tile_positions(&Stack::from(Array3::<u16>::zeros((4, 16, 16))), &layout, &bad).is_err());
 }
 
 /// A smooth field and tiles cut from it at integer positions.
@@ -112,7 +112,7 @@ fn field_tiles(pos: &[(usize, usize)], t: usize) -> (Array3<f32>, Stack) {
             }
         }
     }
-    (f, Stack::F32(a))
+    (f, Stack::from(a))
 }
 
 #[test]
@@ -152,7 +152,26 @@ fn assemble_subpixel_and_dtype() {
             assert!((m[[0, r, c]] - expect).abs() < 1e-3);
         }
     }
-    let u = Stack::U16(Array3::from_elem((2, 8, 8), 1000));
+    let u = Stack::from(Array3::<u16>::from_elem((2, 8, 8), 1000));
     let m = assemble(&u, &[(0.0, 0.0), (6.0, 0.0)], Blend::Linear).unwrap();
     assert!(matches!(&m, Stack::U16(a) if a.dim() == (1, 8, 14) && a.iter().all(|&v| v == 1000)));
+}
+
+/// `prepare_window` once filled the windows of a stack not in standard layout
+/// with zeros, so every edge scored 0 and each tile fell back to its stage
+/// position. A stack is now always in standard layout, whatever it is built from.
+#[test]
+fn tiles_not_in_standard_layout_give_the_same_positions() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = load(&case(2, 2, 21), &dir.path().join("p"));
+    let Stack::U16(a) = &d.tiles else { panic!("u16 tiles") };
+    // The same pixels with Y and X swapped in memory: not standard layout.
+    let swapped = a.clone().into_array().permuted_axes([0, 2, 1]).as_standard_layout().into_owned().permuted_axes([0, 2, 1]);
+    assert!(!swapped.is_standard_layout());
+    let tiles = Stack::from(swapped);
+    let want = tile_positions(&d.tiles, &d.layout, &PositionParams::default()).unwrap();
+    assert!(want.stage_only.is_empty(), "{}", want.to_csv());
+    let got = tile_positions(&tiles, &d.layout, &PositionParams::default()).unwrap();
+    assert_eq!(got.positions, want.positions, "{}", got.to_csv());
+    assert_eq!(got.stage_only, want.stage_only);
 }

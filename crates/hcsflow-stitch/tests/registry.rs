@@ -39,7 +39,7 @@ fn a_blank_tile_is_named_by_its_site_in_the_note_and_by_number_outside_a_pipelin
     let mut d = load(&Case { density: 1000.0, ..Case::new(3, 3, 256, 0.12, 0.02, 11) }, &dir.path().join("p"));
     let blank = 4;
     if let Stack::U16(a) = &mut d.tiles {
-        a.index_axis_mut(ndarray::Axis(0), blank).fill(220);
+        a.plane_mut(blank).fill(220);
     }
     // Without metadata: the library's 1-based tile number.
     let lib = hcsflow_stitch::tile_positions(&d.tiles, &d.layout, &hcsflow_stitch::PositionParams::default()).unwrap();

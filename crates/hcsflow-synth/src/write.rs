@@ -186,7 +186,7 @@ impl PlateWriter<'_> {
             .map_init(Vec::<f32>::new, |sig, (j, job)| {
                 let mut pixels = vec![0u16; size * size];
                 render::render_tile_into(&self.truth.indexes[job.well], &self.spec(job, 4), sig, &mut pixels);
-                let stack = Stack::U16(one_plane("image", size, size, pixels)?);
+                let stack = Stack::from(one_plane("image", size, size, pixels)?);
                 let (path, opts) = self.image_target(j, job);
                 write_stack(&path, &stack, &opts)?;
                 let mut bytes = (size * size * 2) as u64;
@@ -233,7 +233,7 @@ impl PlateWriter<'_> {
                         *a = (*a).max(b);
                     }
                 }
-                let stack = Stack::U16(one_plane("z projection", size, size, acc)?);
+                let stack = Stack::from(one_plane("z projection", size, size, acc)?);
                 let path = self.ix_dir(job.t, None).join(imagexpress::image_file_name(&self.ix_stem(job), GuidSuffix::None, self.ext()));
                 write_stack(&path, &stack, &WriteOptions { pixel_size_um: Some(cfg.pixel_size_um), ..WriteOptions::default() })?;
                 Ok(())
@@ -347,7 +347,7 @@ impl PlateWriter<'_> {
         });
         write_file(&gt.join("focus.json"), focus.to_string().as_bytes())?;
         let size = cfg.size as usize;
-        let ff = Stack::F32(one_plane("flat-field", size, size, self.truth.flat.clone())?);
+        let ff = Stack::from(one_plane("flat-field", size, size, self.truth.flat.clone())?);
         write_stack(&gt.join("flatfield.tif"), &ff, &WriteOptions::default())?;
         if cfg.truth_images {
             self.write_truth_images()?;
@@ -405,7 +405,7 @@ impl PlateWriter<'_> {
                     seed: 0,
                 };
                 let sig = render::render_signal(&self.truth.indexes[wi], &spec);
-                let stack = Stack::F32(one_plane("truth image", fh, fw, sig)?);
+                let stack = Stack::from(one_plane("truth image", fh, fw, sig)?);
                 let path = gt.join(format!("truth_{}_ch{c}.tif", l.wells[wi].0));
                 write_stack(&path, &stack, &WriteOptions { pixel_size_um: Some(cfg.pixel_size_um), ..WriteOptions::default() })?;
                 Ok(())
@@ -467,7 +467,7 @@ fn downsample(s: &Stack, f: usize) -> Stack {
             out[[0, y, x]] = (sum / n.max(1)) as u16;
         }
     }
-    Stack::U16(out)
+    Stack::from(out)
 }
 
 #[cfg(test)]

@@ -37,7 +37,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let bg = 1_000.0 + 300.0 * ((x as f32 / 150.0).sin() + (y as f32 / 170.0).cos());
         (bg + spot + (state % 64) as f32) as u16
     });
-    let stack = Stack::U16(plane);
+    let stack = Stack::from(plane);
     let dir = std::env::temp_dir().join(format!("hcsflow-tiff-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
 

@@ -7,7 +7,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 
 use hcsflow_core::{DType, Pixel, Stack};
-use ndarray::{Array3, Axis};
+use ndarray::Array3;
 use rayon::prelude::*;
 use tiff::decoder::{ChunkType, Decoder, DecodingResult, Limits};
 use tiff::tags::{ByteOrder, PhotometricInterpretation, SampleFormat, Tag, Type};
@@ -198,9 +198,9 @@ fn read_files<P: AsRef<Path> + Sync>(paths: &[P], parallel: bool, expected: Opti
     }
     let all_pages: Vec<PageMeta> = scanned.iter().flat_map(|(_, pages)| pages.iter().copied()).collect();
     let mut stack = match first.dtype {
-        DType::U8 => Stack::U8(decode_files::<u8, P>(paths, scanned, first, parallel)?),
-        DType::U16 => Stack::U16(decode_files::<u16, P>(paths, scanned, first, parallel)?),
-        DType::F32 => Stack::F32(decode_files::<f32, P>(paths, scanned, first, parallel)?),
+        DType::U8 => Stack::from(decode_files::<u8, P>(paths, scanned, first, parallel)?),
+        DType::U16 => Stack::from(decode_files::<u16, P>(paths, scanned, first, parallel)?),
+        DType::F32 => Stack::from(decode_files::<f32, P>(paths, scanned, first, parallel)?),
     };
     undo_white_is_zero(&mut stack, &all_pages);
     Ok(stack)
@@ -654,8 +654,8 @@ fn undo_white_is_zero(stack: &mut Stack, pages: &[PageMeta]) {
             continue;
         }
         match stack {
-            Stack::U8(a) => a.index_axis_mut(Axis(0), z).mapv_inplace(|v| !v),
-            Stack::U16(a) => a.index_axis_mut(Axis(0), z).mapv_inplace(|v| !v),
+            Stack::U8(a) => a.plane_mut(z).iter_mut().for_each(|v| *v = !*v),
+            Stack::U16(a) => a.plane_mut(z).iter_mut().for_each(|v| *v = !*v),
             // Rejected in `page_meta`.
             Stack::F32(_) => {}
         }

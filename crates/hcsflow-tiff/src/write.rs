@@ -316,7 +316,7 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("big.tif");
         let a = ndarray::Array3::from_shape_fn((3, 5, 7), |(z, y, x)| (z * 100 + y * 10 + x) as u16);
-        let stack = Stack::U16(a);
+        let stack = Stack::from(a);
         let mut plan = Plan::new(&path, &stack, &WriteOptions::default()).expect("plan");
         plan.bigtiff = true;
         atomic_write(&path, |w| encode(TiffEncoder::<_, TiffKindBig>::new_generic(w), &stack, &plan).map_err(|e| encoder_error(&path, e)))

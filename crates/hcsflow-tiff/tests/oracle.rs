@@ -158,12 +158,12 @@ fn check_tifffile_file(dir: &Path, name: &str, args: &[String]) {
     let [z, y, x] = [dims[0], dims[1], dims[2]];
     let expected_bytes = std::fs::read(&raw).expect("raw");
     let expected = match opts["dtype"] {
-        "uint8" => Stack::U8(Array3::from_shape_vec((z, y, x), expected_bytes).expect("shape")),
-        "uint16" => Stack::U16(
+        "uint8" => Stack::from(Array3::from_shape_vec((z, y, x), expected_bytes).expect("shape")),
+        "uint16" => Stack::from(
             Array3::from_shape_vec((z, y, x), expected_bytes.chunks_exact(2).map(|c| u16::from_ne_bytes([c[0], c[1]])).collect())
                 .expect("shape"),
         ),
-        "float32" => Stack::F32(
+        "float32" => Stack::from(
             Array3::from_shape_vec(
                 (z, y, x),
                 expected_bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect(),

@@ -75,12 +75,12 @@ fn non_standard_layout_stacks_are_written_in_zyx_order() {
     let xyz = Array3::from_shape_fn((5, 4, 3), |(x, y, z)| (z * 100 + y * 10 + x) as u16);
     let zyx = xyz.permuted_axes([2, 1, 0]);
     assert!(!zyx.is_standard_layout());
-    let stack = Stack::U16(zyx.clone());
+    let stack = Stack::from(zyx.clone());
     let path = dir.path().join("permuted.tif");
     write_stack(&path, &stack, &WriteOptions::default()).expect("write");
     let back = read_stack(&path).expect("read");
     let expected = Array3::from_shape_fn((3, 4, 5), |(z, y, x)| (z * 100 + y * 10 + x) as u16);
-    assert_eq!(back, Stack::U16(expected));
+    assert_eq!(back, Stack::from(expected));
 }
 
 #[test]

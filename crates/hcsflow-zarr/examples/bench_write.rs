@@ -41,7 +41,7 @@ fn field_image(field: usize) -> Stack {
         }
         v + noise()
     });
-    Stack::U16(a.mapv(|v| v as u16))
+    Stack::from(a.mapv(|v| v as u16))
 }
 
 fn dir_size(p: &Path) -> u64 {

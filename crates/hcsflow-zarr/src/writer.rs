@@ -230,7 +230,7 @@ impl PlateWriter {
             return Err(ZarrError::PlaneShape { well: well.into(), field, t, c, z, expected, got: plane.shape() });
         }
         let levels = self.field_arrays(pos, field, (py, px))?;
-        with_plane(plane, 0, |p| self.store_plane(&levels, well, field, [t, c, z], (py, px), p))
+        self.store_plane(&levels, well, field, [t, c, z], (py, px), plane_ref(plane, 0))
     }
 
     /// Writes a whole field: `data` holds `t * c` stacks indexed `[t][c]`
@@ -264,7 +264,7 @@ impl PlateWriter {
             let (i, z) = (k / s.z, k % s.z);
             let (t, c) = (i / s.c, i % s.c);
             let [_, h, w] = data[i].shape();
-            with_plane(&data[i], z, |p| self.store_plane(&levels, well, field, [t, c, z], (h, w), p))
+            self.store_plane(&levels, well, field, [t, c, z], (h, w), plane_ref(&data[i], z))
         })
     }
 
@@ -634,25 +634,11 @@ impl PlateWriter {
     }
 }
 
-/// Calls `f` with plane `z` of `stack` as a typed slice (no copy when the
-/// stack is in standard layout, which `Stack` normally guarantees).
-fn with_plane<R>(stack: &Stack, z: usize, f: impl FnOnce(PlaneRef<'_>) -> R) -> R {
-    let [_, h, w] = stack.shape();
-    let n = h * w;
-    macro_rules! go {
-        ($a:expr, $v:ident) => {
-            match $a.as_slice() {
-                Some(s) => f(PlaneRef::$v(&s[z * n..(z + 1) * n])),
-                None => {
-                    let owned = $a.index_axis(ndarray::Axis(0), z).iter().copied().collect::<Vec<_>>();
-                    f(PlaneRef::$v(&owned))
-                }
-            }
-        };
-    }
+/// Plane `z` of `stack` as a typed slice (no copy).
+fn plane_ref(stack: &Stack, z: usize) -> PlaneRef<'_> {
     match stack {
-        Stack::U8(a) => go!(a, U8),
-        Stack::U16(a) => go!(a, U16),
-        Stack::F32(a) => go!(a, F32),
+        Stack::U8(a) => PlaneRef::U8(a.plane(z)),
+        Stack::U16(a) => PlaneRef::U16(a.plane(z)),
+        Stack::F32(a) => PlaneRef::F32(a.plane(z)),
     }
 }

@@ -58,7 +58,7 @@ fn concurrent_write_plane_from_threads() {
                     for z in 0..s.z {
                         let got: Vec<u16> = a.retrieve_chunk(&[0, c as u64, z as u64, 0, 0]).unwrap();
                         let Stack::U16(p) = want.plane(z) else { panic!() };
-                        assert_eq!(got, p.into_raw_vec_and_offset().0, "{path}/{field} c{c} z{z}");
+                        assert_eq!(got, p.into_array().into_raw_vec_and_offset().0, "{path}/{field} c{c} z{z}");
                     }
                 }
             }
@@ -95,7 +95,7 @@ fn partial_plate_then_finish() {
         let a = open_array(&root, "/B/2/1/0");
         let got: Vec<u16> = a.retrieve_chunk(&[0, 1, 2, 0, 0]).unwrap();
         let Stack::U16(p) = plane else { panic!() };
-        assert_eq!(got, p.into_raw_vec_and_offset().0);
+        assert_eq!(got, p.into_array().into_raw_vec_and_offset().0);
         let missing: Vec<u16> = a.retrieve_chunk(&[0, 0, 0, 0, 0]).unwrap();
         assert!(missing.iter().all(|&v| v == 0));
         let lvl1 = open_array(&root, "/B/2/1/1");

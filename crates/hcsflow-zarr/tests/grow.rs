@@ -55,13 +55,13 @@ fn wells_of_different_sizes_share_the_largest_extent_padded_with_zeros() {
         for (well, (h, w)) in sizes {
             for c in 0..2 {
                 let p = plane(seed(well, 0), c, h, w);
-                writer.write_plane(well, 0, 0, c, 0, &Stack::U16(p.clone())).unwrap();
+                writer.write_plane(well, 0, 0, c, 0, &Stack::from(p.clone())).unwrap();
                 planes.push((well, c, p));
             }
         }
         // Rewriting a plane with a smaller one leaves nothing of the old one.
         let small = plane(99, 1, 5, 7);
-        writer.write_plane("A01", 0, 0, 1, 0, &Stack::U16(small.clone())).unwrap();
+        writer.write_plane("A01", 0, 0, 1, 0, &Stack::from(small.clone())).unwrap();
         planes[1].2 = small;
         writer.finish().unwrap();
 
@@ -93,13 +93,13 @@ fn a_resumed_plate_keeps_the_extent_on_disk_and_a_fixed_plate_refuses_other_size
     let spec = grow_spec(NgffVersion::V05);
     let big = plane(1, 0, 40, 30);
     let writer = PlateWriter::create(&root, spec.clone()).unwrap();
-    writer.write_plane("A01", 0, 0, 0, 0, &Stack::U16(big.clone())).unwrap();
+    writer.write_plane("A01", 0, 0, 0, 0, &Stack::from(big.clone())).unwrap();
     drop(writer);
     // Another run writes the other channel, smaller: the field keeps its extent
     // and the first run's channel its pixels.
     let writer = PlateWriter::create_or_resume(&root, spec).unwrap();
     let small = plane(2, 1, 20, 10);
-    writer.write_plane("A01", 0, 0, 1, 0, &Stack::U16(small.clone())).unwrap();
+    writer.write_plane("A01", 0, 0, 1, 0, &Stack::from(small.clone())).unwrap();
     writer.finish().unwrap();
     let arr = open_array(&root, "/A/1/0/0");
     assert_eq!(arr.shape(), &[1, 2, 1, 40, 30]);
@@ -112,7 +112,7 @@ fn a_resumed_plate_keeps_the_extent_on_disk_and_a_fixed_plate_refuses_other_size
     let fixed_root = dir.path().join("fixed.zarr");
     let fixed = PlateSpec { extent: FieldExtent::Fixed, ..grow_spec(NgffVersion::V05) };
     let writer = PlateWriter::create(&fixed_root, fixed).unwrap();
-    match writer.write_plane("A01", 0, 0, 0, 0, &Stack::U16(big)) {
+    match writer.write_plane("A01", 0, 0, 0, 0, &Stack::from(big)) {
         Err(ZarrError::PlaneShape { expected, got, .. }) => assert_eq!((expected, got), ([1, 16, 12], [1, 40, 30])),
         other => panic!("expected PlaneShape, got {other:?}"),
     }

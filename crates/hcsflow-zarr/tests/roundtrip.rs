@@ -40,7 +40,7 @@ fn check_pixels(root: &std::path::Path, spec: &PlateSpec, well_path: &str, well:
                         DType::U16 => {
                             let got: Vec<u16> = array.retrieve_chunk(&idx).expect("chunk");
                             if k == 0 {
-                                assert_eq!(Stack::U16(ndarray::Array3::from_shape_vec((1, s.y, s.x), got).unwrap()), plane);
+                                assert_eq!(Stack::from(ndarray::Array3::from_shape_vec((1, s.y, s.x), got).unwrap()), plane);
                             } else {
                                 let exp: Vec<u16> = expected.iter().map(|v| v.round_ties_even() as u16).collect();
                                 assert_eq!(got, exp, "{well_path}/{field}/{k} t{t} c{c} z{z}");

@@ -17,13 +17,13 @@ pub fn random_stack(dtype: hcsflow_core::DType, shape: [usize; 3], seed: u64) ->
             let mut v: Vec<u8> = (0..n).map(|_| rng.next_u64() as u8).collect();
             v[0] = 0;
             v[n - 1] = u8::MAX;
-            Stack::U8(Array3::from_shape_vec(shape, v).expect("shape"))
+            Stack::from(Array3::from_shape_vec(shape, v).expect("shape"))
         }
         hcsflow_core::DType::U16 => {
             let mut v: Vec<u16> = (0..n).map(|_| rng.next_u64() as u16).collect();
             v[0] = 0;
             v[n - 1] = u16::MAX;
-            Stack::U16(Array3::from_shape_vec(shape, v).expect("shape"))
+            Stack::from(Array3::from_shape_vec(shape, v).expect("shape"))
         }
         hcsflow_core::DType::F32 => {
             let mut v: Vec<f32> = (0..n).map(|_| (rng.next_u64() as i64 as f64 / i64::MAX as f64 * 1e4) as f32).collect();
@@ -31,14 +31,14 @@ pub fn random_stack(dtype: hcsflow_core::DType, shape: [usize; 3], seed: u64) ->
             for (i, s) in special.iter().enumerate().take(n) {
                 v[i] = *s;
             }
-            Stack::F32(Array3::from_shape_vec(shape, v).expect("shape"))
+            Stack::from(Array3::from_shape_vec(shape, v).expect("shape"))
         }
     }
 }
 
 /// A smooth, compressible image (like a real micrograph, unlike noise).
 pub fn smooth_u16(shape: [usize; 3]) -> Stack {
-    Stack::U16(Array3::from_shape_fn(shape, |(z, y, x)| {
+    Stack::from(Array3::<u16>::from_shape_fn(shape, |(z, y, x)| {
         (1000.0 + 500.0 * ((x as f32 / 17.0).sin() * (y as f32 / 23.0).cos()) + 100.0 * z as f32) as u16
     }))
 }

@@ -47,9 +47,9 @@ pub fn stack(spec: &PlateSpec, seed: u64, t: usize, c: usize) -> Stack {
     let s = spec.shape;
     let (shape, v) = ((s.z, s.y, s.x), values(seed, t, c, s.z * s.y * s.x));
     let stack = match spec.dtype {
-        DType::U8 => Array3::from_shape_vec(shape, v.iter().map(|&v| v as u8).collect()).map(Stack::U8),
-        DType::U16 => Array3::from_shape_vec(shape, v.iter().map(|&v| v as u16).collect()).map(Stack::U16),
-        DType::F32 => Array3::from_shape_vec(shape, v.iter().map(|&v| (v % 100_000) as f32 / 7.0).collect()).map(Stack::F32),
+        DType::U8 => Array3::from_shape_vec(shape, v.iter().map(|&v| v as u8).collect()).map(Stack::from),
+        DType::U16 => Array3::from_shape_vec(shape, v.iter().map(|&v| v as u16).collect()).map(Stack::from),
+        DType::F32 => Array3::from_shape_vec(shape, v.iter().map(|&v| (v % 100_000) as f32 / 7.0).collect()).map(Stack::from),
     };
     stack.expect("z·y·x values")
 }
