@@ -387,11 +387,35 @@ impl Args {
     }
 }
 
+/// The error of any type behind a [`FunctionError`]: kept whole, so a caller
+/// can reach it through [`std::error::Error::source`] and downcast it.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
 /// A function failed while running.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+///
+/// The kinds a caller may act on have their own variants: [`FunctionError::InvalidInput`]
+/// (the stack or its arguments are not ones the function accepts: the user's
+/// to fix), [`FunctionError::TooLarge`] (a buffer over the device's limit for
+/// one buffer or binding: a smaller stack, or the host, would do) and
+/// [`FunctionError::DeviceOutOfMemory`] (the device had no memory left at that
+/// moment: retry, or split). The message shown is `function: reason`, the
+/// reason being the source's own message.
+#[derive(Debug, thiserror::Error)]
 pub enum FunctionError {
-    #[error("{function}: {message}")]
-    Failed { function: String, message: String },
+    /// The input (stack contents or shape, arguments, artifacts) is not one
+    /// the function accepts.
+    #[error("{function}: {reason}")]
+    InvalidInput { function: String, reason: String },
+    /// A buffer the function needs is larger than the device allows in one
+    /// buffer or binding (e.g. 128 MiB per binding on lavapipe).
+    #[error("{function}: {source}")]
+    TooLarge { function: String, source: BoxError },
+    /// The device ran out of memory allocating what the function needs.
+    #[error("{function}: {source}")]
+    DeviceOutOfMemory { function: String, source: BoxError },
+    /// Any other failure, with the error that caused it.
+    #[error("{function}: {source}")]
+    Failed { function: String, source: BoxError },
     #[error("{function} ({contract}) returned {got} planes for {input} input planes; expected {expected}")]
     ContractViolation { function: String, contract: Contract, input: usize, got: usize, expected: usize },
     #[error("{function}: implementation for {expected} received a {got} array")]
@@ -406,9 +430,25 @@ pub enum FunctionError {
 }
 
 impl FunctionError {
-    /// A failure with a message, for implementations.
-    pub fn failed(function: &str, message: impl Into<String>) -> Self {
-        FunctionError::Failed { function: function.to_string(), message: message.into() }
+    /// A failure of `function` caused by `source` (an error of any type; a
+    /// message alone also converts).
+    pub fn failed(function: &str, source: impl Into<BoxError>) -> Self {
+        FunctionError::Failed { function: function.to_string(), source: source.into() }
+    }
+
+    /// `function` does not accept its input, for `reason`.
+    pub fn invalid(function: &str, reason: impl Into<String>) -> Self {
+        FunctionError::InvalidInput { function: function.to_string(), reason: reason.into() }
+    }
+
+    /// A buffer of `function` exceeds the device's limit, as `source` says.
+    pub fn too_large(function: &str, source: impl Into<BoxError>) -> Self {
+        FunctionError::TooLarge { function: function.to_string(), source: source.into() }
+    }
+
+    /// The device ran out of memory running `function`, as `source` says.
+    pub fn out_of_memory(function: &str, source: impl Into<BoxError>) -> Self {
+        FunctionError::DeviceOutOfMemory { function: function.to_string(), source: source.into() }
     }
 }
 

@@ -118,7 +118,7 @@ fn upload_raw(device: Device, shape: Vec<usize>, dtype: DType, bytes: Option<&[u
 /// Copies a GPU array back to the host.
 pub fn download(array: &WgpuArray) -> Result<HostArray, GpuError> {
     let ctx = &array.ctx;
-    let data = ctx.client().read_one(array.handle.clone()).map_err(|e| ctx.runtime_error("download", format!("{e:?}")))?;
+    let data = ctx.client().read_one(array.handle.clone()).map_err(|e| ctx.server_error("download", e))?;
     let bytes: &[u8] = &data;
     let plane_bytes = array.plane_pixels() * array.dtype.size_bytes();
     let stride = array.plane_words() * 4;

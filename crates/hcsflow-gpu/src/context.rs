@@ -4,8 +4,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cubecl::client::Client;
+use cubecl::server::{IoError, LaunchError, ServerError};
 use cubecl::wgpu::{try_init_setup, wgpu, AutoGraphicsApi, RuntimeOptions, WgpuBackend, WgpuDevice, WgpuDeviceKind};
-use hcsflow_core::{AdapterInfo, AdapterKind, Device};
+use hcsflow_core::{AdapterInfo, AdapterKind, Device, FunctionError};
 
 /// A GPU could not be used.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -20,10 +21,26 @@ pub enum GpuError {
     TooLarge { what: String, bytes: u64, limit: u64, adapter: String },
     #[error("GPU {operation} failed on {adapter}: {message}")]
     Runtime { operation: String, adapter: String, message: String },
+    #[error("GPU {operation} ran out of device memory on {adapter}: {message}")]
+    OutOfMemory { operation: String, adapter: String, message: String },
     /// Invalid stitching input (tile count vs positions, non-finite positions,
     /// canvas too large): the same checks and errors as the host assembly.
     #[error(transparent)]
     Stitch(#[from] hcsflow_stitch::StitchError),
+}
+
+impl GpuError {
+    /// This error as the failure of `function`, keeping it as the source and
+    /// its kind: [`GpuError::TooLarge`] becomes [`FunctionError::TooLarge`],
+    /// [`GpuError::OutOfMemory`] [`FunctionError::DeviceOutOfMemory`], the
+    /// rest [`FunctionError::Failed`].
+    pub fn into_function_error(self, function: &str) -> FunctionError {
+        match self {
+            GpuError::TooLarge { .. } => FunctionError::too_large(function, self),
+            GpuError::OutOfMemory { .. } => FunctionError::out_of_memory(function, self),
+            _ => FunctionError::failed(function, self),
+        }
+    }
 }
 
 /// The wgpu adapter behind a `gpu:N` index, kept with what cubecl needs to reach it.
@@ -156,6 +173,29 @@ impl GpuContext {
             });
         }
         Ok(())
+    }
+
+    /// The largest buffer one binding may hold on this adapter, in bytes.
+    pub fn max_binding_bytes(&self) -> u64 {
+        self.max_binding_bytes
+    }
+
+    /// A CubeCL server error of `operation`: out of memory stays
+    /// [`GpuError::OutOfMemory`], a buffer the device can never hold
+    /// [`GpuError::TooLarge`]; anything else is [`GpuError::Runtime`].
+    pub(crate) fn server_error(&self, operation: &str, e: ServerError) -> GpuError {
+        match e {
+            ServerError::Io(IoError::OutOfMemory { .. }) | ServerError::Launch(LaunchError::OutOfMemory { .. }) => {
+                GpuError::OutOfMemory { operation: operation.to_string(), adapter: self.info.name.clone(), message: format!("{e:?}") }
+            }
+            ServerError::Io(IoError::BufferTooBig { size, .. }) => GpuError::TooLarge {
+                what: operation.to_string(),
+                bytes: size,
+                limit: self.max_binding_bytes,
+                adapter: self.info.name.clone(),
+            },
+            e => self.runtime_error(operation, format!("{e:?}")),
+        }
     }
 
     pub(crate) fn runtime_error(&self, operation: &str, message: impl ToString) -> GpuError {

@@ -60,14 +60,14 @@ impl Default for ClaheParams {
 /// CLAHE of every plane of `stack`; see the module docs for the contract.
 pub fn clahe(stack: &Stack, params: &ClaheParams) -> Result<Stack, FunctionError> {
     if params.nbins == 0 {
-        return Err(FunctionError::failed(NAME, "nbins must be at least 1"));
+        return Err(FunctionError::invalid(NAME, "nbins must be at least 1"));
     }
     if params.clip_limit.is_nan() || params.clip_limit < 0.0 {
-        return Err(FunctionError::failed(NAME, format!("clip_limit must be >= 0, got {}", params.clip_limit)));
+        return Err(FunctionError::invalid(NAME, format!("clip_limit must be >= 0, got {}", params.clip_limit)));
     }
     if let Some((ky, kx)) = params.kernel_size {
         if ky == 0 || kx == 0 {
-            return Err(FunctionError::failed(NAME, format!("kernel_size must be >= 1, got ({ky}, {kx})")));
+            return Err(FunctionError::invalid(NAME, format!("kernel_size must be >= 1, got ({ky}, {kx})")));
         }
     }
     let [n, h, w] = stack.shape();
@@ -117,7 +117,7 @@ impl ClahePixel for f32 {
 /// [-1, 1] to [0, 1] (see the module docs).
 fn f32_to_uint(data: &[f32]) -> Result<Vec<u16>, FunctionError> {
     if data.iter().any(|v| !v.is_finite()) {
-        return Err(FunctionError::failed(NAME, "the plane holds NaN or infinite values"));
+        return Err(FunctionError::invalid(NAME, "the plane holds NaN or infinite values"));
     }
     let (mn, mx) = data.iter().fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v)));
     let to_u16 = |v: f32| (v * 65535.0).round_ties_even().clamp(0.0, 65535.0) as u16;

@@ -14,20 +14,20 @@ const ROWS_PER_TASK: usize = 16;
 pub fn composite_weights(weights: &[f64], n: usize) -> Result<Vec<f32>, FunctionError> {
     let name = "composite";
     if n == 0 {
-        return Err(FunctionError::failed(name, "the stack has no planes"));
+        return Err(FunctionError::invalid(name, "the stack has no planes"));
     }
     if weights.is_empty() {
         return Ok(vec![(1.0 / n as f64) as f32; n]);
     }
     if weights.len() != n {
-        return Err(FunctionError::failed(name, format!("{} weights given for a stack of {n} planes", weights.len())));
+        return Err(FunctionError::invalid(name, format!("{} weights given for a stack of {n} planes", weights.len())));
     }
     if weights.iter().any(|&w| !w.is_finite() || w < 0.0) {
-        return Err(FunctionError::failed(name, "weights must be finite and >= 0"));
+        return Err(FunctionError::invalid(name, "weights must be finite and >= 0"));
     }
     let sum: f64 = weights.iter().sum();
     if sum <= 0.0 {
-        return Err(FunctionError::failed(name, "the weights sum to 0"));
+        return Err(FunctionError::invalid(name, "the weights sum to 0"));
     }
     Ok(weights.iter().map(|&w| (w / sum) as f32).collect())
 }
@@ -66,7 +66,7 @@ pub fn apply_mask(stack: &Stack, mask_index: i64, fill: f64) -> Result<Stack, Fu
     let [n, h, w] = stack.shape();
     let idx = if mask_index < 0 { n as i64 + mask_index } else { mask_index };
     if n < 2 || idx < 0 || idx >= n as i64 {
-        return Err(FunctionError::failed(
+        return Err(FunctionError::invalid(
             "apply_mask",
             format!("needs a stack of images plus a mask plane; mask_index {mask_index} is not a plane of this {n}-plane stack"),
         ));
@@ -179,6 +179,6 @@ mod tests {
         // Y and X swapped in memory: the planes are not contiguous slices.
         let swapped = Stack::from(a.clone().permuted_axes([0, 2, 1]));
         let standard = Stack::from(a.permuted_axes([0, 2, 1]).as_standard_layout().into_owned());
-        assert_eq!(composite(&swapped, &[1.0, 2.0, 3.0]), composite(&standard, &[1.0, 2.0, 3.0]));
+        assert_eq!(composite(&swapped, &[1.0, 2.0, 3.0]).unwrap(), composite(&standard, &[1.0, 2.0, 3.0]).unwrap());
     }
 }

@@ -148,7 +148,7 @@ pub const OBJECTS: &str = "objects";
 impl CellCounts {
     /// The counts and objects as artifact tables, rows tagged with their plane.
     pub fn tables(&self) -> Result<(Table, Table), FunctionError> {
-        let fail = |e: hcsflow_core::artifact::RowLengthError| FunctionError::failed("count_cells", e.to_string());
+        let fail = |e: hcsflow_core::artifact::RowLengthError| FunctionError::failed("count_cells", e);
         let mut counts = Table::new(["count"]);
         for r in &self.counts.rows {
             counts.push(Some(r.image), vec![Cell::from(r.count)]).map_err(fail)?;
@@ -235,7 +235,7 @@ fn validate_blob_params(p: &BlobLogParams) -> Result<(), FunctionError> {
     if ok {
         Ok(())
     } else {
-        Err(FunctionError::failed(
+        Err(FunctionError::invalid(
             NAME,
             format!("invalid parameters {p:?}: need 0 < min_sigma ≤ max_sigma ≤ 200, 1 ≤ num_sigma ≤ 100, 0 ≤ overlap ≤ 1"),
         ))
@@ -247,10 +247,10 @@ fn validate_blob_params(p: &BlobLogParams) -> Result<(), FunctionError> {
 pub fn blob_log(image: &[f32], h: usize, w: usize, params: &BlobLogParams) -> Result<Vec<Blob>, FunctionError> {
     validate_blob_params(params)?;
     if image.len() != h * w {
-        return Err(FunctionError::failed("blob_log", format!("{} pixels for a {h}×{w} image", image.len())));
+        return Err(FunctionError::invalid("blob_log", format!("{} pixels for a {h}×{w} image", image.len())));
     }
     if image.iter().any(|v| v.is_nan()) {
-        return Err(FunctionError::failed("blob_log", "the image contains NaN"));
+        return Err(FunctionError::invalid("blob_log", "the image contains NaN"));
     }
     if h == 0 || w == 0 {
         return Ok(Vec::new());

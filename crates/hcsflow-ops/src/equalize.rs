@@ -60,10 +60,10 @@ fn equalize_f32(data: &mut [f32], nbins: usize) -> Result<(), FunctionError> {
         .map(|c| c.iter().filter(|v| !v.is_nan()).fold((f32::INFINITY, f32::NEG_INFINITY), |(a, b), &v| (a.min(v), b.max(v))))
         .reduce(|| (f32::INFINITY, f32::NEG_INFINITY), |x, y| (x.0.min(y.0), x.1.max(y.1)));
     if mn > mx {
-        return Err(FunctionError::failed(NAME, "the stack has no pixels (or only NaN)"));
+        return Err(FunctionError::invalid(NAME, "the stack has no pixels (or only NaN)"));
     }
     if !mn.is_finite() || !mx.is_finite() {
-        return Err(FunctionError::failed(NAME, format!("the value range [{mn}, {mx}] is not finite")));
+        return Err(FunctionError::invalid(NAME, format!("the value range [{mn}, {mx}] is not finite")));
     }
     let (lo, hi) = if mn == mx { (mn - 0.5, mx + 0.5) } else { (mn, mx) };
     let edges = linspace_f32(lo, hi, nbins);
@@ -116,7 +116,7 @@ pub fn stack_equalize_histogram(stack: &Stack, nbins: usize) -> Result<Stack, Fu
 
 /// [`stack_equalize_histogram`] overwriting the stack (no second copy of the data).
 pub fn stack_equalize_histogram_in_place(stack: &mut Stack, nbins: usize) -> Result<(), FunctionError> {
-    let empty = || FunctionError::failed(NAME, "the stack has no pixels (or only NaN)");
+    let empty = || FunctionError::invalid(NAME, "the stack has no pixels (or only NaN)");
     match stack {
         Stack::U8(a) => equalize_int(a.pixels_mut()).ok_or_else(empty),
         Stack::U16(a) => equalize_int(a.pixels_mut()).ok_or_else(empty),

@@ -94,7 +94,7 @@ pub fn sobel(stack: &Stack) -> Stack {
 /// to runs of pixels at once ([`MedianNetwork`]); larger sizes select per pixel.
 pub fn median_filter(stack: &Stack, size: usize) -> Result<Stack, FunctionError> {
     if size.is_multiple_of(2) {
-        return Err(FunctionError::failed("median_filter", format!("size must be odd, got {size}")));
+        return Err(FunctionError::invalid("median_filter", format!("size must be odd, got {size}")));
     }
     let [n, h, w] = stack.shape();
     let network = (size != 3 && size <= NETWORK_MAX).then(|| MedianNetwork::new(size));

@@ -90,13 +90,13 @@ const TRUNCATE: f64 = 4.0;
 fn validate(stack: &Stack, sigma: f64) -> Result<(), FunctionError> {
     const NAME: &str = "focus_stack";
     if stack.depth() == 0 {
-        return Err(FunctionError::failed(NAME, "the stack has no planes"));
+        return Err(FunctionError::invalid(NAME, "the stack has no planes"));
     }
     if stack.depth() > MAX_PLANES {
-        return Err(FunctionError::failed(NAME, format!("{} planes; at most {MAX_PLANES} supported", stack.depth())));
+        return Err(FunctionError::invalid(NAME, format!("{} planes; at most {MAX_PLANES} supported", stack.depth())));
     }
     if !(sigma.is_finite() && sigma > 0.0 && sigma <= MAX_SIGMA) {
-        return Err(FunctionError::failed(NAME, format!("sigma {sigma} must be in (0, {MAX_SIGMA}]")));
+        return Err(FunctionError::invalid(NAME, format!("sigma {sigma} must be in (0, {MAX_SIGMA}]")));
     }
     Ok(())
 }

@@ -15,12 +15,12 @@ use rayon::prelude::*;
 /// bins below 2^24); `mean` divides the f64 sum by k², then rounds once to f32.
 pub fn bin(stack: &Stack, k: usize, mean: bool) -> Result<Stack, FunctionError> {
     if k == 0 {
-        return Err(FunctionError::failed("bin", "factor must be >= 1"));
+        return Err(FunctionError::invalid("bin", "factor must be >= 1"));
     }
     let [n, h, w] = stack.shape();
     let (oh, ow) = (h / k, w / k);
     if (oh == 0 || ow == 0) && n > 0 {
-        return Err(FunctionError::failed("bin", format!("factor {k} is larger than the {h}x{w} plane")));
+        return Err(FunctionError::invalid("bin", format!("factor {k} is larger than the {h}x{w} plane")));
     }
     let divisor = if mean { (k * k) as f64 } else { 1.0 };
     let mut out = StackArray::<f32>::zeros([n, oh, ow]);
@@ -51,7 +51,7 @@ pub fn bin(stack: &Stack, k: usize, mean: bool) -> Result<Stack, FunctionError> 
 pub fn crop(stack: &Stack, y: usize, x: usize, height: usize, width: usize) -> Result<Stack, FunctionError> {
     let [_, h, w] = stack.shape();
     let (height, width) = crop_rectangle(y, x, height, width, h, w)
-        .map_err(|(height, width)| FunctionError::failed("crop", crop_misfit(y, x, height, width, h, w)))?;
+        .map_err(|(height, width)| FunctionError::invalid("crop", crop_misfit(y, x, height, width, h, w)))?;
     Ok(with_pixels!(Stack, stack, a, T => Stack::from(a.slice(s![.., y..y + height, x..x + width]).to_owned())))
 }
 

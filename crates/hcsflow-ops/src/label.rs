@@ -134,7 +134,7 @@ impl Labels {
     /// As a u16 image; errors when there are more than 65,535 objects.
     pub fn to_u16(&self, function: &str) -> Result<Vec<u16>, FunctionError> {
         if self.count > u16::MAX as u32 {
-            return Err(FunctionError::failed(function, format!("{} objects do not fit a u16 label image (at most 65535)", self.count)));
+            return Err(FunctionError::invalid(function, format!("{} objects do not fit a u16 label image (at most 65535)", self.count)));
         }
         Ok(self.labels.iter().map(|&l| l as u16).collect())
     }

@@ -172,12 +172,12 @@ pub fn percentile_normalize_slices(stack: &Stack, p: &PercentileNormalize) -> Re
 pub fn percentile_normalize_in_place(stack: &mut Stack, p: &PercentileNormalize, per_plane: bool) -> Result<(), FunctionError> {
     const NAME: &str = "percentile_normalize";
     if p.low_percentile > p.high_percentile {
-        return Err(FunctionError::failed(
+        return Err(FunctionError::invalid(
             NAME,
             format!("low_percentile ({}) must not exceed high_percentile ({})", p.low_percentile, p.high_percentile),
         ));
     }
-    let empty = || FunctionError::failed(NAME, "the stack has no pixels (or only NaN)");
+    let empty = || FunctionError::invalid(NAME, "the stack has no pixels (or only NaN)");
     let [_, h, w] = stack.shape();
     let unit = if per_plane { (h * w).max(1) } else { usize::MAX };
     fn each<T: Send>(data: &mut [T], unit: usize, f: impl Fn(&mut [T]) -> Option<()> + Sync + Send) -> Option<()> {

@@ -38,7 +38,7 @@ fn fold_planes<T: Pixel, A: Pixel>(a: &StackArray<T>, init: impl Fn(T) -> A + Sy
 }
 
 fn empty_stack_error(function: &str) -> FunctionError {
-    FunctionError::failed(function, "the stack has no planes")
+    FunctionError::invalid(function, "the stack has no planes")
 }
 
 /// Per-pixel maximum over the stack axis, in the input dtype (u16 stays u16).

@@ -40,7 +40,7 @@ impl ThresholdMethod {
 }
 
 fn nan_error(function: &str) -> FunctionError {
-    FunctionError::failed(function, "the image contains NaN")
+    FunctionError::invalid(function, "the image contains NaN")
 }
 
 fn is_integer<T: Pixel>() -> bool {
@@ -67,7 +67,7 @@ fn int_histogram<T: Pixel>(plane: &[T]) -> (i64, Vec<u64>) {
 /// A constant plane returns its value. Errors: empty plane, NaN.
 pub fn threshold_otsu<T: Pixel>(plane: &[T]) -> Result<f64, FunctionError> {
     const NAME: &str = "threshold_otsu";
-    let first = *plane.first().ok_or_else(|| FunctionError::failed(NAME, "empty image"))?;
+    let first = *plane.first().ok_or_else(|| FunctionError::invalid(NAME, "empty image"))?;
     if plane.iter().any(|v| v.to_f32().is_nan()) {
         return Err(nan_error(NAME));
     }
@@ -151,7 +151,7 @@ fn float_histogram<T: Pixel>(plane: &[T], bins: usize) -> (Vec<u64>, Vec<f64>) {
 /// A constant plane returns its value. Errors: empty plane, NaN.
 pub fn threshold_li<T: Pixel>(plane: &[T]) -> Result<f64, FunctionError> {
     const NAME: &str = "threshold_li";
-    let first = *plane.first().ok_or_else(|| FunctionError::failed(NAME, "empty image"))?;
+    let first = *plane.first().ok_or_else(|| FunctionError::invalid(NAME, "empty image"))?;
     if plane.iter().any(|v| v.to_f32().is_nan()) {
         return Err(nan_error(NAME));
     }

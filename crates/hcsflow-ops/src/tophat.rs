@@ -249,14 +249,14 @@ pub(crate) fn opening_disk<T: Lattice>(src: &[T], h: usize, w: usize, r: usize) 
 
 fn check_radius(function: &str, radius: usize) -> Result<(), FunctionError> {
     if radius > MAX_RADIUS {
-        return Err(FunctionError::failed(function, format!("radius {radius} is larger than {MAX_RADIUS}")));
+        return Err(FunctionError::invalid(function, format!("radius {radius} is larger than {MAX_RADIUS}")));
     }
     Ok(())
 }
 
 fn check_nan<T: Lattice>(function: &str, plane: &[T]) -> Result<(), FunctionError> {
     if plane.iter().any(|v| v.is_nan()) {
-        return Err(FunctionError::failed(function, "the image contains NaN; morphology on NaN is undefined"));
+        return Err(FunctionError::invalid(function, "the image contains NaN; morphology on NaN is undefined"));
     }
     Ok(())
 }
@@ -301,7 +301,7 @@ pub fn tophat(stack: &Stack, radius: usize, downsample: usize) -> Result<Stack, 
     const NAME: &str = "tophat";
     check_radius(NAME, radius)?;
     if downsample == 0 {
-        return Err(FunctionError::failed(NAME, "downsample must be at least 1"));
+        return Err(FunctionError::invalid(NAME, "downsample must be at least 1"));
     }
     if downsample == 1 {
         return white_tophat(stack, radius);

@@ -83,7 +83,7 @@ fn call_layout(name: &str, tiles: &Stack, args: &Args, stack: &StackInfo) -> Res
     let cells = stack.grid_cells(n);
     if let (Some(stage), Some(px)) = (stack.stage_positions_um(n), stack.pixel_size_um) {
         let cells = cells.unwrap_or_else(|| (0..n as u32).map(|i| (0, i)).collect());
-        let layout = TileLayout::from_stage_um(&cells, &stage, px).map_err(|e| FunctionError::failed(name, e.to_string()))?;
+        let layout = TileLayout::from_stage_um(&cells, &stage, px).map_err(|e| FunctionError::failed(name, e))?;
         return Ok((layout, "stage positions from the plate metadata"));
     }
     if let Some(cells) = cells {
@@ -93,12 +93,12 @@ fn call_layout(name: &str, tiles: &Stack, args: &Args, stack: &StackInfo) -> Res
     if cols == 0 {
         let r = (n as f64).sqrt().round() as usize;
         if r * r != n {
-            return Err(FunctionError::failed(name, format!("{n} tiles are not a square grid; set grid_cols")));
+            return Err(FunctionError::invalid(name, format!("{n} tiles are not a square grid; set grid_cols")));
         }
         cols = r;
     }
     if cols == 0 || n % cols != 0 {
-        return Err(FunctionError::failed(name, format!("{n} tiles do not fill rows of grid_cols = {cols}")));
+        return Err(FunctionError::invalid(name, format!("{n} tiles do not fill rows of grid_cols = {cols}")));
     }
     Ok((TileLayout::grid((n / cols) as u32, cols as u32, w, h, args.float("overlap")), "the grid_cols and overlap arguments"))
 }
@@ -128,7 +128,7 @@ const POSITION_COLUMNS: [&str; 6] = ["grid_row", "grid_col", "x_px", "y_px", "st
 /// Registered positions and their edges as artifact tables, plus what the
 /// run report must say (a fallback to stage positions is never silent).
 fn position_tables(layout: &TileLayout, pos: &TilePositions, stack: &StackInfo) -> Result<(Table, Table), FunctionError> {
-    let fail = |e: hcsflow_core::artifact::RowLengthError| FunctionError::failed("tile_positions", e.to_string());
+    let fail = |e: hcsflow_core::artifact::RowLengthError| FunctionError::failed("tile_positions", e);
     let mut positions = Table::new(POSITION_COLUMNS.iter().copied().chain(["stage_only"]));
     for (i, (t, &(x, y))) in layout.tiles.iter().zip(&pos.positions).enumerate() {
         positions
@@ -214,7 +214,7 @@ pub fn register(registry: &mut Registry) {
         },
         Implementation::host_in_context(|s, args, ctx| {
             let (layout, source) = call_layout("tile_positions", s, args, &ctx.stack)?;
-            let pos = tile_positions(s, &layout, &params_from(args)).map_err(|e| FunctionError::failed("tile_positions", e.to_string()))?;
+            let pos = tile_positions(s, &layout, &params_from(args)).map_err(|e| FunctionError::failed("tile_positions", e))?;
             if let Some(message) = pos.describe(|k| tile_label(&ctx.stack, k)) {
                 ctx.note(format!("tile_positions (layout from {source}): {message}"));
             }
@@ -245,7 +245,7 @@ pub fn register(registry: &mut Registry) {
             }],
         },
         Implementation::host_in_context(|s, args, ctx| {
-            let fail = |e: StitchError| FunctionError::failed("assemble", e.to_string());
+            let fail = |e: StitchError| FunctionError::failed("assemble", e);
             let blend: Blend = args.str("blend").parse().map_err(fail)?;
             let positions = match ctx.inputs.get(POSITIONS) {
                 Some(table) => positions_from_table(table, s.depth(), &ctx.stack)?,
@@ -261,7 +261,7 @@ pub fn register(registry: &mut Registry) {
 /// arguments (those of `tile_positions`), and notes a fallback in the context.
 pub fn register_for_assembly(tiles: &Stack, args: &Args, ctx: &mut CallContext) -> Result<Vec<(f64, f64)>, FunctionError> {
     let (layout, source) = call_layout("assemble", tiles, args, &ctx.stack)?;
-    let pos = tile_positions(tiles, &layout, &params_from(args)).map_err(|e| FunctionError::failed("assemble", e.to_string()))?;
+    let pos = tile_positions(tiles, &layout, &params_from(args)).map_err(|e| FunctionError::failed("assemble", e))?;
     if let Some(message) = pos.describe(|k| tile_label(&ctx.stack, k)) {
         ctx.note(format!("assemble (layout from {source}): {message}"));
     }
@@ -288,6 +288,6 @@ pub fn positions_from_table(table: &Table, n: usize, stack: &StackInfo) -> Resul
     if missing.is_empty() {
         Ok(out)
     } else {
-        Err(FunctionError::failed("assemble", format!("the positions artifact has no position for {}", missing.join(", "))))
+        Err(FunctionError::invalid("assemble", format!("the positions artifact has no position for {}", missing.join(", "))))
     }
 }

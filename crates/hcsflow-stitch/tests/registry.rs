@@ -59,3 +59,28 @@ fn a_blank_tile_is_named_by_its_site_in_the_note_and_by_number_outside_a_pipelin
     let note = &ctx.notes()[0];
     assert!(note.ends_with("placed at their stage positions: site 15"), "{note}");
 }
+
+/// A host kernel's error reaches the caller as its own type, behind the
+/// function's name: `source()` is the `StitchError`, and the message is the
+/// function's name and that error's message.
+#[test]
+fn a_stitching_error_keeps_its_type_as_the_source() {
+    use hcsflow_core::{CallContext, Cell, FunctionError, StackInfo, Table};
+    use hcsflow_stitch::StitchError;
+    let mut r = Registry::new();
+    hcsflow_stitch::register(&mut r);
+    let tiles = Stack::from(ndarray::Array3::<u16>::from_elem((2, 8, 8), 5));
+    // Positions 1e10 px apart: a mosaic too large to allocate.
+    let mut positions = Table::new(["x_px", "y_px"]);
+    positions.push(Some(0), vec![Cell::from(0.0), Cell::from(0.0)]).unwrap();
+    positions.push(Some(1), vec![Cell::from(1e10), Cell::from(1e10)]).unwrap();
+    let conv = Conversions::default();
+    let args = r.get("assemble").unwrap().parse_args(&[]).unwrap();
+    let plan = r.plan_call("assemble", args, MemoryType::Host, Device::Cpu, &conv, ConversionPolicy::default()).unwrap();
+    let mut ctx = CallContext::new(StackInfo::default(), [(hcsflow_stitch::POSITIONS.to_string(), positions)].into());
+    let e = r.execute_in(&plan, Array::from(tiles), &conv, &mut ctx).unwrap_err();
+    assert!(matches!(&e, FunctionError::Failed { function, .. } if function == "assemble"), "{e:?}");
+    let source = std::error::Error::source(&e).expect("the error keeps its source");
+    assert!(matches!(source.downcast_ref::<StitchError>(), Some(StitchError::CanvasTooLarge { .. })), "{source:?}");
+    assert_eq!(e.to_string(), format!("assemble: {source}"));
+}

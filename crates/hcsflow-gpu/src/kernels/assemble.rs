@@ -317,11 +317,13 @@ pub(super) fn assemble_call(array: Array, args: &Args, ctx: &mut CallContext) ->
         Some(table) => positions_from_table(table, n, &ctx.stack)?,
         None => {
             // Registration runs on the host, exactly as the host `assemble` does it.
-            let tiles =
-                download(input).map_err(|e| fail(e.to_string()))?.into_stack().map_err(|_| fail("the tiles are not a stack".into()))?;
+            let tiles = download(input)
+                .map_err(|e| e.into_function_error(NAME))?
+                .into_stack()
+                .map_err(|_| fail("the tiles are not a stack".into()))?;
             hcsflow_stitch::register_for_assembly(&tiles, args, ctx)?
         }
     };
-    let out = assemble(input, &positions, blend).map_err(|e| fail(e.to_string()))?;
+    let out = assemble(input, &positions, blend).map_err(|e| e.into_function_error(NAME))?;
     Ok(Array::Device(Arc::new(out)))
 }

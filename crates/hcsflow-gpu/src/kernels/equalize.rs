@@ -129,7 +129,7 @@ fn interp_f32(input: &[f32], centres: &[f32], cdf: &[f32], output: &mut [f32], t
 pub(super) fn stack_equalize_histogram(array: Array, args: &Args) -> Result<Array, FunctionError> {
     let input = wgpu_input(NAME, &array)?;
     let g = geometry(NAME, input)?;
-    let empty = || failed(NAME, "the stack has no pixels (or only NaN)");
+    let empty = || FunctionError::invalid(NAME, "the stack has no pixels (or only NaN)");
     let lut: Vec<u32> = match DeviceBuffer::dtype(input) {
         DType::U8 | DType::U16 => {
             let hists = integer_histograms(NAME, input, &g, false)?;
@@ -153,7 +153,7 @@ fn steps_for(len: usize) -> u32 {
 fn equalize_f32(input: &WgpuArray, total: usize, nbins: usize) -> Result<Array, FunctionError> {
     let ctx = input.context();
     let client = ctx.client();
-    let (t, nb) = (total as u32, u32::try_from(nbins).map_err(|_| failed(NAME, "nbins too large"))?);
+    let (t, nb) = (total as u32, u32::try_from(nbins).map_err(|_| FunctionError::invalid(NAME, "nbins too large"))?);
     let dim = CubeDim::new_1d(BLOCK);
     // Pass 1: min and max.
     let threads = total.div_ceil(PER_THREAD as usize);
@@ -172,11 +172,11 @@ fn equalize_f32(input: &WgpuArray, total: usize, nbins: usize) -> Result<Array, 
     }
     let k = read_u32(ctx, NAME, keys, 2)?;
     if k[0] > k[1] {
-        return Err(failed(NAME, "the stack has no pixels (or only NaN)"));
+        return Err(FunctionError::invalid(NAME, "the stack has no pixels (or only NaN)"));
     }
     let (mn, mx) = (f32_from_key(k[0]), f32_from_key(k[1]));
     if !mn.is_finite() || !mx.is_finite() {
-        return Err(failed(NAME, format!("the value range [{mn}, {mx}] is not finite")));
+        return Err(FunctionError::invalid(NAME, format!("the value range [{mn}, {mx}] is not finite")));
     }
     let (lo, hi) = if mn == mx { (mn - 0.5, mx + 0.5) } else { (mn, mx) };
     let edges = linspace_f32(lo, hi, nbins);

@@ -132,10 +132,10 @@ fn as_f32(name: &str, input: &WgpuArray) -> Result<(Handle, usize, usize, usize)
     let planes = input.planes();
     let total = planes * h * w;
     if total == 0 {
-        return Err(failed(name, "the stack has no pixels"));
+        return Err(FunctionError::invalid(name, "the stack has no pixels"));
     }
     if u32::try_from(total).is_err() {
-        return Err(failed(name, "stack too large for one GPU launch"));
+        return Err(FunctionError::too_large(name, "stack too large for one GPU launch"));
     }
     let dtype = DeviceBuffer::dtype(input);
     let (log2_per, bits, mask) = match dtype {
@@ -357,7 +357,7 @@ pub(super) fn apply_mask(array: Array, args: &Args) -> Result<Array, FunctionErr
     let pw = input.plane_words();
     let total_words = (n - 1) * pw;
     if u32::try_from(n * pw).is_err() {
-        return Err(failed(NAME, "stack too large for one GPU launch"));
+        return Err(FunctionError::too_large(NAME, "stack too large for one GPU launch"));
     }
     let out = zeros(ctx, NAME, total_words)?;
     let fill = args.float("fill") as f32;

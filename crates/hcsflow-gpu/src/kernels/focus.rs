@@ -234,7 +234,7 @@ fn gather(input: &[u32], depth: &[u32], out: &mut [u32], depth_out: &mut [u32], 
 }
 
 fn too_large(what: &str) -> FunctionError {
-    FunctionError::failed(NAME, format!("{what} too large for GPU indexing"))
+    FunctionError::too_large(NAME, format!("{what} too large for GPU indexing"))
 }
 
 /// Focus-stacks a wgpu stack: `(image, depth)`, both one-plane wgpu arrays
@@ -247,13 +247,13 @@ pub fn focus_stack_wgpu(input: &WgpuArray, sigma: f64, method: FocusMethod) -> R
     }
     let (n, h, w) = (shape[0], shape[1], shape[2]);
     if n == 0 {
-        return Err(FunctionError::failed(NAME, "the stack has no planes"));
+        return Err(FunctionError::invalid(NAME, "the stack has no planes"));
     }
     if n > MAX_PLANES {
-        return Err(FunctionError::failed(NAME, format!("{n} planes; at most {MAX_PLANES} supported")));
+        return Err(FunctionError::invalid(NAME, format!("{n} planes; at most {MAX_PLANES} supported")));
     }
     if !(sigma.is_finite() && sigma > 0.0 && sigma <= hcsflow_ops::focus::MAX_SIGMA) {
-        return Err(FunctionError::failed(NAME, format!("sigma {sigma} must be in (0, {}]", hcsflow_ops::focus::MAX_SIGMA)));
+        return Err(FunctionError::invalid(NAME, format!("sigma {sigma} must be in (0, {}]", hcsflow_ops::focus::MAX_SIGMA)));
     }
     let dtype = input.dtype();
     let kind = kind_of(dtype);

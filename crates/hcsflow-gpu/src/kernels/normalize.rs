@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
+use hcsflow_core::registry::BoxError;
 use hcsflow_core::{Args, Array, DType, DeviceBuffer, FunctionError};
 use hcsflow_ops::histogram::{percentile_rank_list, percentiles_by_rank, percentiles_from_histogram, F32Selection};
 use hcsflow_ops::normalize::{integer_lut, PercentileNormalize};
@@ -137,19 +138,20 @@ fn normalize_f32(input: &[f32], params: &[f32], output: &mut [f32], total: u32, 
     }
 }
 
-pub(super) fn failed(name: &str, e: impl ToString) -> FunctionError {
-    FunctionError::failed(name, e.to_string())
+/// A failure of `name` caused by `e` (an error, or a message).
+pub(super) fn failed(name: &str, e: impl Into<BoxError>) -> FunctionError {
+    FunctionError::failed(name, e)
 }
 
 /// A zero-filled buffer of `words` 32-bit words.
 pub(super) fn zeros(ctx: &GpuContext, name: &str, words: usize) -> Result<Handle, FunctionError> {
-    ctx.check_size(name, (words * 4) as u64).map_err(|e| failed(name, e))?;
+    ctx.check_size(name, (words * 4) as u64).map_err(|e| e.into_function_error(name))?;
     Ok(ctx.client().create_from_slice(&vec![0u8; words.max(1) * 4]))
 }
 
 /// Reads `words` u32 values back from the device.
 pub(super) fn read_u32(ctx: &GpuContext, name: &str, handle: Handle, words: usize) -> Result<Vec<u32>, FunctionError> {
-    let bytes = ctx.client().read_one(handle).map_err(|e| failed(name, format!("{e:?}")))?;
+    let bytes = ctx.client().read_one(handle).map_err(|e| ctx.server_error("read-back", e).into_function_error(name))?;
     let bytes: &[u8] = &bytes;
     if bytes.len() < words * 4 {
         return Err(failed(name, format!("read {} bytes, expected {}", bytes.len(), words * 4)));
@@ -173,10 +175,10 @@ pub(super) fn geometry(name: &str, input: &WgpuArray) -> Result<Geometry, Functi
         total_words: input.planes() * input.plane_words(),
     };
     if g.planes == 0 || g.pixels == 0 {
-        return Err(failed(name, "the stack has no pixels (or only NaN)"));
+        return Err(FunctionError::invalid(name, "the stack has no pixels (or only NaN)"));
     }
     if u32::try_from(g.total_words.max(g.planes * g.pixels)).is_err() {
-        return Err(failed(name, "stack too large for one GPU launch"));
+        return Err(FunctionError::too_large(name, "stack too large for one GPU launch"));
     }
     Ok(g)
 }
@@ -229,14 +231,14 @@ pub(super) fn percentile_normalize(array: Array, args: &Args, name: &str, per_pl
     let input = wgpu_input(name, &array)?;
     let p = PercentileNormalize::from_args(args);
     if p.low_percentile > p.high_percentile {
-        return Err(failed(
+        return Err(FunctionError::invalid(
             "percentile_normalize",
             format!("low_percentile ({}) must not exceed high_percentile ({})", p.low_percentile, p.high_percentile),
         ));
     }
     let g = geometry(name, input)?;
     let ps = [p.low_percentile, p.high_percentile];
-    let empty = || failed(name, "the stack has no pixels (or only NaN)");
+    let empty = || FunctionError::invalid(name, "the stack has no pixels (or only NaN)");
     match DeviceBuffer::dtype(input) {
         DType::U8 | DType::U16 => {
             let u8 = DeviceBuffer::dtype(input) == DType::U8;
@@ -316,7 +318,7 @@ fn normalize_f32_stack(
     let low_counts: Vec<u64> = low_counts.into_iter().map(u64::from).collect();
     let mut params = Vec::with_capacity(pops * 4);
     for (k, (n, sel)) in selections.iter().enumerate() {
-        let sel = sel.as_ref().ok_or_else(|| failed(name, "the stack has no pixels (or only NaN)"))?;
+        let sel = sel.as_ref().ok_or_else(|| FunctionError::invalid(name, "the stack has no pixels (or only NaN)"))?;
         let slots: Vec<&[u64]> = (0..SLOTS).map(|s| &low_counts[(k * SLOTS + s) * 65_536..(k * SLOTS + s + 1) * 65_536]).collect();
         let q = percentiles_by_rank(*n, &ps, |_| sel.finish(&slots)).ok_or_else(|| failed(name, "rank outside the histogram"))?;
         let scale = if q[1] == q[0] { 0.0 } else { (p.target_max - p.target_min) / (q[1] - q[0]) };

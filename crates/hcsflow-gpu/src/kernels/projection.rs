@@ -140,8 +140,8 @@ fn std_projection_words(input: &[u32], output: &mut [f32], planes: u32, plane_wo
 
 fn projection_shape(input: &WgpuArray) -> Result<(u32, u32, Vec<usize>), FunctionError> {
     let shape = hcsflow_core::DeviceBuffer::shape(input);
-    let planes = u32::try_from(input.planes()).map_err(|_| FunctionError::failed("projection", "too many planes"))?;
-    let words = u32::try_from(input.plane_words()).map_err(|_| FunctionError::failed("projection", "plane too large"))?;
+    let planes = u32::try_from(input.planes()).map_err(|_| FunctionError::too_large("projection", "too many planes"))?;
+    let words = u32::try_from(input.plane_words()).map_err(|_| FunctionError::too_large("projection", "plane too large"))?;
     Ok((planes, words, vec![1, shape[shape.len() - 2], shape[shape.len() - 1]]))
 }
 
@@ -152,7 +152,7 @@ pub(super) fn extreme_projection(array: Array, name: &str, is_max: bool) -> Resu
     let dtype = hcsflow_core::DeviceBuffer::dtype(input);
     let (planes, words, out_shape) = projection_shape(input)?;
     if planes == 0 {
-        return Err(FunctionError::failed(name, "the stack has no planes"));
+        return Err(FunctionError::invalid(name, "the stack has no planes"));
     }
     let client = ctx.client();
     let out = client.empty(words.max(1) as usize * 4);
@@ -183,10 +183,10 @@ pub(super) fn float_projection(array: Array, name: &str, reduce: Reduce) -> Resu
     let dtype = hcsflow_core::DeviceBuffer::dtype(input);
     let (planes, words, out_shape) = projection_shape(input)?;
     if planes == 0 {
-        return Err(FunctionError::failed(name, "the stack has no planes"));
+        return Err(FunctionError::invalid(name, "the stack has no planes"));
     }
     let pixels = input.plane_pixels();
-    let pixels_u32 = u32::try_from(pixels).map_err(|_| FunctionError::failed(name, "plane too large"))?;
+    let pixels_u32 = u32::try_from(pixels).map_err(|_| FunctionError::too_large(name, "plane too large"))?;
     let out_words = words_for(DType::F32, pixels);
     let client = ctx.client();
     let out = client.empty(out_words.max(1) * 4);
