@@ -84,9 +84,9 @@ mod tests {
     fn registry() -> Registry {
         let mut r = Registry::new();
         let spec = FunctionSpec { name: "double", contract: Contract::Pure2d, args: vec![], doc: "x2" };
-        r.register(spec, Implementation::host(|s, _| Ok(Stack::from_f32_array(s.to_f32().mapv(|v| v * 2.0), s.dtype()))));
+        r.register(spec, Implementation::host(|s, _, _| Ok(Stack::from_f32_array(s.to_f32().mapv(|v| v * 2.0), s.dtype()))));
         let spec = FunctionSpec { name: "refuse", contract: Contract::Pure2d, args: vec![], doc: "fails" };
-        r.register(spec, Implementation::host(|_, _| Err(FunctionError::failed("refuse", "no"))));
+        r.register(spec, Implementation::host(|_, _, _| Err(FunctionError::failed("refuse", "no"))));
         r
     }
 

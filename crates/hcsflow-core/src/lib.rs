@@ -30,10 +30,10 @@ pub use artifact::{ArtifactDecl, Artifacts, CallContext, Cell, PlaneInfo, Row, S
 pub use call::CallError;
 pub use convert::{plan_route, ConversionError, ConversionPolicy, Conversions, Route, RouteKind};
 pub use dtype::{DType, DTypeConversion, DTypePolicy, OutputDType};
-pub use memory::{Array, BadDevice, Device, DeviceBuffer, DeviceRequest, MemorySpace, MemoryType};
+pub use memory::{Array, BadDevice, Device, DeviceBuffer, DeviceRequest, MemorySpace, MemoryType, Runtime};
 pub use registry::{
-    one_plane, same_shape, ArgCheck, ArgError, ArgProblem, ArgSpec, ArgValue, Args, CallPlan, Contract, FunctionError, FunctionSpec,
-    Implementation, PlanError, Registry, ShapeRule, StackShape,
+    one_plane, same_shape, ArgCheck, ArgDecl, ArgError, ArgProblem, ArgSpec, ArgType, ArgValue, Args, Binding, CallPlan, Contract,
+    FunctionArgs, FunctionDecl, FunctionError, FunctionSpec, Implementation, NoArgs, PlanError, Registry, ShapeRule, StackShape,
 };
 pub use slices::{stack_slices, unstack_slices, SliceError};
 pub use stack::{HostArray, Pixel, Stack, StackArray};

@@ -137,14 +137,66 @@ impl FromStr for MemoryType {
     }
 }
 
-/// A concrete place where a function runs.
+/// The runtime that runs kernels on a device and owns its arrays: which
+/// implementations of a function can run there ([`Runtime::runs`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum Runtime {
+    /// Host code on the CPU.
+    Host,
+    /// CubeCL kernels on a wgpu adapter.
+    Wgpu,
+}
+
+impl Runtime {
+    pub fn name(self) -> &'static str {
+        match self {
+            Runtime::Host => "host",
+            Runtime::Wgpu => "wgpu",
+        }
+    }
+
+    /// Where the arrays of this runtime live.
+    pub fn memory_space(self) -> MemorySpace {
+        match self {
+            Runtime::Host => MemorySpace::Host,
+            Runtime::Wgpu => MemorySpace::Wgpu,
+        }
+    }
+
+    /// True if an implementation taking `memory` runs on this runtime.
+    pub fn runs(self, memory: MemoryType) -> bool {
+        memory.space() == self.memory_space()
+    }
+}
+
+impl fmt::Display for Runtime {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A concrete place where a function runs, in the runtime it belongs to
+/// ([`Device::runtime`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Device {
-    /// The host CPU.
+    /// The host CPU ([`Runtime::Host`]).
     Cpu,
-    /// GPU adapter `n` in the order `hcsflow doctor` lists them.
+    /// Adapter `n` of the wgpu runtime ([`Runtime::Wgpu`]), in the order
+    /// `hcsflow doctor` lists them. Another GPU runtime gets its own variant.
     Gpu(usize),
+}
+
+impl Device {
+    /// The runtime this device belongs to.
+    pub fn runtime(self) -> Runtime {
+        match self {
+            Device::Cpu => Runtime::Host,
+            Device::Gpu(_) => Runtime::Wgpu,
+        }
+    }
 }
 
 impl fmt::Display for Device {
@@ -273,9 +325,12 @@ impl From<HostArray> for Array {
 
 /// Checks that `device` can hold arrays of `memory_type`.
 pub fn check_device(memory_type: MemoryType, device: Device) -> Result<(), String> {
+    if device.runtime().runs(memory_type) {
+        return Ok(());
+    }
     match (memory_type.is_device_memory(), device) {
-        (false, Device::Cpu) | (true, Device::Gpu(_)) => Ok(()),
         (false, Device::Gpu(n)) => Err(format!("{memory_type} arrays live in host memory, not on gpu:{n}; use device cpu")),
         (true, Device::Cpu) => Err(format!("{memory_type} arrays live on a GPU, not on the cpu; use device gpu or gpu:N")),
+        (_, device) => Err(format!("{memory_type} arrays are not {} arrays, which {device} holds", device.runtime())),
     }
 }

@@ -20,7 +20,7 @@ fn registry() -> Registry {
     r.register_with_artifacts(
         FunctionSpec { name: "count", doc: "test", contract: Contract::Pure2d, args: vec![] },
         Artifacts { produces: vec![decl("counts")], consumes: vec![ArtifactDecl { optional: true, ..decl("offsets") }] },
-        Implementation::host_in_context(|s, _, ctx| {
+        Implementation::host(|s, _, ctx| {
             assert_eq!(s.depth(), 1);
             let sum: f64 = s.to_f32().iter().map(|&v| f64::from(v)).sum();
             let offset = ctx.inputs.get("offsets").and_then(|t| t.plane_value(0, "offset")).unwrap_or(0.0);
@@ -36,11 +36,11 @@ fn registry() -> Registry {
     r.register_with_artifacts(
         FunctionSpec { name: "forgets", doc: "declares but does not produce", contract: Contract::Pure3d, args: vec![] },
         Artifacts { produces: vec![decl("counts")], consumes: vec![] },
-        Implementation::host(|s, _| Ok(s.clone())),
+        Implementation::host(|s, _, _| Ok(s.clone())),
     );
     r.register(
         FunctionSpec { name: "sneaky", doc: "produces an undeclared artifact", contract: Contract::Pure3d, args: vec![] },
-        Implementation::host_in_context(|s, _, ctx| {
+        Implementation::host(|s, _, ctx| {
             ctx.produce("extra", Table::new(["a"]));
             Ok(s.clone())
         }),

@@ -21,9 +21,12 @@ fn registry() -> Registry {
                 ArgSpec::bool("invert", false, "invert"),
             ],
         },
-        Implementation::host(|s, args| {
+        Implementation::host(|s, args, _| {
             // Records how many planes each call saw in the first pixel.
-            let f = args.float("factor") as f32;
+            let f = match args.get("factor") {
+                Some(ArgValue::Float(f)) => *f as f32,
+                other => panic!("factor is a declared float argument, got {other:?}"),
+            };
             let depth = s.depth() as f32;
             let mut a = s.to_f32().mapv(|v| v * f);
             a[[0, 0, 0]] = depth;
@@ -32,14 +35,14 @@ fn registry() -> Registry {
     );
     r.register(
         FunctionSpec { name: "sum_planes", doc: "sum", contract: Contract::Flexible, args: vec![] },
-        Implementation::host(|s, _| {
+        Implementation::host(|s, _, _| {
             let a = s.to_f32().sum_axis(ndarray::Axis(0)).insert_axis(ndarray::Axis(0));
             Ok(Stack::from(a))
         }),
     );
     r.register(
         FunctionSpec { name: "broken_projection", doc: "returns 2 planes", contract: Contract::VolumetricToSlice, args: vec![] },
-        Implementation::host(|s, _| Ok(s.clone())),
+        Implementation::host(|s, _, _| Ok(s.clone())),
     );
     r
 }
@@ -53,10 +56,12 @@ fn defaults_fill_and_values_parse() {
     let r = registry();
     let f = r.get("scale").unwrap();
     let a = f.parse_args(&texts(&["factor=3", "mode=exact", "invert=true"])).unwrap();
-    assert_eq!(a.float("factor"), 3.0);
-    assert_eq!(a.int("radius"), 1);
-    assert_eq!(a.str("mode"), "exact");
-    assert!(a.bool("invert"));
+    assert_eq!(a.get("factor"), Some(&ArgValue::Float(3.0)));
+    assert_eq!(a.get("radius"), Some(&ArgValue::Int(1)));
+    assert_eq!(a.get("mode"), Some(&ArgValue::Str("exact".into())));
+    assert_eq!(a.get("invert"), Some(&ArgValue::Bool(true)));
+    // An undeclared name has no value (it used to read as 0).
+    assert_eq!(a.get("sigma"), None);
     // An integer value for a float argument is accepted as that number.
     let a = f.validate_args(vec![("factor".into(), ArgValue::Int(4))]).unwrap();
     assert_eq!(a.get("factor"), Some(&ArgValue::Float(4.0)));
@@ -181,10 +186,13 @@ fn float_list_arguments_parse_validate_and_display() {
             contract: Contract::VolumetricToSlice,
             args: vec![ArgSpec::float_list("weights", vec![], Some(0.0), Some(10.0), 2, "weights")],
         },
-        Implementation::host(|s, _| Ok(s.clone())),
+        Implementation::host(|s, _, _| Ok(s.clone())),
     );
     let f = r.get("mix").unwrap();
-    let ok = |t: &str| f.parse_args(&texts(&[t])).unwrap().float_list("weights").to_vec();
+    let ok = |t: &str| match f.parse_args(&texts(&[t])).unwrap().get("weights") {
+        Some(ArgValue::FloatList(v)) => v.clone(),
+        other => panic!("weights is a declared list argument, got {other:?}"),
+    };
     assert_eq!(ok("weights=1,2.5"), vec![1.0, 2.5]);
     assert_eq!(ok("weights=[ 3 , 4 ]"), vec![3.0, 4.0]);
     let err = |t: &str| f.parse_args(&texts(&[t])).unwrap_err().to_string();

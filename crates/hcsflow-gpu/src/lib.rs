@@ -22,6 +22,6 @@ mod kernels;
 pub use array::{download, upload, upload_stack, WgpuArray};
 pub use context::{discover_adapters, GpuContext, GpuError};
 pub use hcsflow_stitch::Blend;
-pub use kernels::{assemble, assemble_chunked, focus_stack_wgpu, register, DEFAULT_CHUNK_PIXELS};
+pub use kernels::{assemble, assemble_chunked, focus_stack_wgpu, implementations, register, DEFAULT_CHUNK_PIXELS};
 
 pub use hcsflow_core::{AdapterInfo, MemoryType};

@@ -99,7 +99,7 @@ fn gpu_function_without_gpu_implementation_is_refused() {
     let (mut registry, conversions) = setup();
     registry.register(
         hcsflow_core::FunctionSpec { name: "host_only", doc: "test", contract: hcsflow_core::Contract::Pure3d, args: vec![] },
-        hcsflow_core::Implementation::host(|s, _| Ok(s.clone())),
+        hcsflow_core::Implementation::host(|s, _, _| Ok(s.clone())),
     );
     let err = registry
         .plan_call("host_only", Default::default(), MemoryType::Host, Device::Gpu(0), &conversions, ConversionPolicy::default())

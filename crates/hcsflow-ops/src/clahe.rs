@@ -27,8 +27,7 @@
 //! are first stretched from their min..max to [0, 1] in f32
 //! (`rescale_intensity(x, out_range=(0, 1))`); NaN or ±inf is an error.
 
-use hcsflow_core::StackArray;
-use hcsflow_core::{with_pixels, ArgProblem, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack, StackShape};
+use hcsflow_core::{with_pixels, ArgProblem, Contract, FunctionDecl, FunctionError, Pixel, Registry, Stack, StackArray, StackShape};
 use rayon::prelude::*;
 
 use crate::convolve::Boundary;
@@ -341,6 +340,20 @@ fn interpolate<T: Binned + Copy + Sync>(data: &[T], h: usize, w: usize, ky: usiz
 /// it further ([`check_kernel_size`]).
 pub const MAX_KERNEL_SIZE: i64 = 1 << 16;
 
+hcsflow_core::function_args! {
+    /// The arguments of [`CLAHE`].
+    pub struct ClaheArgs {
+        kernel_size: i64 = int(
+            0,
+            Some(0),
+            Some(MAX_KERNEL_SIZE),
+            "contextual region side in pixels (0: 1/8 of each dimension); at most the plane's larger side",
+        ),
+        clip_limit: f64 = float(0.01, Some(0.0), Some(1.0), "clip limit as a fraction of the region's pixels (0: no clipping)"),
+        nbins: i64 = int(256, Some(1), Some(65_536), "histogram bins over the 16,384 grey levels"),
+    }
+}
+
 /// `clahe`'s check: the contextual region is at most the plane's larger side.
 ///
 /// scikit-image accepts a larger kernel: it pads the image by reflection to
@@ -350,8 +363,8 @@ pub const MAX_KERNEL_SIZE: i64 = 1 << 16;
 /// would give a different histogram (fewer mirrored copies) than skimage's
 /// for the value written, so the function refuses instead and names the
 /// largest value this plane allows; every accepted value keeps skimage's result.
-pub fn check_kernel_size(args: &Args, shape: &StackShape) -> Result<(), ArgProblem> {
-    let k = args.int("kernel_size");
+pub fn check_kernel_size(args: &ClaheArgs, shape: &StackShape) -> Result<(), ArgProblem> {
+    let k = args.kernel_size;
     let side = shape.height.max(shape.width);
     if usize::try_from(k).map_or(true, |k| k > side) {
         return Err(ArgProblem::new(
@@ -363,36 +376,17 @@ pub fn check_kernel_size(args: &Args, shape: &StackShape) -> Result<(), ArgProbl
     Ok(())
 }
 
+pub static CLAHE: FunctionDecl<ClaheArgs> = FunctionDecl::new(
+    NAME,
+    Contract::Pure2d,
+    "CLAHE per plane (skimage.exposure.equalize_adapthist); keeps the dtype: f32 in [0, 1], u8/u16 scaled to the full range.",
+)
+.with_check(check_kernel_size);
+
 pub(crate) fn register(registry: &mut Registry) {
-    registry.register(
-        FunctionSpec {
-            name: NAME,
-            doc: "CLAHE per plane (skimage.exposure.equalize_adapthist); keeps the dtype: f32 in [0, 1], u8/u16 scaled to the full range.",
-            contract: Contract::Pure2d,
-            args: vec![
-                ArgSpec::int(
-                    "kernel_size",
-                    0,
-                    Some(0),
-                    Some(MAX_KERNEL_SIZE),
-                    "contextual region side in pixels (0: 1/8 of each dimension); at most the plane's larger side",
-                ),
-                ArgSpec::float(
-                    "clip_limit",
-                    0.01,
-                    Some(0.0),
-                    Some(1.0),
-                    "clip limit as a fraction of the region's pixels (0: no clipping)",
-                ),
-                ArgSpec::int("nbins", 256, Some(1), Some(65_536), "histogram bins over the 16,384 grey levels"),
-            ],
-        },
-        crate::host_all_planes(|s, a| {
-            let k = a.int("kernel_size") as usize;
-            let params =
-                ClaheParams { kernel_size: (k > 0).then_some((k, k)), clip_limit: a.float("clip_limit"), nbins: a.int("nbins") as usize };
-            clahe(s, &params)
-        }),
-    );
-    registry.set_check(NAME, check_kernel_size);
+    registry.add(crate::host_all_planes(&CLAHE, |s, a| {
+        let k = a.kernel_size as usize;
+        let params = ClaheParams { kernel_size: (k > 0).then_some((k, k)), clip_limit: a.clip_limit, nbins: a.nbins as usize };
+        clahe(s, &params)
+    }));
 }

@@ -1,8 +1,7 @@
 //! Channel composite (weighted mean over the stack axis) and apply-mask.
 
-use hcsflow_core::StackArray;
 use hcsflow_core::{
-    with_pixels, ArgProblem, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack, StackShape,
+    one_plane, with_pixels, ArgProblem, Contract, FunctionDecl, FunctionError, Pixel, Registry, Stack, StackArray, StackShape,
 };
 use rayon::prelude::*;
 
@@ -64,14 +63,8 @@ pub fn composite(stack: &Stack, weights: &[f64]) -> Result<Stack, FunctionError>
 /// N planes in → N - 1 out, same dtype.
 pub fn apply_mask(stack: &Stack, mask_index: i64, fill: f64) -> Result<Stack, FunctionError> {
     let [n, h, w] = stack.shape();
-    let idx = if mask_index < 0 { n as i64 + mask_index } else { mask_index };
-    if n < 2 || idx < 0 || idx >= n as i64 {
-        return Err(FunctionError::invalid(
-            "apply_mask",
-            format!("needs a stack of images plus a mask plane; mask_index {mask_index} is not a plane of this {n}-plane stack"),
-        ));
-    }
-    let idx = idx as usize;
+    let args = ApplyMaskArgs { mask_index, fill };
+    let idx = args.mask_plane(n).ok_or_else(|| args.no_mask_plane(n))?;
     Ok(with_pixels!(Stack, stack, a, T => {
         let fill = T::from_f32_clip(fill as f32);
         let keep: Vec<bool> = a.plane(idx).iter().map(|&m| m.to_f32() != 0.0).collect();
@@ -86,8 +79,8 @@ pub fn apply_mask(stack: &Stack, mask_index: i64, fill: f64) -> Result<Stack, Fu
 }
 
 /// `composite`'s check: one weight per plane of the stack (or none), not all zero.
-fn check_composite(args: &Args, shape: &StackShape) -> Result<(), ArgProblem> {
-    let weights = args.float_list("weights");
+fn check_composite(args: &CompositeArgs, shape: &StackShape) -> Result<(), ArgProblem> {
+    let weights = &args.weights;
     let n = shape.depth;
     if !weights.is_empty() && weights.len() != n {
         return Err(ArgProblem::new(
@@ -107,10 +100,9 @@ fn check_composite(args: &Args, shape: &StackShape) -> Result<(), ArgProblem> {
 }
 
 /// `apply_mask`'s check: the stack has a mask plane and at least one image plane.
-fn check_apply_mask(args: &Args, shape: &StackShape) -> Result<(), ArgProblem> {
+fn check_apply_mask(args: &ApplyMaskArgs, shape: &StackShape) -> Result<(), ArgProblem> {
     let n = shape.depth;
-    let mask_index = args.int("mask_index");
-    let idx = if mask_index < 0 { (n as i64).checked_add(mask_index) } else { Some(mask_index) };
+    let mask_index = args.mask_index;
     if n < 2 {
         return Err(ArgProblem::new(
             "mask_index",
@@ -118,7 +110,7 @@ fn check_apply_mask(args: &Args, shape: &StackShape) -> Result<(), ArgProblem> {
             "make the step's stacks hold the mask and its images, e.g. variable_components = [\"channel\"] and group_by = \"none\"",
         ));
     }
-    if !idx.is_some_and(|i| (0..n as i64).contains(&i)) {
+    if args.mask_plane(n).is_none() {
         return Err(ArgProblem::new(
             "mask_index",
             format!("mask_index {mask_index} is not a plane of this {n}-plane stack"),
@@ -129,43 +121,62 @@ fn check_apply_mask(args: &Args, shape: &StackShape) -> Result<(), ArgProblem> {
 }
 
 /// `apply_mask` returns the stack without its mask plane.
-fn apply_mask_shape(_: &Args, input: &StackShape) -> Option<StackShape> {
+fn apply_mask_shape(_: &ApplyMaskArgs, input: &StackShape) -> Option<StackShape> {
     (input.depth >= 2).then(|| input.with_depth(input.depth - 1))
 }
 
+hcsflow_core::function_args! {
+    /// The arguments of [`COMPOSITE`].
+    pub struct CompositeArgs {
+        weights: Vec<f64> = float_list(Vec::new(), Some(0.0), None, 0, "one weight per plane, e.g. 0.5,0.3,0.2 (empty: equal weights)"),
+    }
+}
+
+hcsflow_core::function_args! {
+    /// The arguments of [`APPLY_MASK`].
+    pub struct ApplyMaskArgs {
+        mask_index: i64 = int(-1, None, None, "which plane is the mask (-1: the last)"),
+        fill: f64 = float(0.0, None, None, "value outside the mask"),
+    }
+}
+
+impl ApplyMaskArgs {
+    /// The mask plane of an `n`-plane stack: `mask_index`, negative counted
+    /// from the end (-1 = last); `None` when that is not a plane or the stack
+    /// has no image plane besides the mask.
+    pub fn mask_plane(&self, n: usize) -> Option<usize> {
+        let idx = if self.mask_index < 0 { (n as i64).checked_add(self.mask_index) } else { Some(self.mask_index) };
+        idx.filter(|&i| n >= 2 && (0..n as i64).contains(&i)).map(|i| i as usize)
+    }
+
+    /// The error of a call whose `n`-plane stack has no [`mask_plane`](Self::mask_plane).
+    pub fn no_mask_plane(&self, n: usize) -> FunctionError {
+        FunctionError::invalid(
+            "apply_mask",
+            format!("needs a stack of images plus a mask plane; mask_index {} is not a plane of this {n}-plane stack", self.mask_index),
+        )
+    }
+}
+
+pub static COMPOSITE: FunctionDecl<CompositeArgs> = FunctionDecl::new(
+    "composite",
+    Contract::VolumetricToSlice,
+    "Weighted mean over the stack axis (weights normalised to sum 1; empty = equal); f32 result, N → 1.",
+)
+.with_check(check_composite)
+.with_output_shape(one_plane);
+
+pub static APPLY_MASK: FunctionDecl<ApplyMaskArgs> = FunctionDecl::new(
+    "apply_mask",
+    Contract::Pure3d,
+    "Keeps pixels where the mask plane is non-zero, sets the rest to fill (np.where); N → N-1, keeps the dtype.",
+)
+.with_check(check_apply_mask)
+.with_output_shape(apply_mask_shape);
+
 pub(crate) fn register(registry: &mut Registry) {
-    registry.register(
-        FunctionSpec {
-            name: "composite",
-            doc: "Weighted mean over the stack axis (weights normalised to sum 1; empty = equal); f32 result, N → 1.",
-            contract: Contract::VolumetricToSlice,
-            args: vec![ArgSpec::float_list(
-                "weights",
-                Vec::new(),
-                Some(0.0),
-                None,
-                0,
-                "one weight per plane, e.g. 0.5,0.3,0.2 (empty: equal weights)",
-            )],
-        },
-        Implementation::host(|s, a| composite(s, a.float_list("weights"))),
-    );
-    registry.register(
-        FunctionSpec {
-            name: "apply_mask",
-            doc: "Keeps pixels where the mask plane is non-zero, sets the rest to fill (np.where); N → N-1, keeps the dtype.",
-            contract: Contract::Pure3d,
-            args: vec![
-                ArgSpec::int("mask_index", -1, None, None, "which plane is the mask (-1: the last)"),
-                ArgSpec::float("fill", 0.0, None, None, "value outside the mask"),
-            ],
-        },
-        Implementation::host(|s, a| apply_mask(s, a.int("mask_index"), a.float("fill"))),
-    );
-    registry.set_check("composite", check_composite);
-    registry.set_output_shape("composite", hcsflow_core::one_plane);
-    registry.set_check("apply_mask", check_apply_mask);
-    registry.set_output_shape("apply_mask", apply_mask_shape);
+    registry.add(COMPOSITE.host(|s, a, _| composite(s, &a.weights)));
+    registry.add(APPLY_MASK.host(|s, a, _| apply_mask(s, a.mask_index, a.fill)));
 }
 
 #[cfg(test)]

@@ -36,8 +36,7 @@ use std::fmt::Write as _;
 
 use hcsflow_core::StackArray;
 use hcsflow_core::{
-    with_pixels, ArgProblem, ArgSpec, Args, ArtifactDecl, Artifacts, Cell, Contract, DType, FunctionError, FunctionSpec, Implementation,
-    Pixel, Registry, Stack, StackShape, Table,
+    with_pixels, ArgProblem, ArtifactDecl, Cell, Contract, DType, FunctionDecl, FunctionError, Pixel, Registry, Stack, StackShape, Table,
 };
 use rayon::prelude::*;
 use serde::Serialize;
@@ -526,34 +525,54 @@ fn filter_area(l: Labels, min_area: u64, max_area: u64) -> Labels {
     Labels { height: l.height, width: l.width, labels: l.labels.iter().map(|&v| new_id[v as usize]).collect(), count }
 }
 
-fn method_from_args(args: &hcsflow_core::Args) -> Result<CountMethod, FunctionError> {
-    match args.str("method") {
-        "blob_log" => Ok(CountMethod::BlobLog {
-            params: BlobLogParams {
-                min_sigma: args.float("min_sigma"),
-                max_sigma: args.float("max_sigma"),
-                num_sigma: args.int("num_sigma").max(1) as usize,
-                threshold: args.float("threshold"),
-                overlap: args.float("overlap"),
-            },
-            normalize: args.bool("normalize"),
-        }),
-        "threshold" => Ok(CountMethod::Threshold {
-            method: ThresholdMethod::from_args(args.str("threshold_method"), args.float("threshold_value"))
-                .ok_or_else(|| FunctionError::failed("count_cells", "unknown threshold_method"))?,
-            connectivity: Connectivity::Eight,
-            min_area: args.int("min_area").max(0) as u64,
-            max_area: args.int("max_area").max(0) as u64,
-        }),
-        other => Err(FunctionError::failed("count_cells", format!("unknown method '{other}'"))),
+hcsflow_core::function_args! {
+    /// The arguments of [`COUNT_CELLS`].
+    pub struct CountCellsArgs {
+        method: String = choice("blob_log", &["blob_log", "threshold"], "detector"),
+        min_sigma: f64 = float(1.0, Some(0.1), Some(200.0), "blob_log: smallest σ (pixels)"),
+        max_sigma: f64 = float(10.0, Some(0.1), Some(200.0), "blob_log: largest σ (pixels)"),
+        num_sigma: i64 = int(10, Some(1), Some(100), "blob_log: number of σ between min and max (linear)"),
+        threshold: f64 = float(0.1, None, None, "blob_log: absolute threshold on −σ²·LoG of the (normalised) image"),
+        normalize: bool = bool(true, "blob_log: rescale each plane to [0, 1] by its min and max first (false: skimage img_as_float scaling)"),
+        overlap: f64 = float(0.5, Some(0.0), Some(1.0), "blob_log: overlap fraction above which the smaller blob is dropped"),
+        threshold_method: String = choice("otsu", &["otsu", "li", "manual"], "threshold: how the threshold is chosen"),
+        threshold_value: f64 = float(0.0, None, None, "threshold: the value for threshold_method=manual (pixel units)"),
+        min_area: i64 = int(10, Some(0), None, "threshold: smallest object kept (pixels)"),
+        max_area: i64 = int(100_000, Some(0), None, "threshold: largest object kept (pixels)"),
+    }
+}
+
+impl CountCellsArgs {
+    /// The detector and its parameters these arguments choose.
+    pub fn count_method(&self) -> Result<CountMethod, FunctionError> {
+        match self.method.as_str() {
+            "blob_log" => Ok(CountMethod::BlobLog {
+                params: BlobLogParams {
+                    min_sigma: self.min_sigma,
+                    max_sigma: self.max_sigma,
+                    num_sigma: self.num_sigma.max(1) as usize,
+                    threshold: self.threshold,
+                    overlap: self.overlap,
+                },
+                normalize: self.normalize,
+            }),
+            "threshold" => Ok(CountMethod::Threshold {
+                method: ThresholdMethod::from_args(&self.threshold_method, self.threshold_value)
+                    .ok_or_else(|| FunctionError::failed("count_cells", "unknown threshold_method"))?,
+                connectivity: Connectivity::Eight,
+                min_area: self.min_area.max(0) as u64,
+                max_area: self.max_area.max(0) as u64,
+            }),
+            other => Err(FunctionError::failed("count_cells", format!("unknown method '{other}'"))),
+        }
     }
 }
 
 /// `count_cells`' check: blob_log's σ range is not empty (the other
 /// parameters of [`validate_blob_params`] are argument ranges).
-fn check_count(args: &Args, _: &StackShape) -> Result<(), ArgProblem> {
-    let (min, max) = (args.float("min_sigma"), args.float("max_sigma"));
-    if args.str("method") == "blob_log" && min > max {
+fn check_count(args: &CountCellsArgs, _: &StackShape) -> Result<(), ArgProblem> {
+    let (min, max) = (args.min_sigma, args.max_sigma);
+    if args.method == "blob_log" && min > max {
         return Err(ArgProblem::new(
             "min_sigma",
             format!("min_sigma ({min}) is larger than max_sigma ({max})"),
@@ -563,40 +582,23 @@ fn check_count(args: &Args, _: &StackShape) -> Result<(), ArgProblem> {
     Ok(())
 }
 
+pub static COUNT_CELLS: FunctionDecl<CountCellsArgs> = FunctionDecl::new(
+    "count_cells",
+    Contract::Pure2d,
+    "Cell counting per plane: skimage blob_log (scale-space LoG) or threshold + label + area filter; returns the u16 label image, counts and objects as artifacts.",
+)
+.with_produces(&[
+    ArtifactDecl { name: COUNTS, doc: "per image: count", optional: false },
+    ArtifactDecl { name: OBJECTS, doc: "per object: label, y, x (centroid or blob centre, px), area (px), mean_intensity, sigma (blob_log)", optional: false },
+])
+.with_check(check_count);
+
 pub(crate) fn register(registry: &mut Registry) {
-    registry.register_with_artifacts(
-        FunctionSpec {
-            name: "count_cells",
-            doc: "Cell counting per plane: skimage blob_log (scale-space LoG) or threshold + label + area filter; returns the u16 label image, counts and objects as artifacts.",
-            contract: Contract::Pure2d,
-            args: vec![
-                ArgSpec::choice("method", "blob_log", &["blob_log", "threshold"], "detector"),
-                ArgSpec::float("min_sigma", 1.0, Some(0.1), Some(200.0), "blob_log: smallest σ (pixels)"),
-                ArgSpec::float("max_sigma", 10.0, Some(0.1), Some(200.0), "blob_log: largest σ (pixels)"),
-                ArgSpec::int("num_sigma", 10, Some(1), Some(100), "blob_log: number of σ between min and max (linear)"),
-                ArgSpec::float("threshold", 0.1, None, None, "blob_log: absolute threshold on −σ²·LoG of the (normalised) image"),
-                ArgSpec::bool("normalize", true, "blob_log: rescale each plane to [0, 1] by its min and max first (false: skimage img_as_float scaling)"),
-                ArgSpec::float("overlap", 0.5, Some(0.0), Some(1.0), "blob_log: overlap fraction above which the smaller blob is dropped"),
-                ArgSpec::choice("threshold_method", "otsu", &["otsu", "li", "manual"], "threshold: how the threshold is chosen"),
-                ArgSpec::float("threshold_value", 0.0, None, None, "threshold: the value for threshold_method=manual (pixel units)"),
-                ArgSpec::int("min_area", 10, Some(0), None, "threshold: smallest object kept (pixels)"),
-                ArgSpec::int("max_area", 100_000, Some(0), None, "threshold: largest object kept (pixels)"),
-            ],
-        },
-        Artifacts {
-            produces: vec![
-                ArtifactDecl { name: COUNTS, doc: "per image: count", optional: false },
-                ArtifactDecl { name: OBJECTS, doc: "per object: label, y, x (centroid or blob centre, px), area (px), mean_intensity, sigma (blob_log)", optional: false },
-            ],
-            consumes: Vec::new(),
-        },
-        Implementation::host_in_context(|s, args, ctx| {
-            let result = count_cells(s, &method_from_args(args)?)?;
-            let (counts, objects) = result.tables()?;
-            ctx.produce(COUNTS, counts);
-            ctx.produce(OBJECTS, objects);
-            Ok(result.labels)
-        }),
-    );
-    registry.set_check("count_cells", check_count);
+    registry.add(COUNT_CELLS.host(|s, args, ctx| {
+        let result = count_cells(s, &args.count_method()?)?;
+        let (counts, objects) = result.tables()?;
+        ctx.produce(COUNTS, counts);
+        ctx.produce(OBJECTS, objects);
+        Ok(result.labels)
+    }));
 }

@@ -12,7 +12,7 @@
 //!   in f64, returned as f32 in [0, 1]: skimage's arithmetic operation for
 //!   operation (agreement to 1 ulp of f32 in tests). NaN stays NaN; ±inf is an error.
 
-use hcsflow_core::{ArgSpec, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack};
+use hcsflow_core::{same_shape, Contract, FunctionDecl, FunctionError, Pixel, Registry, Stack};
 use rayon::prelude::*;
 
 use crate::histogram::{cumulative, histogram, histogram_by, Binned};
@@ -124,24 +124,23 @@ pub fn stack_equalize_histogram_in_place(stack: &mut Stack, nbins: usize) -> Res
     }
 }
 
+hcsflow_core::function_args! {
+    /// The arguments of [`STACK_EQUALIZE_HISTOGRAM`].
+    pub struct EqualizeArgs {
+        nbins: i64 = int(256, Some(1), Some(1 << 20), "histogram bins for f32 input (u8/u16 use one bin per value, like skimage)"),
+    }
+}
+
+pub static STACK_EQUALIZE_HISTOGRAM: FunctionDecl<EqualizeArgs> = FunctionDecl::new(
+    NAME,
+    Contract::Pure3d,
+    "Histogram equalisation of the whole stack (skimage.exposure.equalize_hist on all planes; integers: exact per-value cdf scaled to the dtype range).",
+)
+.with_output_shape(same_shape);
+
 pub(crate) fn register(registry: &mut Registry) {
-    registry.register(
-        FunctionSpec {
-            name: NAME,
-            doc: "Histogram equalisation of the whole stack (skimage.exposure.equalize_hist on all planes; integers: exact per-value cdf scaled to the dtype range).",
-            contract: Contract::Pure3d,
-            args: vec![ArgSpec::int(
-                "nbins",
-                256,
-                Some(1),
-                Some(1 << 20),
-                "histogram bins for f32 input (u8/u16 use one bin per value, like skimage)",
-            )],
-        },
-        hcsflow_core::Implementation::host_owned(|mut s, a| {
-            stack_equalize_histogram_in_place(&mut s, a.int("nbins") as usize)?;
-            Ok(s)
-        }),
-    );
-    registry.set_output_shape(NAME, hcsflow_core::same_shape);
+    registry.add(STACK_EQUALIZE_HISTOGRAM.host_owned(|mut s, a, _| {
+        stack_equalize_histogram_in_place(&mut s, a.nbins as usize)?;
+        Ok(s)
+    }));
 }

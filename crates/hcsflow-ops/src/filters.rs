@@ -5,8 +5,9 @@
 //! [0, 1]: scikit-image's `preserve_range=True`) and return f32; the dtype
 //! policy rounds and clips back to the input dtype. The median keeps the dtype.
 
-use hcsflow_core::StackArray;
-use hcsflow_core::{with_pixels, ArgProblem, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack, StackShape};
+use hcsflow_core::{
+    with_pixels, ArgProblem, Contract, FunctionDecl, FunctionError, NoArgs, Pixel, Registry, Stack, StackArray, StackShape,
+};
 use rayon::prelude::*;
 
 use crate::convolve::{correlate_separable_into, Boundary, Kernel1d};
@@ -402,21 +403,50 @@ fn median_generic<T: Pixel>(src: &[T], h: usize, w: usize, size: usize) -> Vec<T
     out
 }
 
-/// σ for one axis of `gaussian_blur`: the axis argument, or `sigma` when it is -1.
-pub fn axis_sigma(args: &Args, axis: &str) -> Result<f64, FunctionError> {
-    let v = args.float(axis);
-    if v == -1.0 {
-        Ok(args.float("sigma"))
-    } else if v >= 0.0 {
-        Ok(v)
-    } else {
-        Err(FunctionError::failed("gaussian_blur", format!("{axis} must be >= 0 (or -1 for sigma), got {v}")))
+hcsflow_core::function_args! {
+    /// The arguments of [`GAUSSIAN_BLUR`].
+    pub struct GaussianBlurArgs {
+        sigma: f64 = float(1.0, Some(0.0), Some(1000.0), "standard deviation in pixels (both axes)"),
+        sigma_y: f64 = float(-1.0, Some(-1.0), Some(1000.0), "σ along Y (-1: use sigma)"),
+        sigma_x: f64 = float(-1.0, Some(-1.0), Some(1000.0), "σ along X (-1: use sigma)"),
+        truncate: f64 = float(4.0, Some(0.0), Some(100.0), "kernel radius in σ (radius = int(truncate·σ + 0.5))"),
+    }
+}
+
+impl GaussianBlurArgs {
+    /// σ along Y and X: each axis argument, or `sigma` where it is -1.
+    pub fn axis_sigmas(&self) -> Result<(f64, f64), FunctionError> {
+        let axis = |name: &str, v: f64| {
+            if v == -1.0 {
+                Ok(self.sigma)
+            } else if v >= 0.0 {
+                Ok(v)
+            } else {
+                Err(FunctionError::invalid("gaussian_blur", format!("{name} must be >= 0 (or -1 for sigma), got {v}")))
+            }
+        };
+        Ok((axis("sigma_y", self.sigma_y)?, axis("sigma_x", self.sigma_x)?))
+    }
+}
+
+hcsflow_core::function_args! {
+    /// The arguments of [`SHARPEN`].
+    pub struct SharpenArgs {
+        radius: f64 = float(1.0, Some(0.0), Some(1000.0), "σ of the Gaussian blur in pixels"),
+        amount: f64 = float(1.0, None, None, "strength of the added detail"),
+    }
+}
+
+hcsflow_core::function_args! {
+    /// The arguments of [`MEDIAN_FILTER`].
+    pub struct MedianFilterArgs {
+        size: i64 = int(3, Some(1), Some(99), "window side in pixels (odd)"),
     }
 }
 
 /// `median_filter`'s check: the window has a centre pixel.
-fn check_median(args: &Args, _: &StackShape) -> Result<(), ArgProblem> {
-    let size = args.int("size");
+fn check_median(args: &MedianFilterArgs, _: &StackShape) -> Result<(), ArgProblem> {
+    let size = args.size;
     if size % 2 == 0 {
         return Err(ArgProblem::new("size", format!("size must be odd, got {size}"), format!("use {} or {}", size - 1, size + 1)));
     }
@@ -425,9 +455,8 @@ fn check_median(args: &Args, _: &StackShape) -> Result<(), ArgProblem> {
 
 /// `gaussian_blur`'s check: each axis σ is >= 0 or the -1 that means `sigma`
 /// (the range admits the values between).
-fn check_gaussian(args: &Args, _: &StackShape) -> Result<(), ArgProblem> {
-    for axis in ["sigma_y", "sigma_x"] {
-        let v = args.float(axis);
+fn check_gaussian(args: &GaussianBlurArgs, _: &StackShape) -> Result<(), ArgProblem> {
+    for (axis, v) in [("sigma_y", args.sigma_y), ("sigma_x", args.sigma_x)] {
         if v != -1.0 && v < 0.0 {
             return Err(ArgProblem::new(
                 axis,
@@ -439,51 +468,38 @@ fn check_gaussian(args: &Args, _: &StackShape) -> Result<(), ArgProblem> {
     Ok(())
 }
 
+pub static GAUSSIAN_BLUR: FunctionDecl<GaussianBlurArgs> = FunctionDecl::new(
+    "gaussian_blur",
+    Contract::Pure2d,
+    "Gaussian blur per plane, σ per axis (scipy.ndimage.gaussian_filter, mode='reflect'); f32 result.",
+)
+.with_check(check_gaussian);
+
+pub static SHARPEN: FunctionDecl<SharpenArgs> = FunctionDecl::new(
+    "sharpen",
+    Contract::Pure2d,
+    "Unsharp mask x + (x - gaussian(x, radius))·amount (skimage.filters.unsharp_mask, preserve_range); f32 result.",
+);
+
+pub static MEDIAN_FILTER: FunctionDecl<MedianFilterArgs> = FunctionDecl::new(
+    "median_filter",
+    Contract::Pure2d,
+    "Median over a size×size window per plane (scipy.ndimage.median_filter, mode='reflect'); exact, keeps the dtype.",
+)
+.with_check(check_median);
+
+pub static SOBEL: FunctionDecl<NoArgs> = FunctionDecl::new(
+    "sobel",
+    Contract::Pure2d,
+    "Sobel edge magnitude per plane (skimage.filters.sobel on the pixel values, mode='reflect'); f32 result.",
+);
+
 pub(crate) fn register(registry: &mut Registry) {
-    registry.register(
-        FunctionSpec {
-            name: "gaussian_blur",
-            doc: "Gaussian blur per plane, σ per axis (scipy.ndimage.gaussian_filter, mode='reflect'); f32 result.",
-            contract: Contract::Pure2d,
-            args: vec![
-                ArgSpec::float("sigma", 1.0, Some(0.0), Some(1000.0), "standard deviation in pixels (both axes)"),
-                ArgSpec::float("sigma_y", -1.0, Some(-1.0), Some(1000.0), "σ along Y (-1: use sigma)"),
-                ArgSpec::float("sigma_x", -1.0, Some(-1.0), Some(1000.0), "σ along X (-1: use sigma)"),
-                ArgSpec::float("truncate", 4.0, Some(0.0), Some(100.0), "kernel radius in σ (radius = int(truncate·σ + 0.5))"),
-            ],
-        },
-        crate::host_all_planes(|s, a| Ok(gaussian_blur(s, axis_sigma(a, "sigma_y")?, axis_sigma(a, "sigma_x")?, a.float("truncate")))),
-    );
-    registry.register(
-        FunctionSpec {
-            name: "sharpen",
-            doc: "Unsharp mask x + (x - gaussian(x, radius))·amount (skimage.filters.unsharp_mask, preserve_range); f32 result.",
-            contract: Contract::Pure2d,
-            args: vec![
-                ArgSpec::float("radius", 1.0, Some(0.0), Some(1000.0), "σ of the Gaussian blur in pixels"),
-                ArgSpec::float("amount", 1.0, None, None, "strength of the added detail"),
-            ],
-        },
-        crate::host_all_planes(|s, a| Ok(unsharp_mask(s, a.float("radius"), a.float("amount")))),
-    );
-    registry.register(
-        FunctionSpec {
-            name: "median_filter",
-            doc: "Median over a size×size window per plane (scipy.ndimage.median_filter, mode='reflect'); exact, keeps the dtype.",
-            contract: Contract::Pure2d,
-            args: vec![ArgSpec::int("size", 3, Some(1), Some(99), "window side in pixels (odd)")],
-        },
-        crate::host_all_planes(|s, a| median_filter(s, a.int("size") as usize)),
-    );
-    registry.register(
-        FunctionSpec {
-            name: "sobel",
-            doc: "Sobel edge magnitude per plane (skimage.filters.sobel on the pixel values, mode='reflect'); f32 result.",
-            contract: Contract::Pure2d,
-            args: vec![],
-        },
-        crate::host_all_planes(|s, _| Ok(sobel(s))),
-    );
-    registry.set_check("median_filter", check_median);
-    registry.set_check("gaussian_blur", check_gaussian);
+    registry.add(crate::host_all_planes(&GAUSSIAN_BLUR, |s, a| {
+        let (sigma_y, sigma_x) = a.axis_sigmas()?;
+        Ok(gaussian_blur(s, sigma_y, sigma_x, a.truncate))
+    }));
+    registry.add(crate::host_all_planes(&SHARPEN, |s, a| Ok(unsharp_mask(s, a.radius, a.amount))));
+    registry.add(crate::host_all_planes(&MEDIAN_FILTER, |s, a| median_filter(s, a.size as usize)));
+    registry.add(crate::host_all_planes(&SOBEL, |s, _| Ok(sobel(s))));
 }

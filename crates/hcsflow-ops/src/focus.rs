@@ -26,8 +26,7 @@
 //! [`DepthMap::to_stack`] (a u16 image: plane index per pixel) under that name,
 //! written beside the images. Until then library users call [`focus_stack`].
 
-use hcsflow_core::StackArray;
-use hcsflow_core::{with_pixels, ArgSpec, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
+use hcsflow_core::{one_plane, with_pixels, Contract, FunctionDecl, FunctionError, Pixel, Registry, Stack, StackArray};
 use ndarray::{Array3, ShapeError};
 use rayon::prelude::*;
 use serde::Serialize;
@@ -340,22 +339,28 @@ pub fn focus_stack(stack: &Stack, sigma: f64, method: FocusMethod) -> Result<Foc
     Ok(FocusResult { image, depth: DepthMap { height: h, width: w, index: depth } })
 }
 
+hcsflow_core::function_args! {
+    /// The arguments of [`FOCUS_STACK`].
+    pub struct FocusStackArgs {
+        method: String = choice("log", &["log", "weighted"], "log: sharpest plane per pixel (keeps dtype); weighted: weighted mean (f32)"),
+        sigma: f64 = float(1.0, Some(0.1), Some(MAX_SIGMA), "Gaussian sigma in pixels (truncate 4.0, as scipy)"),
+    }
+}
+
+impl FocusStackArgs {
+    /// The method argument as a [`FocusMethod`].
+    pub fn focus_method(&self) -> Result<FocusMethod, FunctionError> {
+        FocusMethod::parse(&self.method).ok_or_else(|| FunctionError::invalid("focus_stack", format!("unknown method '{}'", self.method)))
+    }
+}
+
+pub static FOCUS_STACK: FunctionDecl<FocusStackArgs> = FunctionDecl::new(
+    "focus_stack",
+    Contract::VolumetricToSlice,
+    "All-in-focus image from a z-stack: argmax of |laplace(gaussian)| per pixel (log) or Gaussian-difference weighted mean (weighted); scipy.ndimage borders.",
+)
+.with_output_shape(one_plane);
+
 pub(crate) fn register(registry: &mut Registry) {
-    registry.register(
-        FunctionSpec {
-            name: "focus_stack",
-            doc: "All-in-focus image from a z-stack: argmax of |laplace(gaussian)| per pixel (log) or Gaussian-difference weighted mean (weighted); scipy.ndimage borders.",
-            contract: Contract::VolumetricToSlice,
-            args: vec![
-                ArgSpec::choice("method", "log", &["log", "weighted"], "log: sharpest plane per pixel (keeps dtype); weighted: weighted mean (f32)"),
-                ArgSpec::float("sigma", 1.0, Some(0.1), Some(MAX_SIGMA), "Gaussian sigma in pixels (truncate 4.0, as scipy)"),
-            ],
-        },
-        Implementation::host(|s, args| {
-            let method = FocusMethod::parse(args.str("method"))
-                .ok_or_else(|| FunctionError::failed("focus_stack", format!("unknown method '{}'", args.str("method"))))?;
-            Ok(focus_stack(s, args.float("sigma"), method)?.image)
-        }),
-    );
-    registry.set_output_shape("focus_stack", hcsflow_core::one_plane);
+    registry.add(FOCUS_STACK.host(|s, a, _| Ok(focus_stack(s, a.sigma, a.focus_method()?)?.image)));
 }

@@ -1,9 +1,6 @@
 //! Geometry per plane: binning (k × k mean or sum) and crop.
 
-use hcsflow_core::StackArray;
-use hcsflow_core::{
-    with_pixels, ArgProblem, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack, StackShape,
-};
+use hcsflow_core::{with_pixels, ArgProblem, Contract, FunctionDecl, FunctionError, Pixel, Registry, Stack, StackArray, StackShape};
 use ndarray::{s, Axis};
 use rayon::prelude::*;
 
@@ -74,12 +71,12 @@ fn crop_misfit(y: usize, x: usize, height: usize, width: usize, h: usize, w: usi
 }
 
 /// The crop's arguments as sizes (`Int` ranges are >= 0).
-fn crop_args(args: &Args) -> [usize; 4] {
-    ["y", "x", "height", "width"].map(|n| usize::try_from(args.int(n)).unwrap_or(usize::MAX))
+fn crop_args(args: &CropArgs) -> [usize; 4] {
+    [args.y, args.x, args.height, args.width].map(|v| usize::try_from(v).unwrap_or(usize::MAX))
 }
 
 /// `crop`'s check: the rectangle lies inside the plane.
-fn check_crop(args: &Args, shape: &StackShape) -> Result<(), ArgProblem> {
+fn check_crop(args: &CropArgs, shape: &StackShape) -> Result<(), ArgProblem> {
     let [y, x, height, width] = crop_args(args);
     let (h, w) = (shape.height, shape.width);
     crop_rectangle(y, x, height, width, h, w).map(|_| ()).map_err(|(rh, rw)| {
@@ -99,15 +96,15 @@ fn check_crop(args: &Args, shape: &StackShape) -> Result<(), ArgProblem> {
     })
 }
 
-fn crop_shape(args: &Args, input: &StackShape) -> Option<StackShape> {
+fn crop_shape(args: &CropArgs, input: &StackShape) -> Option<StackShape> {
     let [y, x, height, width] = crop_args(args);
     let (height, width) = crop_rectangle(y, x, height, width, input.height, input.width).ok()?;
     Some(StackShape::new(input.depth, height, width))
 }
 
 /// `bin`'s check: at least one k × k block fits in the plane.
-fn check_bin(args: &Args, shape: &StackShape) -> Result<(), ArgProblem> {
-    let k = args.int("factor");
+fn check_bin(args: &BinArgs, shape: &StackShape) -> Result<(), ArgProblem> {
+    let k = args.factor;
     let (h, w) = (shape.height, shape.width);
     let side = h.min(w);
     if usize::try_from(k).map_or(true, |k| k > side) {
@@ -120,43 +117,46 @@ fn check_bin(args: &Args, shape: &StackShape) -> Result<(), ArgProblem> {
     Ok(())
 }
 
-fn bin_shape(args: &Args, input: &StackShape) -> Option<StackShape> {
-    let k = usize::try_from(args.int("factor")).ok().filter(|&k| k > 0)?;
+fn bin_shape(args: &BinArgs, input: &StackShape) -> Option<StackShape> {
+    let k = usize::try_from(args.factor).ok().filter(|&k| k > 0)?;
     Some(StackShape::new(input.depth, input.height / k, input.width / k))
 }
 
+hcsflow_core::function_args! {
+    /// The arguments of [`BIN`].
+    pub struct BinArgs {
+        factor: i64 = int(2, Some(1), Some(1024), "bin side k in pixels"),
+        mode: String = choice("mean", &["mean", "sum"], "mean or sum of the k×k pixels"),
+    }
+}
+
+hcsflow_core::function_args! {
+    /// The arguments of [`CROP`].
+    pub struct CropArgs {
+        y: i64 = int(0, Some(0), None, "first row"),
+        x: i64 = int(0, Some(0), None, "first column"),
+        height: i64 = int(0, Some(0), None, "rows to keep (0: to the bottom edge)"),
+        width: i64 = int(0, Some(0), None, "columns to keep (0: to the right edge)"),
+    }
+}
+
+pub static BIN: FunctionDecl<BinArgs> = FunctionDecl::new(
+    "bin",
+    Contract::Pure2d,
+    "k×k binning per plane (mean or sum of each block, numpy reshape semantics; partial blocks dropped); f32 result.",
+)
+.with_check(check_bin)
+.with_output_shape(bin_shape);
+
+pub static CROP: FunctionDecl<CropArgs> =
+    FunctionDecl::new("crop", Contract::Pure2d, "Crops every plane to [y, y+height) × [x, x+width) (numpy slicing); keeps the dtype.")
+        .with_check(check_crop)
+        .with_output_shape(crop_shape);
+
 pub(crate) fn register(registry: &mut Registry) {
-    registry.register(
-        FunctionSpec {
-            name: "bin",
-            doc: "k×k binning per plane (mean or sum of each block, numpy reshape semantics; partial blocks dropped); f32 result.",
-            contract: Contract::Pure2d,
-            args: vec![
-                ArgSpec::int("factor", 2, Some(1), Some(1024), "bin side k in pixels"),
-                ArgSpec::choice("mode", "mean", &["mean", "sum"], "mean or sum of the k×k pixels"),
-            ],
-        },
-        Implementation::host(|s, a| bin(s, a.int("factor") as usize, a.str("mode") == "mean")),
-    );
-    registry.register(
-        FunctionSpec {
-            name: "crop",
-            doc: "Crops every plane to [y, y+height) × [x, x+width) (numpy slicing); keeps the dtype.",
-            contract: Contract::Pure2d,
-            args: vec![
-                ArgSpec::int("y", 0, Some(0), None, "first row"),
-                ArgSpec::int("x", 0, Some(0), None, "first column"),
-                ArgSpec::int("height", 0, Some(0), None, "rows to keep (0: to the bottom edge)"),
-                ArgSpec::int("width", 0, Some(0), None, "columns to keep (0: to the right edge)"),
-            ],
-        },
-        Implementation::host(|s, a| {
-            let [y, x, height, width] = crop_args(a);
-            crop(s, y, x, height, width)
-        }),
-    );
-    registry.set_check("bin", check_bin);
-    registry.set_output_shape("bin", bin_shape);
-    registry.set_check("crop", check_crop);
-    registry.set_output_shape("crop", crop_shape);
+    registry.add(BIN.host(|s, a, _| bin(s, a.factor as usize, a.mode == "mean")));
+    registry.add(CROP.host(|s, a, _| {
+        let [y, x, height, width] = crop_args(a);
+        crop(s, y, x, height, width)
+    }));
 }

@@ -9,8 +9,7 @@
 //!
 //! Two raster passes with union–find (path halving), linear time.
 
-use hcsflow_core::StackArray;
-use hcsflow_core::{with_pixels, ArgSpec, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
+use hcsflow_core::{with_pixels, Contract, FunctionDecl, FunctionError, Pixel, Registry, Stack, StackArray};
 use serde::Serialize;
 
 /// Pixel neighbourhood.
@@ -152,19 +151,24 @@ pub fn label_stack(stack: &Stack, connectivity: Connectivity) -> Result<Stack, F
     Ok(Stack::from(labels))
 }
 
+hcsflow_core::function_args! {
+    /// The arguments of [`LABEL`].
+    pub struct LabelArgs {
+        connectivity: String = choice("8", &["4", "8"], "4: edge neighbours; 8: edge and corner neighbours"),
+    }
+}
+
+pub static LABEL: FunctionDecl<LabelArgs> = FunctionDecl::new(
+    "label",
+    Contract::Pure2d,
+    "Connected components of the nonzero pixels (scipy.ndimage.label / skimage.measure.label on a mask), u16 labels in raster order.",
+);
+
 pub(crate) fn register(registry: &mut Registry) {
-    registry.register(
-        FunctionSpec {
-            name: "label",
-            doc: "Connected components of the nonzero pixels (scipy.ndimage.label / skimage.measure.label on a mask), u16 labels in raster order.",
-            contract: Contract::Pure2d,
-            args: vec![ArgSpec::choice("connectivity", "8", &["4", "8"], "4: edge neighbours; 8: edge and corner neighbours")],
-        },
-        Implementation::host(|s, args| {
-            let c = Connectivity::from_int(args.str("connectivity").parse().unwrap_or(8)).unwrap_or(Connectivity::Eight);
-            label_stack(s, c)
-        }),
-    );
+    registry.add(LABEL.host(|s, a, _| {
+        let c = Connectivity::from_int(a.connectivity.parse().unwrap_or(8)).unwrap_or(Connectivity::Eight);
+        label_stack(s, c)
+    }));
 }
 
 #[cfg(test)]

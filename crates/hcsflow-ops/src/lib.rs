@@ -20,16 +20,19 @@ pub mod projection;
 pub mod threshold;
 pub mod tophat;
 
-use hcsflow_core::{Args, FunctionError, Implementation, Registry, Stack};
+use hcsflow_core::{Binding, FunctionArgs, FunctionDecl, FunctionError, Registry, Stack};
 
 /// A host implementation that receives the whole stack even under a per-plane
 /// contract, for functions that already treat every plane on their own (and
-/// parallelise inside each plane). [`Implementation::host`] would have the
+/// parallelise inside each plane). [`FunctionDecl::host`] would have the
 /// registry copy each plane out and concatenate the results: two extra copies
 /// of the data per call, which cost as much as a fast filter itself.
 /// The registry still checks that the plane count is kept.
-pub(crate) fn host_all_planes(kernel: impl Fn(&Stack, &Args) -> Result<Stack, FunctionError> + Send + Sync + 'static) -> Implementation {
-    Implementation::host_owned(move |s, a| kernel(&s, a))
+pub(crate) fn host_all_planes<A: FunctionArgs>(
+    decl: &FunctionDecl<A>,
+    kernel: impl Fn(&Stack, &A) -> Result<Stack, FunctionError> + Send + Sync + 'static,
+) -> Binding {
+    decl.host_owned(move |s, a, _| kernel(&s, a))
 }
 
 /// Declares every host function in `registry`.

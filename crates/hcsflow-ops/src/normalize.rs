@@ -16,7 +16,7 @@
 //! is the f64 value rounded to f32, NaN stays NaN. Results equal numpy's
 //! float64 formula rounded the same way, exactly.
 
-use hcsflow_core::{ArgProblem, ArgSpec, Args, Contract, FunctionError, FunctionSpec, Pixel, Registry, Stack, StackShape};
+use hcsflow_core::{same_shape, ArgProblem, Contract, FunctionDecl, FunctionError, Pixel, Registry, Stack, StackShape};
 use rayon::prelude::*;
 
 use crate::histogram::{percentiles_f32, percentiles_int, Binned};
@@ -27,13 +27,16 @@ use affine::AffineStretch;
 /// Pixels per parallel task when applying a lookup table.
 const CHUNK: usize = 1 << 18;
 
-/// Arguments of percentile normalisation (OpenHCS names and defaults).
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct PercentileNormalize {
-    pub low_percentile: f64,
-    pub high_percentile: f64,
-    pub target_min: f64,
-    pub target_max: f64,
+hcsflow_core::function_args! {
+    /// Arguments of percentile normalisation (OpenHCS names and defaults):
+    /// those of [`PERCENTILE_NORMALIZE`] and [`STACK_PERCENTILE_NORMALIZE`].
+    #[derive(Copy)]
+    pub struct PercentileNormalize {
+        low_percentile: f64 = float(1.0, Some(0.0), Some(100.0), "lower percentile (numpy 'linear'), mapped to target_min"),
+        high_percentile: f64 = float(99.0, Some(0.0), Some(100.0), "upper percentile, mapped to target_max"),
+        target_min: f64 = float(0.0, None, None, "output value of the low percentile"),
+        target_max: f64 = float(65535.0, None, None, "output value of the high percentile (use 255 for u8)"),
+    }
 }
 
 impl Default for PercentileNormalize {
@@ -43,16 +46,6 @@ impl Default for PercentileNormalize {
 }
 
 impl PercentileNormalize {
-    /// From the validated arguments of the registered functions.
-    pub fn from_args(args: &Args) -> Self {
-        PercentileNormalize {
-            low_percentile: args.float("low_percentile"),
-            high_percentile: args.float("high_percentile"),
-            target_min: args.float("target_min"),
-            target_max: args.float("target_max"),
-        }
-    }
-
     /// The mapping of one value once `lo`/`hi` are known (f64, unrounded).
     #[inline]
     pub fn map(&self, v: f64, lo: f64, hi: f64) -> f64 {
@@ -196,8 +189,8 @@ pub fn percentile_normalize_in_place(stack: &mut Stack, p: &PercentileNormalize,
 
 /// The check both registered normalisations declare: the low percentile must
 /// be below the high one (equal percentiles map every pixel to `target_min`).
-fn check_percentiles(args: &Args, _: &StackShape) -> Result<(), ArgProblem> {
-    let (low, high) = (args.float("low_percentile"), args.float("high_percentile"));
+fn check_percentiles(args: &PercentileNormalize, _: &StackShape) -> Result<(), ArgProblem> {
+    let (low, high) = (args.low_percentile, args.high_percentile);
     if low >= high {
         return Err(ArgProblem::new(
             "low_percentile",
@@ -208,45 +201,30 @@ fn check_percentiles(args: &Args, _: &StackShape) -> Result<(), ArgProblem> {
     Ok(())
 }
 
-/// The arguments both registered normalisations take.
-fn normalize_args() -> Vec<ArgSpec> {
-    vec![
-        ArgSpec::float("low_percentile", 1.0, Some(0.0), Some(100.0), "lower percentile (numpy 'linear'), mapped to target_min"),
-        ArgSpec::float("high_percentile", 99.0, Some(0.0), Some(100.0), "upper percentile, mapped to target_max"),
-        ArgSpec::float("target_min", 0.0, None, None, "output value of the low percentile"),
-        ArgSpec::float("target_max", 65535.0, None, None, "output value of the high percentile (use 255 for u8)"),
-    ]
-}
+pub static PERCENTILE_NORMALIZE: FunctionDecl<PercentileNormalize> = FunctionDecl::new(
+    "percentile_normalize",
+    Contract::Pure2d,
+    "Per-slice percentile contrast stretch (np.percentile 'linear', exact via histograms); keeps the dtype.",
+)
+.with_check(check_percentiles);
+
+pub static STACK_PERCENTILE_NORMALIZE: FunctionDecl<PercentileNormalize> = FunctionDecl::new(
+    "stack_percentile_normalize",
+    Contract::Pure3d,
+    "Whole-stack percentile contrast stretch (one np.percentile pair over all planes, exact); keeps the dtype.",
+)
+.with_check(check_percentiles)
+.with_output_shape(same_shape);
 
 pub(crate) fn register(registry: &mut Registry) {
-    registry.register(
-        FunctionSpec {
-            name: "percentile_normalize",
-            doc: "Per-slice percentile contrast stretch (np.percentile 'linear', exact via histograms); keeps the dtype.",
-            contract: Contract::Pure2d,
-            args: normalize_args(),
-        },
-        hcsflow_core::Implementation::host_owned(|mut s, a| {
-            percentile_normalize_in_place(&mut s, &PercentileNormalize::from_args(a), true)?;
-            Ok(s)
-        }),
-    );
-    registry.register(
-        FunctionSpec {
-            name: "stack_percentile_normalize",
-            doc: "Whole-stack percentile contrast stretch (one np.percentile pair over all planes, exact); keeps the dtype.",
-            contract: Contract::Pure3d,
-            args: normalize_args(),
-        },
-        hcsflow_core::Implementation::host_owned(|mut s, a| {
-            percentile_normalize_in_place(&mut s, &PercentileNormalize::from_args(a), false)?;
-            Ok(s)
-        }),
-    );
-    for name in ["percentile_normalize", "stack_percentile_normalize"] {
-        registry.set_check(name, check_percentiles);
-    }
-    registry.set_output_shape("stack_percentile_normalize", hcsflow_core::same_shape);
+    registry.add(PERCENTILE_NORMALIZE.host_owned(|mut s, p, _| {
+        percentile_normalize_in_place(&mut s, p, true)?;
+        Ok(s)
+    }));
+    registry.add(STACK_PERCENTILE_NORMALIZE.host_owned(|mut s, p, _| {
+        percentile_normalize_in_place(&mut s, p, false)?;
+        Ok(s)
+    }));
 }
 
 #[cfg(test)]

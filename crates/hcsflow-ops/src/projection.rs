@@ -6,7 +6,7 @@
 //! for f32). The wgpu kernels in `hcsflow-gpu` perform the same operations in
 //! the same order.
 
-use hcsflow_core::{with_pixels, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack, StackArray};
+use hcsflow_core::{one_plane, with_pixels, Contract, FunctionDecl, FunctionError, NoArgs, Pixel, Registry, Stack, StackArray};
 use ndarray::Axis;
 use rayon::prelude::*;
 
@@ -132,53 +132,45 @@ pub fn mean_projection(stack: &Stack) -> Result<Stack, FunctionError> {
     Ok(Stack::from(mean))
 }
 
+pub static MAX_PROJECTION: FunctionDecl<NoArgs> = FunctionDecl::new(
+    "max_projection",
+    Contract::VolumetricToSlice,
+    "Per-pixel maximum over the stack axis (numpy.max(axis=0)); keeps the dtype.",
+)
+.with_output_shape(one_plane);
+
+pub static MEAN_PROJECTION: FunctionDecl<NoArgs> = FunctionDecl::new(
+    "mean_projection",
+    Contract::VolumetricToSlice,
+    "Per-pixel mean over the stack axis (numpy.mean(axis=0)), computed in f32.",
+)
+.with_output_shape(one_plane);
+
+pub static MIN_PROJECTION: FunctionDecl<NoArgs> = FunctionDecl::new(
+    "min_projection",
+    Contract::VolumetricToSlice,
+    "Per-pixel minimum over the stack axis (numpy.min(axis=0)); keeps the dtype.",
+)
+.with_output_shape(one_plane);
+
+pub static SUM_PROJECTION: FunctionDecl<NoArgs> = FunctionDecl::new(
+    "sum_projection",
+    Contract::VolumetricToSlice,
+    "Per-pixel sum over the stack axis (numpy.sum(axis=0)), computed in f32 (exact below 2^24).",
+)
+.with_output_shape(one_plane);
+
+pub static STD_PROJECTION: FunctionDecl<NoArgs> = FunctionDecl::new(
+    "std_projection",
+    Contract::VolumetricToSlice,
+    "Per-pixel population standard deviation over the stack axis (numpy.std(axis=0), ddof=0), in f32.",
+)
+.with_output_shape(one_plane);
+
 pub(crate) fn register(registry: &mut Registry) {
-    registry.register(
-        FunctionSpec {
-            name: "max_projection",
-            doc: "Per-pixel maximum over the stack axis (numpy.max(axis=0)); keeps the dtype.",
-            contract: Contract::VolumetricToSlice,
-            args: vec![],
-        },
-        Implementation::host(|s, _| max_projection(s)),
-    );
-    registry.register(
-        FunctionSpec {
-            name: "mean_projection",
-            doc: "Per-pixel mean over the stack axis (numpy.mean(axis=0)), computed in f32.",
-            contract: Contract::VolumetricToSlice,
-            args: vec![],
-        },
-        Implementation::host(|s, _| mean_projection(s)),
-    );
-    registry.register(
-        FunctionSpec {
-            name: "min_projection",
-            doc: "Per-pixel minimum over the stack axis (numpy.min(axis=0)); keeps the dtype.",
-            contract: Contract::VolumetricToSlice,
-            args: vec![],
-        },
-        Implementation::host(|s, _| min_projection(s)),
-    );
-    registry.register(
-        FunctionSpec {
-            name: "sum_projection",
-            doc: "Per-pixel sum over the stack axis (numpy.sum(axis=0)), computed in f32 (exact below 2^24).",
-            contract: Contract::VolumetricToSlice,
-            args: vec![],
-        },
-        Implementation::host(|s, _| sum_projection(s)),
-    );
-    registry.register(
-        FunctionSpec {
-            name: "std_projection",
-            doc: "Per-pixel population standard deviation over the stack axis (numpy.std(axis=0), ddof=0), in f32.",
-            contract: Contract::VolumetricToSlice,
-            args: vec![],
-        },
-        Implementation::host(|s, _| std_projection(s)),
-    );
-    for name in ["max_projection", "mean_projection", "min_projection", "sum_projection", "std_projection"] {
-        registry.set_output_shape(name, hcsflow_core::one_plane);
-    }
+    registry.add(MAX_PROJECTION.host(|s, _, _| max_projection(s)));
+    registry.add(MEAN_PROJECTION.host(|s, _, _| mean_projection(s)));
+    registry.add(MIN_PROJECTION.host(|s, _, _| min_projection(s)));
+    registry.add(SUM_PROJECTION.host(|s, _, _| sum_projection(s)));
+    registry.add(STD_PROJECTION.host(|s, _, _| std_projection(s)));
 }

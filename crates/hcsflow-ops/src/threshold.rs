@@ -16,8 +16,7 @@
 //!
 //! The mask is `value > threshold` (skimage's convention), as u8 0/1.
 
-use hcsflow_core::StackArray;
-use hcsflow_core::{with_pixels, ArgSpec, Contract, DType, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
+use hcsflow_core::{with_pixels, Contract, DType, FunctionDecl, FunctionError, Pixel, Registry, Stack, StackArray};
 
 /// How the threshold of a plane is chosen.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -252,21 +251,24 @@ pub fn threshold_mask(stack: &Stack, method: ThresholdMethod) -> Result<(Stack, 
     Ok((Stack::from(out), thresholds))
 }
 
+hcsflow_core::function_args! {
+    /// The arguments of [`THRESHOLD`].
+    pub struct ThresholdArgs {
+        method: String = choice("otsu", &["otsu", "li", "manual"], "how the threshold is chosen"),
+        value: f64 = float(0.0, None, None, "the threshold for method=manual (in pixel units)"),
+    }
+}
+
+pub static THRESHOLD: FunctionDecl<ThresholdArgs> = FunctionDecl::new(
+    "threshold",
+    Contract::Pure2d,
+    "Binary mask value > threshold per plane (u8 0/1); threshold by Otsu or Li (skimage threshold_otsu / threshold_li) or a manual value.",
+);
+
 pub(crate) fn register(registry: &mut Registry) {
-    registry.register(
-        FunctionSpec {
-            name: "threshold",
-            doc: "Binary mask value > threshold per plane (u8 0/1); threshold by Otsu or Li (skimage threshold_otsu / threshold_li) or a manual value.",
-            contract: Contract::Pure2d,
-            args: vec![
-                ArgSpec::choice("method", "otsu", &["otsu", "li", "manual"], "how the threshold is chosen"),
-                ArgSpec::float("value", 0.0, None, None, "the threshold for method=manual (in pixel units)"),
-            ],
-        },
-        Implementation::host(|s, args| {
-            let m = ThresholdMethod::from_args(args.str("method"), args.float("value"))
-                .ok_or_else(|| FunctionError::failed("threshold", format!("unknown method '{}'", args.str("method"))))?;
-            Ok(threshold_mask(s, m)?.0)
-        }),
-    );
+    registry.add(THRESHOLD.host(|s, a, _| {
+        let m = ThresholdMethod::from_args(&a.method, a.value)
+            .ok_or_else(|| FunctionError::failed("threshold", format!("unknown method '{}'", a.method)))?;
+        Ok(threshold_mask(s, m)?.0)
+    }));
 }

@@ -21,8 +21,7 @@
 //! Cost per pixel: ~log2(2r+1) + (#distinct widths) + (2r+1) vectorised min/max,
 //! independent of the footprint area; rows are split over threads in chunks.
 
-use hcsflow_core::StackArray;
-use hcsflow_core::{with_pixels, ArgSpec, Contract, FunctionError, FunctionSpec, Implementation, Pixel, Registry, Stack};
+use hcsflow_core::{with_pixels, Contract, FunctionDecl, FunctionError, Pixel, Registry, Stack, StackArray};
 use rayon::prelude::*;
 
 /// Min/max on a pixel type, with the identity elements used for padding.
@@ -364,38 +363,36 @@ pub fn tophat(stack: &Stack, radius: usize, downsample: usize) -> Result<Stack, 
     }))
 }
 
-fn radius_arg(args: &hcsflow_core::Args) -> usize {
-    args.int("radius").max(0) as usize
+hcsflow_core::function_args! {
+    /// The arguments of [`WHITE_TOPHAT`].
+    pub struct WhiteTophatArgs {
+        radius: i64 = int(50, Some(0), Some(MAX_RADIUS as i64), "disk radius in pixels (skimage disk(radius): dy²+dx² ≤ radius²)"),
+    }
 }
 
+hcsflow_core::function_args! {
+    /// The arguments of [`TOPHAT`].
+    pub struct TophatArgs {
+        radius: i64 = int(50, Some(0), Some(MAX_RADIUS as i64), "disk radius at full resolution (pixels)"),
+        downsample: i64 = int(4, Some(1), Some(64), "downsampling factor (1 = exact white_tophat)"),
+    }
+}
+
+pub static WHITE_TOPHAT: FunctionDecl<WhiteTophatArgs> = FunctionDecl::new(
+    "white_tophat",
+    Contract::Pure2d,
+    "White top-hat with an exact disk (image − opening); equals skimage.morphology.white_tophat(img, disk(radius)).",
+);
+
+pub static TOPHAT: FunctionDecl<TophatArgs> = FunctionDecl::new(
+    "tophat",
+    Contract::Pure2d,
+    "OpenHCS's fast top-hat: disk(radius/downsample) opening of the block-mean downsampled image, bilinear upsampled background subtracted, clipped at 0.",
+);
+
 pub(crate) fn register(registry: &mut Registry) {
-    registry.register(
-        FunctionSpec {
-            name: "white_tophat",
-            doc: "White top-hat with an exact disk (image − opening); equals skimage.morphology.white_tophat(img, disk(radius)).",
-            contract: Contract::Pure2d,
-            args: vec![ArgSpec::int(
-                "radius",
-                50,
-                Some(0),
-                Some(MAX_RADIUS as i64),
-                "disk radius in pixels (skimage disk(radius): dy²+dx² ≤ radius²)",
-            )],
-        },
-        Implementation::host(|s, args| white_tophat(s, radius_arg(args))),
-    );
-    registry.register(
-        FunctionSpec {
-            name: "tophat",
-            doc: "OpenHCS's fast top-hat: disk(radius/downsample) opening of the block-mean downsampled image, bilinear upsampled background subtracted, clipped at 0.",
-            contract: Contract::Pure2d,
-            args: vec![
-                ArgSpec::int("radius", 50, Some(0), Some(MAX_RADIUS as i64), "disk radius at full resolution (pixels)"),
-                ArgSpec::int("downsample", 4, Some(1), Some(64), "downsampling factor (1 = exact white_tophat)"),
-            ],
-        },
-        Implementation::host(|s, args| tophat(s, radius_arg(args), args.int("downsample").max(1) as usize)),
-    );
+    registry.add(WHITE_TOPHAT.host(|s, a, _| white_tophat(s, a.radius.max(0) as usize)));
+    registry.add(TOPHAT.host(|s, a, _| tophat(s, a.radius.max(0) as usize, a.downsample.max(1) as usize)));
 }
 
 #[cfg(test)]

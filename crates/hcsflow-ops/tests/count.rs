@@ -230,10 +230,7 @@ fn count_cells_is_registered() {
         assert_eq!(reg.get(name).unwrap().spec.contract, hcsflow_core::Contract::Pure2d, "{name}");
     }
     let f = reg.get("count_cells").unwrap();
-    let a = f.validate_args(vec![]).unwrap();
-    assert_eq!(
-        (a.float("min_sigma"), a.float("max_sigma"), a.int("num_sigma"), a.float("threshold"), a.float("overlap")),
-        (1.0, 10.0, 10, 0.1, 0.5)
-    );
+    let a = <hcsflow_ops::count::CountCellsArgs as hcsflow_core::FunctionArgs>::from_args(&f.validate_args(vec![]).unwrap());
+    assert_eq!((a.min_sigma, a.max_sigma, a.num_sigma, a.threshold, a.overlap), (1.0, 10.0, 10, 0.1, 0.5));
     assert!(blob_log(&[0.0; 4], 2, 2, &BlobLogParams { min_sigma: 0.0, ..Default::default() }).is_err());
 }

@@ -4,7 +4,7 @@
 mod common;
 
 use common::{assert_close, assert_exact, random_stack, Oracle};
-use hcsflow_core::{Array, ConversionPolicy, Conversions, DType, Device, MemoryType, Registry, Stack};
+use hcsflow_core::{ArgValue, Array, ConversionPolicy, Conversions, DType, Device, MemoryType, Registry, Stack};
 use hcsflow_ops::composite::{apply_mask, composite};
 use hcsflow_ops::geometry::{bin, crop};
 use serde_json::json;
@@ -91,8 +91,8 @@ fn weights_argument_parses_and_validates() {
     let f = r.get("composite").unwrap();
     let texts = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     let a = f.parse_args(&texts(&["weights=0.5, 0.3,0.2"])).unwrap();
-    assert_eq!(a.float_list("weights"), &[0.5, 0.3, 0.2]);
-    assert_eq!(f.parse_args(&texts(&["weights=[1,2]"])).unwrap().float_list("weights"), &[1.0, 2.0]);
+    assert_eq!(a.get("weights"), Some(&ArgValue::FloatList(vec![0.5, 0.3, 0.2])));
+    assert_eq!(f.parse_args(&texts(&["weights=[1,2]"])).unwrap().get("weights"), Some(&ArgValue::FloatList(vec![1.0, 2.0])));
     assert_eq!(
         f.parse_args(&texts(&["weights=1,x"])).unwrap_err().to_string(),
         "composite: argument 'weights' expects a comma-separated list of numbers, got '1,x'"

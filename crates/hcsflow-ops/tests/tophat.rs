@@ -107,6 +107,6 @@ fn registered_with_contract_and_args() {
     assert_eq!(f.spec.contract, hcsflow_core::Contract::Pure2d);
     assert!(f.parse_args(&["radius=-1".into()]).is_err());
     let f = reg.get("tophat").unwrap();
-    let args = f.validate_args(vec![]).unwrap();
-    assert_eq!((args.int("radius"), args.int("downsample")), (50, 4));
+    let args = <hcsflow_ops::tophat::TophatArgs as hcsflow_core::FunctionArgs>::from_args(&f.validate_args(vec![]).unwrap());
+    assert_eq!((args.radius, args.downsample), (50, 4));
 }

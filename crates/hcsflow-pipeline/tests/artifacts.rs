@@ -199,7 +199,7 @@ fn registry_with_consumer() -> (hcsflow_core::Registry, hcsflow_core::Conversion
     r.register_with_artifacts(
         FunctionSpec { name: "needs_labels", doc: "test only", contract: Contract::Pure3d, args: vec![] },
         Artifacts { produces: vec![], consumes: vec![ArtifactDecl { name: "labels", doc: "test", optional: false }] },
-        Implementation::host(|s, _| Ok(s.clone())),
+        Implementation::host(|s, _, _| Ok(s.clone())),
     );
     (r, c)
 }

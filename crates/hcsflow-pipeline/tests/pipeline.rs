@@ -34,8 +34,11 @@ fn registry() -> (Registry, Conversions) {
             contract: Contract::Pure2d,
             args: vec![ArgSpec::int("value", 1, Some(0), Some(1000), "added")],
         },
-        Implementation::host(|s, args| {
-            let v = args.int("value") as u16;
+        Implementation::host(|s, args, _| {
+            let v = match args.get("value") {
+                Some(hcsflow_core::ArgValue::Int(v)) => *v as u16,
+                other => panic!("value is a declared integer argument, got {other:?}"),
+            };
             match s {
                 Stack::U16(a) => Ok(Stack::from(a.mapv(|x| x.saturating_add(v)))),
                 other => Ok(other.clone()),

@@ -52,10 +52,7 @@ pub use assemble::{assemble, canvas_geometry, placements, Blend, Canvas, Placeme
 pub use layout::{TileInfo, TileLayout};
 pub use positions::{tile_positions, Edge, EdgeStatus, PositionParams, TilePositions};
 
-use hcsflow_core::{
-    ArgSpec, Args, ArtifactDecl, Artifacts, CallContext, Cell, Contract, FunctionError, FunctionSpec, Implementation, Registry, Stack,
-    StackInfo, Table,
-};
+use hcsflow_core::{ArtifactDecl, CallContext, Cell, Contract, FunctionDecl, FunctionError, Registry, Stack, StackInfo, Table};
 
 /// Why stitching could not run. Alignment that fails is *not* an error: it
 /// falls back to stage positions and says so in [`TilePositions`].
@@ -78,7 +75,12 @@ pub enum StitchError {
 /// 2. every plane has a grid cell → nominal grid from `overlap`;
 /// 3. otherwise `grid_cols` columns (0 = square grid) in raster order, nominal
 ///    step from `overlap` (what `hcsflow apply` on a multi-page TIFF uses).
-fn call_layout(name: &str, tiles: &Stack, args: &Args, stack: &StackInfo) -> Result<(TileLayout, &'static str), FunctionError> {
+fn call_layout(
+    name: &str,
+    tiles: &Stack,
+    args: &TilePositionsArgs,
+    stack: &StackInfo,
+) -> Result<(TileLayout, &'static str), FunctionError> {
     let [n, h, w] = tiles.shape();
     let cells = stack.grid_cells(n);
     if let (Some(stage), Some(px)) = (stack.stage_positions_um(n), stack.pixel_size_um) {
@@ -87,9 +89,9 @@ fn call_layout(name: &str, tiles: &Stack, args: &Args, stack: &StackInfo) -> Res
         return Ok((layout, "stage positions from the plate metadata"));
     }
     if let Some(cells) = cells {
-        return Ok((TileLayout::from_cells(&cells, w, h, args.float("overlap")), "the plate's site grid and the overlap argument"));
+        return Ok((TileLayout::from_cells(&cells, w, h, args.overlap), "the plate's site grid and the overlap argument"));
     }
-    let mut cols = args.int("grid_cols").max(0) as usize;
+    let mut cols = args.grid_cols.max(0) as usize;
     if cols == 0 {
         let r = (n as f64).sqrt().round() as usize;
         if r * r != n {
@@ -100,27 +102,68 @@ fn call_layout(name: &str, tiles: &Stack, args: &Args, stack: &StackInfo) -> Res
     if cols == 0 || n % cols != 0 {
         return Err(FunctionError::invalid(name, format!("{n} tiles do not fill rows of grid_cols = {cols}")));
     }
-    Ok((TileLayout::grid((n / cols) as u32, cols as u32, w, h, args.float("overlap")), "the grid_cols and overlap arguments"))
+    Ok((TileLayout::grid((n / cols) as u32, cols as u32, w, h, args.overlap), "the grid_cols and overlap arguments"))
 }
 
-fn params_from(args: &Args) -> PositionParams {
-    let ms = args.float("max_shift_px");
-    PositionParams { max_shift_px: (ms > 0.0).then_some(ms), min_score: args.float("min_score"), ..PositionParams::default() }
+hcsflow_core::function_args! {
+    /// The arguments of [`TILE_POSITIONS`] (and the grid arguments of [`ASSEMBLE`]).
+    pub struct TilePositionsArgs {
+        grid_cols: i64 = int(0, Some(0), Some(10_000), "without plate metadata: tiles per grid row, raster order (0 = square grid)"),
+        overlap: f64 = float(0.1, Some(0.0), Some(0.9), "without stage positions: nominal overlap fraction of adjacent tiles"),
+        max_shift_px: f64 = float(0.0, Some(0.0), None, "largest deviation from the nominal offset, px (0 = 5 % of the tile)"),
+        min_score: f64 = float(0.15, Some(-1.0), Some(1.0), "score floor of an overlap (Pearson r of the high-passed aligned strips)"),
+    }
 }
 
-fn grid_args() -> Vec<ArgSpec> {
-    vec![
-        ArgSpec::int("grid_cols", 0, Some(0), Some(10_000), "without plate metadata: tiles per grid row, raster order (0 = square grid)"),
-        ArgSpec::float("overlap", 0.1, Some(0.0), Some(0.9), "without stage positions: nominal overlap fraction of adjacent tiles"),
-        ArgSpec::float("max_shift_px", 0.0, Some(0.0), None, "largest deviation from the nominal offset, px (0 = 5 % of the tile)"),
-        ArgSpec::float("min_score", 0.15, Some(-1.0), Some(1.0), "score floor of an overlap (Pearson r of the high-passed aligned strips)"),
-    ]
+impl TilePositionsArgs {
+    /// The registration parameters these arguments set.
+    pub fn position_params(&self) -> PositionParams {
+        let ms = self.max_shift_px;
+        PositionParams { max_shift_px: (ms > 0.0).then_some(ms), min_score: self.min_score, ..PositionParams::default() }
+    }
+}
+
+hcsflow_core::function_args! {
+    /// The arguments of [`ASSEMBLE`]: the blend, then those of [`TILE_POSITIONS`]
+    /// (used when no `positions` artifact exists).
+    pub struct AssembleArgs {
+        blend: String = choice("linear", &["linear", "none", "max"], "how overlaps combine: linear ramps, last tile wins, or maximum"),
+        ..grid: TilePositionsArgs
+    }
+}
+
+impl AssembleArgs {
+    /// The blend argument as a [`Blend`].
+    pub fn blend_mode(&self) -> Result<Blend, FunctionError> {
+        self.blend.parse().map_err(|e: StitchError| FunctionError::invalid("assemble", e.to_string()))
+    }
 }
 
 /// The artifact `tile_positions` produces and `assemble` consumes.
 pub const POSITIONS: &str = "positions";
 /// The edge table `tile_positions` produces.
 pub const EDGES: &str = "edges";
+
+pub static TILE_POSITIONS: FunctionDecl<TilePositionsArgs> = FunctionDecl::new(
+    "tile_positions",
+    Contract::Pure3d,
+    "Sub-pixel tile positions of a grid (strip FFT correlation, Gauss-Newton refinement, global least squares); returns the tiles unchanged, positions and edges as artifacts.",
+)
+.with_produces(&[
+    ArtifactDecl { name: POSITIONS, doc: "per tile: grid_row, grid_col, x_px, y_px (registered top-left), stage_x_px, stage_y_px, stage_only", optional: false },
+    ArtifactDecl { name: EDGES, doc: "per overlap: tile_a, tile_b (1-based planes), site_a, site_b, predicted and measured dx, dy (px), score, status, residual (px)", optional: false },
+]);
+
+pub static ASSEMBLE: FunctionDecl<AssembleArgs> = FunctionDecl::new(
+    "assemble",
+    Contract::VolumetricToSlice,
+    "Mosaic of a tile grid at the positions of an earlier tile_positions step (else registered here), with linear/none/max blending; one plane of the input dtype.",
+)
+.with_consumes(&[ArtifactDecl {
+    name: POSITIONS,
+    doc: "tile positions (x_px, y_px per tile); without it, assemble registers the tiles itself",
+    optional: true,
+}]);
 
 /// Columns of the `positions` artifact: one row per tile (plane).
 const POSITION_COLUMNS: [&str; 6] = ["grid_row", "grid_col", "x_px", "y_px", "stage_x_px", "stage_y_px"];
@@ -198,70 +241,33 @@ fn position_tables(layout: &TileLayout, pos: &TilePositions, stack: &StackInfo) 
 ///   of the `positions` artifact when an earlier step produced it (rows matched
 ///   to tiles by site), else registers the grid itself; blends with `blend`.
 pub fn register(registry: &mut Registry) {
-    registry.register_with_artifacts(
-        FunctionSpec {
-            name: "tile_positions",
-            doc: "Sub-pixel tile positions of a grid (strip FFT correlation, Gauss-Newton refinement, global least squares); returns the tiles unchanged, positions and edges as artifacts.",
-            contract: Contract::Pure3d,
-            args: grid_args(),
-        },
-        Artifacts {
-            produces: vec![
-                ArtifactDecl { name: POSITIONS, doc: "per tile: grid_row, grid_col, x_px, y_px (registered top-left), stage_x_px, stage_y_px, stage_only", optional: false },
-                ArtifactDecl { name: EDGES, doc: "per overlap: tile_a, tile_b (1-based planes), site_a, site_b, predicted and measured dx, dy (px), score, status, residual (px)", optional: false },
-            ],
-            consumes: Vec::new(),
-        },
-        Implementation::host_in_context(|s, args, ctx| {
-            let (layout, source) = call_layout("tile_positions", s, args, &ctx.stack)?;
-            let pos = tile_positions(s, &layout, &params_from(args)).map_err(|e| FunctionError::failed("tile_positions", e))?;
-            if let Some(message) = pos.describe(|k| tile_label(&ctx.stack, k)) {
-                ctx.note(format!("tile_positions (layout from {source}): {message}"));
-            }
-            let (positions, edges) = position_tables(&layout, &pos, &ctx.stack)?;
-            ctx.produce(POSITIONS, positions);
-            ctx.produce(EDGES, edges);
-            Ok(s.clone())
-        }),
-    );
-    let mut args = grid_args();
-    args.insert(
-        0,
-        ArgSpec::choice("blend", "linear", &["linear", "none", "max"], "how overlaps combine: linear ramps, last tile wins, or maximum"),
-    );
-    registry.register_with_artifacts(
-        FunctionSpec {
-            name: "assemble",
-            doc: "Mosaic of a tile grid at the positions of an earlier tile_positions step (else registered here), with linear/none/max blending; one plane of the input dtype.",
-            contract: Contract::VolumetricToSlice,
-            args,
-        },
-        Artifacts {
-            produces: Vec::new(),
-            consumes: vec![ArtifactDecl {
-                name: POSITIONS,
-                doc: "tile positions (x_px, y_px per tile); without it, assemble registers the tiles itself",
-                optional: true,
-            }],
-        },
-        Implementation::host_in_context(|s, args, ctx| {
-            let fail = |e: StitchError| FunctionError::failed("assemble", e);
-            let blend: Blend = args.str("blend").parse().map_err(fail)?;
-            let positions = match ctx.inputs.get(POSITIONS) {
-                Some(table) => positions_from_table(table, s.depth(), &ctx.stack)?,
-                None => register_for_assembly(s, args, ctx)?,
-            };
-            assemble(s, &positions, blend).map_err(fail)
-        }),
-    );
+    registry.add(TILE_POSITIONS.host(|s, args, ctx| {
+        let (layout, source) = call_layout("tile_positions", s, args, &ctx.stack)?;
+        let pos = tile_positions(s, &layout, &args.position_params()).map_err(|e| FunctionError::failed("tile_positions", e))?;
+        if let Some(message) = pos.describe(|k| tile_label(&ctx.stack, k)) {
+            ctx.note(format!("tile_positions (layout from {source}): {message}"));
+        }
+        let (positions, edges) = position_tables(&layout, &pos, &ctx.stack)?;
+        ctx.produce(POSITIONS, positions);
+        ctx.produce(EDGES, edges);
+        Ok(s.clone())
+    }));
+    registry.add(ASSEMBLE.host(|s, args, ctx| {
+        let blend = args.blend_mode()?;
+        let positions = match ctx.inputs.get(POSITIONS) {
+            Some(table) => positions_from_table(table, s.depth(), &ctx.stack)?,
+            None => register_for_assembly(s, &args.grid, ctx)?,
+        };
+        assemble(s, &positions, blend).map_err(|e| FunctionError::failed("assemble", e))
+    }));
 }
 
 /// What `assemble` does without a `positions` artifact (every implementation
 /// of it): registers `tiles` laid out from the call's plate metadata or its grid
 /// arguments (those of `tile_positions`), and notes a fallback in the context.
-pub fn register_for_assembly(tiles: &Stack, args: &Args, ctx: &mut CallContext) -> Result<Vec<(f64, f64)>, FunctionError> {
+pub fn register_for_assembly(tiles: &Stack, args: &TilePositionsArgs, ctx: &mut CallContext) -> Result<Vec<(f64, f64)>, FunctionError> {
     let (layout, source) = call_layout("assemble", tiles, args, &ctx.stack)?;
-    let pos = tile_positions(tiles, &layout, &params_from(args)).map_err(|e| FunctionError::failed("assemble", e))?;
+    let pos = tile_positions(tiles, &layout, &args.position_params()).map_err(|e| FunctionError::failed("assemble", e))?;
     if let Some(message) = pos.describe(|k| tile_label(&ctx.stack, k)) {
         ctx.note(format!("assemble (layout from {source}): {message}"));
     }

@@ -24,15 +24,15 @@
 use std::sync::Arc;
 
 use cubecl::prelude::*;
-use hcsflow_core::{Args, Array, CallContext, DType, DeviceBuffer, FunctionError};
-use hcsflow_stitch::{canvas_geometry, placements, positions_from_table, Blend, StitchError, POSITIONS};
+use hcsflow_core::{Array, CallContext, DType, DeviceBuffer, FunctionError};
+use hcsflow_stitch::{canvas_geometry, placements, positions_from_table, AssembleArgs, Blend, StitchError, ASSEMBLE, POSITIONS};
 
 use super::focus::load_pixel;
 use super::{grid, kind_of, wgpu_input, BLOCK};
 use crate::array::{download, words_for, WgpuArray};
 use crate::context::GpuError;
 
-const NAME: &str = "assemble";
+const NAME: &str = ASSEMBLE.name;
 
 /// Canvas pixels per launch by default: 1 Mi pixels keeps every launch short
 /// (no driver watchdog) and its tile list small, while a 33 MPix mosaic needs
@@ -308,10 +308,10 @@ pub fn assemble_chunked(tiles: &WgpuArray, positions: &[(f64, f64)], blend: Blen
 /// [`hcsflow_stitch::register_for_assembly`] (the host `assemble`'s own path:
 /// same layout rules, arguments and run-report notes); then the mosaic is
 /// assembled on the GPU.
-pub(super) fn assemble_call(array: Array, args: &Args, ctx: &mut CallContext) -> Result<Array, FunctionError> {
+pub(super) fn assemble_call(array: Array, args: &AssembleArgs, ctx: &mut CallContext) -> Result<Array, FunctionError> {
     let input = wgpu_input(NAME, &array)?;
     let fail = |e: String| FunctionError::failed(NAME, e);
-    let blend: Blend = args.str("blend").parse().map_err(|e: StitchError| fail(e.to_string()))?;
+    let blend = args.blend_mode()?;
     let n = input.planes();
     let positions = match ctx.inputs.get(POSITIONS) {
         Some(table) => positions_from_table(table, n, &ctx.stack)?,
@@ -321,7 +321,7 @@ pub(super) fn assemble_call(array: Array, args: &Args, ctx: &mut CallContext) ->
                 .map_err(|e| e.into_function_error(NAME))?
                 .into_stack()
                 .map_err(|_| fail("the tiles are not a stack".into()))?;
-            hcsflow_stitch::register_for_assembly(&tiles, args, ctx)?
+            hcsflow_stitch::register_for_assembly(&tiles, &args.grid, ctx)?
         }
     };
     let out = assemble(input, &positions, blend).map_err(|e| e.into_function_error(NAME))?;

@@ -18,15 +18,15 @@
 use std::sync::Arc;
 
 use cubecl::prelude::*;
-use hcsflow_core::{Args, Array, DType, DeviceBuffer, FunctionError};
-use hcsflow_ops::equalize::{equalize_lut, linspace_f32};
+use hcsflow_core::{Array, DType, DeviceBuffer, FunctionError};
+use hcsflow_ops::equalize::{equalize_lut, linspace_f32, EqualizeArgs, STACK_EQUALIZE_HISTOGRAM};
 use hcsflow_ops::histogram::{cumulative, f32_from_key};
 
 use super::normalize::{apply_luts, failed, geometry, integer_histograms, key_of, read_u32, zeros};
 use super::{grid, wgpu_input, BLOCK};
 use crate::array::WgpuArray;
 
-const NAME: &str = "stack_equalize_histogram";
+const NAME: &str = STACK_EQUALIZE_HISTOGRAM.name;
 
 /// Values each thread of [`minmax_keys`] folds before its two atomics.
 const PER_THREAD: u32 = 16;
@@ -126,7 +126,7 @@ fn interp_f32(input: &[f32], centres: &[f32], cdf: &[f32], output: &mut [f32], t
     }
 }
 
-pub(super) fn stack_equalize_histogram(array: Array, args: &Args) -> Result<Array, FunctionError> {
+pub(super) fn stack_equalize_histogram(array: Array, args: &EqualizeArgs) -> Result<Array, FunctionError> {
     let input = wgpu_input(NAME, &array)?;
     let g = geometry(NAME, input)?;
     let empty = || FunctionError::invalid(NAME, "the stack has no pixels (or only NaN)");
@@ -140,7 +140,7 @@ pub(super) fn stack_equalize_histogram(array: Array, args: &Args) -> Result<Arra
                 equalize_lut::<u16>(hist).ok_or_else(empty)?.into_iter().map(u32::from).collect()
             }
         }
-        DType::F32 => return equalize_f32(input, g.planes * g.pixels, args.int("nbins").max(1) as usize),
+        DType::F32 => return equalize_f32(input, g.planes * g.pixels, args.nbins.max(1) as usize),
     };
     apply_luts(NAME, input, &g, &lut, 0)
 }

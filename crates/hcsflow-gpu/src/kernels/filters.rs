@@ -11,12 +11,12 @@ use std::sync::Arc;
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
-use hcsflow_core::{Args, Array, DType, DeviceBuffer, FunctionError};
-use hcsflow_ops::composite::composite_weights;
+use hcsflow_core::{Array, DType, DeviceBuffer, FunctionError};
+use hcsflow_ops::composite::{composite_weights, ApplyMaskArgs, CompositeArgs, APPLY_MASK, COMPOSITE};
 use hcsflow_ops::convolve::Kernel1d;
-use hcsflow_ops::filters::axis_sigma;
+use hcsflow_ops::filters::{GaussianBlurArgs, SharpenArgs, GAUSSIAN_BLUR, SHARPEN};
 
-use super::normalize::{failed, zeros};
+use super::normalize::zeros;
 use super::{grid, wgpu_input, BLOCK};
 use crate::array::WgpuArray;
 
@@ -223,20 +223,21 @@ fn f32_result(input: &WgpuArray, handle: Handle, shape: Vec<usize>) -> Array {
     Array::Device(Arc::new(WgpuArray::from_parts(input.context().clone(), handle, shape, DType::F32)))
 }
 
-pub(super) fn gaussian_blur(array: Array, args: &Args) -> Result<Array, FunctionError> {
-    const NAME: &str = "gaussian_blur";
+pub(super) fn gaussian_blur(array: Array, args: &GaussianBlurArgs) -> Result<Array, FunctionError> {
+    const NAME: &str = GAUSSIAN_BLUR.name;
     let input = wgpu_input(NAME, &array)?;
-    let ky = Kernel1d::gaussian(axis_sigma(args, "sigma_y")?, args.float("truncate"));
-    let kx = Kernel1d::gaussian(axis_sigma(args, "sigma_x")?, args.float("truncate"));
+    let (sigma_y, sigma_x) = args.axis_sigmas()?;
+    let ky = Kernel1d::gaussian(sigma_y, args.truncate);
+    let kx = Kernel1d::gaussian(sigma_x, args.truncate);
     let (src, planes, h, w) = as_f32(NAME, input)?;
     let out = separable(NAME, input.context(), &src, (planes, h, w), &ky, &kx)?;
     Ok(f32_result(input, out, DeviceBuffer::shape(input).to_vec()))
 }
 
-pub(super) fn sharpen(array: Array, args: &Args) -> Result<Array, FunctionError> {
-    const NAME: &str = "sharpen";
+pub(super) fn sharpen(array: Array, args: &SharpenArgs) -> Result<Array, FunctionError> {
+    const NAME: &str = SHARPEN.name;
     let input = wgpu_input(NAME, &array)?;
-    let k = Kernel1d::gaussian(args.float("radius"), 4.0);
+    let k = Kernel1d::gaussian(args.radius, 4.0);
     let (src, planes, h, w) = as_f32(NAME, input)?;
     let ctx = input.context();
     let out = separable(NAME, ctx, &src, (planes, h, w), &k, &k)?;
@@ -250,16 +251,16 @@ pub(super) fn sharpen(array: Array, args: &Args) -> Result<Array, FunctionError>
             BufferArg::from_raw_parts(src, total),
             BufferArg::from_raw_parts(out.clone(), total),
             total as u32,
-            args.float("amount") as f32,
+            args.amount as f32,
         );
     }
     Ok(f32_result(input, out, DeviceBuffer::shape(input).to_vec()))
 }
 
-pub(super) fn composite(array: Array, args: &Args) -> Result<Array, FunctionError> {
-    const NAME: &str = "composite";
+pub(super) fn composite(array: Array, args: &CompositeArgs) -> Result<Array, FunctionError> {
+    const NAME: &str = COMPOSITE.name;
     let input = wgpu_input(NAME, &array)?;
-    let weights = composite_weights(args.float_list("weights"), input.planes())?;
+    let weights = composite_weights(&args.weights, input.planes())?;
     let (src, planes, h, w) = as_f32(NAME, input)?;
     let ctx = input.context();
     let client = ctx.client();
@@ -339,18 +340,11 @@ fn mask_f32(input: &[f32], output: &mut [f32], total: u32, pixels: u32, mask_pla
     }
 }
 
-pub(super) fn apply_mask(array: Array, args: &Args) -> Result<Array, FunctionError> {
-    const NAME: &str = "apply_mask";
+pub(super) fn apply_mask(array: Array, args: &ApplyMaskArgs) -> Result<Array, FunctionError> {
+    const NAME: &str = APPLY_MASK.name;
     let input = wgpu_input(NAME, &array)?;
     let n = input.planes();
-    let mask_index = args.int("mask_index");
-    let idx = if mask_index < 0 { n as i64 + mask_index } else { mask_index };
-    if n < 2 || idx < 0 || idx >= n as i64 || DeviceBuffer::shape(input).len() != 3 {
-        return Err(failed(
-            NAME,
-            format!("needs a stack of images plus a mask plane; mask_index {mask_index} is not a plane of this {n}-plane stack"),
-        ));
-    }
+    let idx = args.mask_plane(n).filter(|_| DeviceBuffer::shape(input).len() == 3).ok_or_else(|| args.no_mask_plane(n))?;
     let ctx = input.context();
     let client = ctx.client();
     let dtype = DeviceBuffer::dtype(input);
@@ -360,7 +354,7 @@ pub(super) fn apply_mask(array: Array, args: &Args) -> Result<Array, FunctionErr
         return Err(FunctionError::too_large(NAME, "stack too large for one GPU launch"));
     }
     let out = zeros(ctx, NAME, total_words)?;
-    let fill = args.float("fill") as f32;
+    let fill = args.fill as f32;
     let mut shape = DeviceBuffer::shape(input).to_vec();
     shape[0] = n - 1;
     // SAFETY: input holds n × pw words, output (n - 1) × pw; plane indices stay below n.

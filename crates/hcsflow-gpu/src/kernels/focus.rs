@@ -15,12 +15,12 @@ use std::sync::Arc;
 
 use cubecl::prelude::*;
 use hcsflow_core::{Array, DType, DeviceBuffer, FunctionError};
-use hcsflow_ops::focus::{focus_kernel, FocusMethod, MAX_PLANES};
+use hcsflow_ops::focus::{focus_kernel, FocusMethod, FocusStackArgs, FOCUS_STACK, MAX_PLANES};
 
 use super::{grid, kind_of, wgpu_input, BLOCK};
 use crate::array::{words_for, WgpuArray};
 
-const NAME: &str = "focus_stack";
+const NAME: &str = FOCUS_STACK.name;
 
 /// scipy "reflect" index of `i − r` for `0 ≤ i`, `n ≥ 1` (no negatives: shifted by periods).
 #[cube]
@@ -384,10 +384,8 @@ pub fn focus_stack_wgpu(input: &WgpuArray, sigma: f64, method: FocusMethod) -> R
     Ok((image, depth_map))
 }
 
-pub(super) fn focus_stack(array: Array, args: &hcsflow_core::Args) -> Result<Array, FunctionError> {
+pub(super) fn focus_stack(array: Array, args: &FocusStackArgs) -> Result<Array, FunctionError> {
     let input = wgpu_input(NAME, &array)?;
-    let method = FocusMethod::parse(args.str("method"))
-        .ok_or_else(|| FunctionError::failed(NAME, format!("unknown method '{}'", args.str("method"))))?;
-    let (image, _depth) = focus_stack_wgpu(input, args.float("sigma"), method)?;
+    let (image, _depth) = focus_stack_wgpu(input, args.sigma, args.focus_method()?)?;
     Ok(Array::Device(Arc::new(image)))
 }

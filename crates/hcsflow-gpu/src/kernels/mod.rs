@@ -15,7 +15,7 @@ mod projection;
 use std::sync::Arc;
 
 use cubecl::prelude::*;
-use hcsflow_core::{Array, Conversions, FunctionError, Implementation, MemoryType, Registry};
+use hcsflow_core::{Array, Binding, Conversions, FunctionError, MemoryType, Registry};
 
 use crate::array::{as_wgpu, Download, Upload, WgpuArray};
 use projection::Reduce;
@@ -26,25 +26,36 @@ pub use focus::focus_stack_wgpu;
 /// Threads per workgroup for element-wise kernels.
 pub(crate) const BLOCK: u32 = 256;
 
-/// A GPU kernel as registered: whole array in, array out, with the call's arguments.
-type Kernel = fn(Array, &hcsflow_core::Args) -> Result<Array, FunctionError>;
-
-/// Every wgpu implementation: (function name, kernel). Add new families here.
-fn kernels() -> Vec<(&'static str, Kernel)> {
+/// Every wgpu implementation, each bound to the declaration of the function it
+/// implements (in `hcsflow-ops` or `hcsflow-stitch`): the compiler checks the
+/// function exists and that the kernel reads that function's arguments. Add
+/// new kernels here; the conformance test runs each against the host.
+pub fn implementations() -> Vec<Binding> {
+    use hcsflow_ops::{composite as ops_composite, equalize as ops_equalize, filters as ops_filters, focus as ops_focus};
+    use hcsflow_ops::{normalize as ops_normalize, projection as ops_projection};
+    const WGPU: MemoryType = MemoryType::Wgpu;
     vec![
-        ("max_projection", |a, _| projection::extreme_projection(a, "max_projection", true)),
-        ("min_projection", |a, _| projection::extreme_projection(a, "min_projection", false)),
-        ("mean_projection", |a, _| projection::float_projection(a, "mean_projection", Reduce::Mean)),
-        ("sum_projection", |a, _| projection::float_projection(a, "sum_projection", Reduce::Sum)),
-        ("std_projection", |a, _| projection::float_projection(a, "std_projection", Reduce::Std)),
-        ("percentile_normalize", |a, args| normalize::percentile_normalize(a, args, "percentile_normalize", true)),
-        ("focus_stack", focus::focus_stack),
-        ("stack_percentile_normalize", |a, args| normalize::percentile_normalize(a, args, "stack_percentile_normalize", false)),
-        ("stack_equalize_histogram", equalize::stack_equalize_histogram),
-        ("gaussian_blur", filters::gaussian_blur),
-        ("sharpen", filters::sharpen),
-        ("composite", filters::composite),
-        ("apply_mask", filters::apply_mask),
+        ops_projection::MAX_PROJECTION.device(WGPU, |a, _, _| projection::extreme_projection(a, ops_projection::MAX_PROJECTION.name, true)),
+        ops_projection::MIN_PROJECTION
+            .device(WGPU, |a, _, _| projection::extreme_projection(a, ops_projection::MIN_PROJECTION.name, false)),
+        ops_projection::MEAN_PROJECTION
+            .device(WGPU, |a, _, _| projection::float_projection(a, ops_projection::MEAN_PROJECTION.name, Reduce::Mean)),
+        ops_projection::SUM_PROJECTION
+            .device(WGPU, |a, _, _| projection::float_projection(a, ops_projection::SUM_PROJECTION.name, Reduce::Sum)),
+        ops_projection::STD_PROJECTION
+            .device(WGPU, |a, _, _| projection::float_projection(a, ops_projection::STD_PROJECTION.name, Reduce::Std)),
+        ops_normalize::PERCENTILE_NORMALIZE
+            .device(WGPU, |a, p, _| normalize::percentile_normalize(a, p, ops_normalize::PERCENTILE_NORMALIZE.name, true)),
+        ops_normalize::STACK_PERCENTILE_NORMALIZE
+            .device(WGPU, |a, p, _| normalize::percentile_normalize(a, p, ops_normalize::STACK_PERCENTILE_NORMALIZE.name, false)),
+        ops_focus::FOCUS_STACK.device(WGPU, |a, args, _| focus::focus_stack(a, args)),
+        ops_equalize::STACK_EQUALIZE_HISTOGRAM.device(WGPU, |a, args, _| equalize::stack_equalize_histogram(a, args)),
+        ops_filters::GAUSSIAN_BLUR.device(WGPU, |a, args, _| filters::gaussian_blur(a, args)),
+        ops_filters::SHARPEN.device(WGPU, |a, args, _| filters::sharpen(a, args)),
+        ops_composite::COMPOSITE.device(WGPU, |a, args, _| filters::composite(a, args)),
+        ops_composite::APPLY_MASK.device(WGPU, |a, args, _| filters::apply_mask(a, args)),
+        // Reads the `positions` artifact from the call context.
+        hcsflow_stitch::ASSEMBLE.device(WGPU, assemble::assemble_call),
     ]
 }
 
@@ -114,23 +125,13 @@ pub(crate) fn wgpu_input<'a>(function: &str, array: &'a Array) -> Result<&'a Wgp
     })
 }
 
-/// Adds the host ↔ wgpu converters and the wgpu implementations of the
-/// functions the host registry already declares (`hcsflow_ops::register` and
-/// `hcsflow_stitch::register` must run first; a function it does not know is
-/// skipped with a warning).
+/// Adds the host ↔ wgpu converters and every wgpu implementation
+/// ([`implementations`]). A function that `hcsflow_ops::register` or
+/// `hcsflow_stitch::register` has not declared yet is declared by its binding.
 pub fn register(registry: &mut Registry, conversions: &mut Conversions) {
     conversions.register(MemoryType::Host, MemoryType::Wgpu, Arc::new(Upload));
     conversions.register(MemoryType::Wgpu, MemoryType::Host, Arc::new(Download));
-    let mut implementations: Vec<(&str, Implementation)> = kernels()
-        .into_iter()
-        .map(|(name, kernel)| (name, Implementation::array(MemoryType::Wgpu, MemoryType::Wgpu, Arc::new(kernel))))
-        .collect();
-    // Reads the `positions` artifact from the call context.
-    implementations
-        .push(("assemble", Implementation::array_in_context(MemoryType::Wgpu, MemoryType::Wgpu, Arc::new(assemble::assemble_call))));
-    for (name, implementation) in implementations {
-        if !registry.add_implementation(name, implementation) {
-            tracing::warn!(function = name, "no host declaration for this GPU kernel; not registered");
-        }
+    for binding in implementations() {
+        registry.add(binding);
     }
 }

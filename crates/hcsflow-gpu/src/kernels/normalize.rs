@@ -12,7 +12,7 @@ use std::sync::Arc;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 use hcsflow_core::registry::BoxError;
-use hcsflow_core::{Args, Array, DType, DeviceBuffer, FunctionError};
+use hcsflow_core::{Array, DType, DeviceBuffer, FunctionError};
 use hcsflow_ops::histogram::{percentile_rank_list, percentiles_by_rank, percentiles_from_histogram, F32Selection};
 use hcsflow_ops::normalize::{integer_lut, PercentileNormalize};
 
@@ -227,9 +227,8 @@ pub(super) fn apply_luts(name: &str, input: &WgpuArray, g: &Geometry, luts: &[u3
 }
 
 /// Whole-stack (`per_plane = false`) or per-plane percentile normalisation.
-pub(super) fn percentile_normalize(array: Array, args: &Args, name: &str, per_plane: bool) -> Result<Array, FunctionError> {
+pub(super) fn percentile_normalize(array: Array, p: &PercentileNormalize, name: &str, per_plane: bool) -> Result<Array, FunctionError> {
     let input = wgpu_input(name, &array)?;
-    let p = PercentileNormalize::from_args(args);
     if p.low_percentile > p.high_percentile {
         return Err(FunctionError::invalid(
             "percentile_normalize",
