@@ -5,6 +5,7 @@ use hcsflow_core::{
     ArgError, ArgSpec, ArgValue, Array, Contract, ConversionPolicy, Conversions, DType, Device, DeviceRequest, FunctionError, FunctionSpec,
     Implementation, MemoryType, Registry, Stack,
 };
+use hcsflow_core::{ArgProblem, FunctionDecl, Runtime, StackShape};
 use ndarray::Array3;
 
 fn registry() -> Registry {
@@ -207,4 +208,69 @@ fn float_list_arguments_parse_validate_and_display() {
     let typed = f.validate_args(vec![("weights".into(), ArgValue::Bool(true))]).unwrap_err();
     assert!(matches!(typed, ArgError::WrongType { .. }), "{typed:?}");
     assert_eq!(ArgValue::FloatList(vec![0.5, 2.0]).to_string(), "[0.5, 2]");
+}
+
+/// With implementations for two GPU runtimes' memory, a wgpu device gets the
+/// wgpu one whatever the registration order (it used to get the first
+/// device-memory implementation: here the CUDA one).
+#[test]
+fn plan_call_picks_the_implementation_of_the_devices_runtime() {
+    let mut r = Registry::new();
+    let spec = || FunctionSpec { name: "both", doc: "test", contract: Contract::Pure3d, args: vec![] };
+    r.register(spec(), Implementation::array(MemoryType::Cuda, MemoryType::Cuda, |a, _, _| Ok(a)));
+    r.register(spec(), Implementation::array(MemoryType::Wgpu, MemoryType::Wgpu, |a, _, _| Ok(a)));
+    r.register(spec(), Implementation::host(|s, _, _| Ok(s.clone())));
+    let c = Conversions::default();
+    let plan = |memory, device| r.plan_call("both", Default::default(), memory, device, &c, ConversionPolicy::default()).unwrap();
+    assert_eq!(Device::Gpu(0).runtime(), Runtime::Wgpu);
+    assert_eq!(plan(MemoryType::Wgpu, Device::Gpu(0)).implementation.memory_in, MemoryType::Wgpu);
+    assert_eq!(plan(MemoryType::Host, Device::Cpu).implementation.memory_in, MemoryType::Host);
+    // Only a CUDA implementation: a wgpu device has none (and says so).
+    let mut r = Registry::new();
+    r.register(spec(), Implementation::array(MemoryType::Cuda, MemoryType::Cuda, |a, _, _| Ok(a)));
+    let err = r.plan_call("both", Default::default(), MemoryType::Cuda, Device::Gpu(0), &c, ConversionPolicy::default()).unwrap_err();
+    assert_eq!(err.to_string(), "both has no implementation for gpu:0 (it has: cuda); run it with --device cpu");
+}
+
+hcsflow_core::function_args! {
+    /// Arguments of the test function `offset`.
+    pub struct OffsetArgs {
+        amount: i64 = int(1, Some(0), Some(100), "added to every pixel"),
+        planes: i64 = int(0, Some(0), None, "planes to drop from the end"),
+    }
+}
+
+fn check_offset(args: &OffsetArgs, shape: &StackShape) -> Result<(), ArgProblem> {
+    if args.planes as usize >= shape.depth {
+        return Err(ArgProblem::new("planes", format!("{} planes of {}", args.planes, shape.depth), "drop fewer"));
+    }
+    Ok(())
+}
+
+static OFFSET: FunctionDecl<OffsetArgs> = FunctionDecl::new("offset", Contract::Pure3d, "adds amount, drops planes (test)")
+    .with_check(check_offset)
+    .with_output_shape(|a, s| Some(s.with_depth(s.depth - a.planes as usize)));
+
+/// A declared function: its spec comes from the argument struct, its kernel
+/// gets the typed values, and its typed check and shape rule run on the
+/// validated arguments.
+#[test]
+fn a_declared_function_reads_its_typed_arguments() {
+    let mut r = Registry::new();
+    r.add(OFFSET.host(|s, a, _| {
+        let kept = s.depth() - a.planes as usize;
+        let out = s.to_f32().slice(ndarray::s![..kept, .., ..]).mapv(|v| v + a.amount as f32);
+        Ok(Stack::F32(out))
+    }));
+    let f = r.get(OFFSET.name).unwrap();
+    let names: Vec<&str> = f.spec.args.iter().map(|a| a.name).collect();
+    assert_eq!(names, ["amount", "planes"]);
+    let args = f.parse_args(&texts(&["amount=5", "planes=1"])).unwrap();
+    assert_eq!(f.output_shape(&args, &StackShape::new(3, 2, 2)), Some(StackShape::new(2, 2, 2)));
+    let err = f.check_args(&f.parse_args(&texts(&["planes=3"])).unwrap(), &StackShape::new(3, 2, 2)).unwrap_err();
+    assert_eq!(err.to_string(), "offset: argument 'planes': 3 planes of 3 (checked against a stack of 3 planes of 2×2 pixels); drop fewer");
+    let c = Conversions::default();
+    let plan = r.plan_call("offset", args, MemoryType::Host, Device::Cpu, &c, ConversionPolicy::default()).unwrap();
+    let out = r.execute(&plan, Array::from(Stack::U16(Array3::from_elem((3, 2, 2), 1))), &c).unwrap().into_host_stack().unwrap();
+    assert_eq!(out, Stack::F32(Array3::from_elem((2, 2, 2), 6.0)));
 }

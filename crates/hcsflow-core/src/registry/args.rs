@@ -415,6 +415,14 @@ impl ArgType for Vec<f64> {
 /// kind matches the field type (`int` → `i64`, `float` → `f64`, `bool`,
 /// `choice` → `String`, `float_list` → `Vec<f64>`; another pairing does not
 /// compile). Used by [`function_args!`](crate::function_args).
+///
+/// ```compile_fail
+/// hcsflow_core::function_args! {
+///     pub struct Wrong {
+///         sigma: i64 = float(1.0, None, None, "a float read as an integer"),
+///     }
+/// }
+/// ```
 #[derive(Debug, Clone)]
 pub struct ArgDecl<T> {
     spec: ArgSpec,
