@@ -32,7 +32,7 @@ pub use args::{
     NoArgs, ShapeRule, StackShape,
 };
 pub use call::{CallPlan, PlanError};
-pub use catalogue::{Binding, Function, FunctionDecl, FunctionSpec, Registry};
+pub use catalogue::{Binding, DeclaredCheck, DeclaredShapeRule, Function, FunctionDecl, FunctionSpec, Registry};
 pub use implementation::{ArrayKernel, HostKernel, Implementation};
 
 /// How a function treats the stack axis.

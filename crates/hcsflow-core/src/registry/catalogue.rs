@@ -140,6 +140,11 @@ impl fmt::Debug for Function {
     }
 }
 
+/// A declared function's [`ArgCheck`] on its typed arguments.
+pub type DeclaredCheck<A> = fn(&A, &StackShape) -> Result<(), ArgProblem>;
+/// A declared function's [`ShapeRule`] on its typed arguments.
+pub type DeclaredShapeRule<A> = fn(&A, &StackShape) -> Option<StackShape>;
+
 /// The declaration of a function implemented in Rust, as a value: its name
 /// (written once, here), doc, contract, artifacts, argument checks and output
 /// shape; its arguments are the typed struct `A` ([`FunctionArgs`]). Host and
@@ -176,9 +181,9 @@ pub struct FunctionDecl<A> {
     /// Tables of earlier steps it reads.
     pub consumes: &'static [ArtifactDecl],
     /// Refuses arguments that cannot work for the stack a call gets (see [`ArgCheck`]).
-    pub check: Option<fn(&A, &StackShape) -> Result<(), ArgProblem>>,
+    pub check: Option<DeclaredCheck<A>>,
     /// The output shape, when it differs from the contract's default (see [`ShapeRule`]).
-    pub output_shape: Option<fn(&A, &StackShape) -> Option<StackShape>>,
+    pub output_shape: Option<DeclaredShapeRule<A>>,
 }
 
 impl<A> FunctionDecl<A> {
@@ -198,12 +203,12 @@ impl<A> FunctionDecl<A> {
     }
 
     /// With its argument check.
-    pub const fn with_check(self, check: fn(&A, &StackShape) -> Result<(), ArgProblem>) -> Self {
+    pub const fn with_check(self, check: DeclaredCheck<A>) -> Self {
         FunctionDecl { check: Some(check), ..self }
     }
 
     /// With its output-shape rule.
-    pub const fn with_output_shape(self, rule: fn(&A, &StackShape) -> Option<StackShape>) -> Self {
+    pub const fn with_output_shape(self, rule: DeclaredShapeRule<A>) -> Self {
         FunctionDecl { output_shape: Some(rule), ..self }
     }
 }

@@ -262,7 +262,7 @@ pub(super) fn percentile_normalize(array: Array, p: &PercentileNormalize, name: 
             };
             apply_luts(name, input, &g, &luts, stride)
         }
-        DType::F32 => normalize_f32_stack(name, input, &g, &p, per_plane),
+        DType::F32 => normalize_f32_stack(name, input, &g, p, per_plane),
     }
 }
 
