@@ -260,7 +260,7 @@ fn a_declared_function_reads_its_typed_arguments() {
     r.add(OFFSET.host(|s, a, _| {
         let kept = s.depth() - a.planes as usize;
         let out = s.to_f32().slice(ndarray::s![..kept, .., ..]).mapv(|v| v + a.amount as f32);
-        Ok(Stack::F32(out))
+        Ok(Stack::from(out))
     }));
     let f = r.get(OFFSET.name).unwrap();
     let names: Vec<&str> = f.spec.args.iter().map(|a| a.name).collect();
@@ -271,6 +271,6 @@ fn a_declared_function_reads_its_typed_arguments() {
     assert_eq!(err.to_string(), "offset: argument 'planes': 3 planes of 3 (checked against a stack of 3 planes of 2×2 pixels); drop fewer");
     let c = Conversions::default();
     let plan = r.plan_call("offset", args, MemoryType::Host, Device::Cpu, &c, ConversionPolicy::default()).unwrap();
-    let out = r.execute(&plan, Array::from(Stack::U16(Array3::from_elem((3, 2, 2), 1))), &c).unwrap().into_host_stack().unwrap();
-    assert_eq!(out, Stack::F32(Array3::from_elem((2, 2, 2), 6.0)));
+    let out = r.execute(&plan, Array::from(Stack::from(Array3::<u16>::from_elem((3, 2, 2), 1))), &c).unwrap().into_host_stack().unwrap();
+    assert_eq!(out, Stack::from(Array3::<f32>::from_elem((2, 2, 2), 6.0)));
 }
