@@ -166,7 +166,7 @@ pub type DeclaredShapeRule<A> = fn(&A, &StackShape) -> Option<StackShape>;
 /// let mut registry = Registry::new();
 /// registry.add(SCALE.host(|stack, args, _| {
 ///     let factor = args.factor as f32;
-///     Ok(hcsflow_core::Stack::F32(stack.to_f32().mapv(|v| v * factor)))
+///     Ok(hcsflow_core::Stack::from(stack.to_f32().mapv(|v| v * factor)))
 /// }));
 /// let function = registry.get(SCALE.name).unwrap();
 /// assert_eq!(function.spec.args[0].name, "factor");
