@@ -167,6 +167,43 @@ fn report(e: CliError) -> ExitCode {
     if e.error.is::<console::StdoutClosed>() {
         return ExitCode::SUCCESS;
     }
-    errln!("error: {:#}", e.error);
+    errln!("error: {}", one_line(&e.error));
     ExitCode::from(e.exit as u8)
+}
+
+/// An error and its causes on one line, `outer: cause: cause`, as anyhow's
+/// `{:#}` prints them, except that a cause is left out when the text so far
+/// already ends with it: many errors show their source in their own message
+/// (`{path}: {source}`), and the user should read the reason once.
+fn one_line(error: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in error.chain() {
+        let cause = cause.to_string();
+        if text.ends_with(&cause) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&cause);
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn a_cause_already_in_its_parents_message_is_said_once() {
+        let io = std::io::Error::from(std::io::ErrorKind::NotFound);
+        let tiff = hcsflow::tiff::TiffError::Io { path: "/p/a.tif".into(), source: io };
+        let e = anyhow::Error::new(tiff).context("reading /p/a.tif");
+        let text = one_line(&e);
+        assert_eq!(text.matches("entity not found").count(), 1, "{text}");
+        assert!(text.starts_with("reading /p/a.tif: /p/a.tif: "), "{text}");
+        // Causes that add something are all kept, in order.
+        let e = anyhow::anyhow!("the disk").context("writing OUT").context("well A01");
+        assert_eq!(one_line(&e), "well A01: writing OUT: the disk");
+    }
 }
