@@ -276,21 +276,7 @@ pub fn tile_positions(tiles: &Stack, layout: &TileLayout, params: &PositionParam
     let max_shift = params.max_shift_px.unwrap_or_else(|| (0.05 * th.max(tw) as f64).max(8.0));
     let stage: Vec<(f64, f64)> = layout.tiles.iter().map(|t| (t.stage_x_px, t.stage_y_px)).collect();
 
-    // Neighbour pairs: rectangles overlapping along a side.
-    let mut cands = Vec::new();
-    for i in 0..n {
-        for j in i + 1..n {
-            let (dx, dy) = (stage[j].0 - stage[i].0, stage[j].1 - stage[i].1);
-            let ox = tw as f64 - dx.abs();
-            let oy = th as f64 - dy.abs();
-            if ox <= 0.0 || oy <= 0.0 || (ox < 0.5 * tw as f64 && oy < 0.5 * th as f64) {
-                continue;
-            }
-            if let Some(geom) = EdgeGeometry::new(th, tw, dx, dy, max_shift) {
-                cands.push(Candidate { a: i, b: j, predicted: (dx, dy), geom });
-            }
-        }
-    }
+    let cands = neighbour_pairs(&stage, th, tw, max_shift);
 
     // FFT plans, once per strip size.
     let mut cache = PlanCache::default();
@@ -311,32 +297,7 @@ pub fn tile_positions(tiles: &Stack, layout: &TileLayout, params: &PositionParam
         Some(register(geom.s0, &plan, work, &set))
     };
 
-    // Null pairs: the geometry of a real edge, the B strip from a tile that
-    // does not overlap A. Deterministic choice (fixed-seed generator).
-    let mut null_jobs = Vec::new();
-    if params.null_pairs > 0 && !cands.is_empty() && n >= 3 {
-        let overlaps = |i: usize, k: usize| {
-            let (dx, dy) = (stage[k].0 - stage[i].0, stage[k].1 - stage[i].1);
-            dx.abs() < tw as f64 + max_shift && dy.abs() < th as f64 + max_shift
-        };
-        let mut rng = 0x9E37_79B9_7F4A_7C15u64;
-        let mut next = move || {
-            rng ^= rng << 13;
-            rng ^= rng >> 7;
-            rng ^= rng << 17;
-            rng
-        };
-        for _ in 0..params.null_pairs * 8 {
-            if null_jobs.len() == params.null_pairs {
-                break;
-            }
-            let c = &cands[(next() % cands.len() as u64) as usize];
-            let k = (next() % n as u64) as usize;
-            if k != c.a && !overlaps(c.a, k) {
-                null_jobs.push((c.a, k, c.geom));
-            }
-        }
-    }
+    let null_jobs = null_pairs(&cands, &stage, (th, tw), max_shift, params.null_pairs);
     // Real edges and null pairs in one parallel pass, in contiguous runs of
     // jobs per thread: each run allocates its strip buffers once (tens of MB
     // for 2048² tiles, whose page faults cost more than the FFTs).
@@ -349,9 +310,96 @@ pub fn tile_positions(tiles: &Stack, layout: &TileLayout, params: &PositionParam
     let null_max = null_scores.iter().copied().fold(f64::NEG_INFINITY, f64::max);
     let score_threshold = if null_max.is_finite() { params.min_score.max(null_max + 0.1) } else { params.min_score };
 
-    let mut edges: Vec<Edge> = cands
+    let mut edges = classify_edges(&cands, &results, params, score_threshold, max_shift);
+
+    let positions = global_fit(&stage, &mut edges, params.max_residual_px);
+
+    let mut has_edge = vec![false; n];
+    for e in edges.iter().filter(|e| e.accepted()) {
+        has_edge[e.a] = true;
+        has_edge[e.b] = true;
+    }
+    let stage_only: Vec<usize> = if n > 1 { (0..n).filter(|&k| !has_edge[k]).collect() } else { Vec::new() };
+    let accepted = edges.iter().filter(|e| e.accepted()).count();
+    let fell_back_to_stage = n > 1 && accepted == 0;
+    let mut result = TilePositions { positions, edges, score_threshold, null_scores, stage_only, fell_back_to_stage, message: None };
+    result.message = result.describe(|k| format!("tile {}", k + 1));
+    Ok(result)
+}
+
+/// Pairs of tiles whose expected rectangles (`th × tw` at their stage
+/// positions) overlap along a side, with the geometry of their strips.
+fn neighbour_pairs(stage: &[(f64, f64)], th: usize, tw: usize, max_shift: f64) -> Vec<Candidate> {
+    let n = stage.len();
+    let mut cands = Vec::new();
+    for i in 0..n {
+        for j in i + 1..n {
+            let (dx, dy) = (stage[j].0 - stage[i].0, stage[j].1 - stage[i].1);
+            let ox = tw as f64 - dx.abs();
+            let oy = th as f64 - dy.abs();
+            if ox <= 0.0 || oy <= 0.0 || (ox < 0.5 * tw as f64 && oy < 0.5 * th as f64) {
+                continue;
+            }
+            if let Some(geom) = EdgeGeometry::new(th, tw, dx, dy, max_shift) {
+                cands.push(Candidate { a: i, b: j, predicted: (dx, dy), geom });
+            }
+        }
+    }
+    cands
+}
+
+/// Up to `wanted` null pairs: the geometry of a real edge, the B strip from a
+/// tile that does not overlap A (their scores calibrate the score threshold).
+/// Deterministic choice (fixed-seed generator).
+fn null_pairs(
+    cands: &[Candidate],
+    stage: &[(f64, f64)],
+    (th, tw): (usize, usize),
+    max_shift: f64,
+    wanted: usize,
+) -> Vec<(usize, usize, EdgeGeometry)> {
+    let n = stage.len();
+    let mut null_jobs = Vec::new();
+    if wanted == 0 || cands.is_empty() || n < 3 {
+        return null_jobs;
+    }
+    let overlaps = |i: usize, k: usize| {
+        let (dx, dy) = (stage[k].0 - stage[i].0, stage[k].1 - stage[i].1);
+        dx.abs() < tw as f64 + max_shift && dy.abs() < th as f64 + max_shift
+    };
+    let mut rng = 0x9E37_79B9_7F4A_7C15u64;
+    let mut next = move || {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        rng
+    };
+    for _ in 0..wanted * 8 {
+        if null_jobs.len() == wanted {
+            break;
+        }
+        let c = &cands[(next() % cands.len() as u64) as usize];
+        let k = (next() % n as u64) as usize;
+        if k != c.a && !overlaps(c.a, k) {
+            null_jobs.push((c.a, k, c.geom));
+        }
+    }
+    null_jobs
+}
+
+/// Each candidate's edge: its measured offset and status (too small an
+/// overlap, a score under `score_threshold`, a peak at the search limit or
+/// beyond `max_shift`, else accepted). Residuals are filled by the fit.
+fn classify_edges(
+    cands: &[Candidate],
+    results: &[Option<PairResult>],
+    params: &PositionParams,
+    score_threshold: f64,
+    max_shift: f64,
+) -> Vec<Edge> {
+    cands
         .iter()
-        .zip(&results)
+        .zip(results)
         .map(|(c, r)| {
             let Some(r) = r else {
                 return Edge {
@@ -379,13 +427,17 @@ pub fn tile_positions(tiles: &Stack, layout: &TileLayout, params: &PositionParam
             };
             Edge { a: c.a, b: c.b, predicted: c.predicted, measured, score: r.score, status, residual: f64::NAN }
         })
-        .collect();
+        .collect()
+}
 
-    // Global fit. First iteratively reweighted least squares with Cauchy
-    // weights (scale 0.5 px): a wrong edge that passed the score test is
-    // down-weighted instead of spreading its error over its loops, so its
-    // residual shows its true size. Then the worst edge beyond
-    // `max_residual_px` is dropped and the fit repeated until all agree.
+/// The global fit of the tile positions to the accepted edges. First
+/// iteratively reweighted least squares with Cauchy weights (scale 0.5 px):
+/// a wrong edge that passed the score test is down-weighted instead of
+/// spreading its error over its loops, so its residual shows its true size.
+/// Then the worst edge beyond `max_residual_px` is marked inconsistent and the
+/// fit repeated until all agree; last, a fit of the agreeing edges with their
+/// plain weights. Every edge's residual is that of the final positions.
+fn global_fit(stage: &[(f64, f64)], edges: &mut [Edge], max_residual_px: f64) -> Vec<(f64, f64)> {
     let residuals = |positions: &[(f64, f64)], edges: &mut [Edge]| {
         for e in edges.iter_mut() {
             let fx = positions[e.b].0 - positions[e.a].0;
@@ -394,44 +446,32 @@ pub fn tile_positions(tiles: &Stack, layout: &TileLayout, params: &PositionParam
         }
     };
     let mut robust = vec![1.0f64; edges.len()];
-    let mut positions = solve(&stage, &edges, &robust);
+    let mut positions = solve(stage, edges, &robust);
     for _ in 0..IRLS_ITERATIONS {
-        residuals(&positions, &mut edges);
-        for (w, e) in robust.iter_mut().zip(&edges) {
+        residuals(&positions, edges);
+        for (w, e) in robust.iter_mut().zip(edges.iter()) {
             *w = 1.0 / (1.0 + (e.residual / IRLS_SCALE_PX).powi(2));
         }
-        positions = solve(&stage, &edges, &robust);
+        positions = solve(stage, edges, &robust);
     }
     loop {
-        residuals(&positions, &mut edges);
+        residuals(&positions, edges);
         let worst = edges
             .iter()
             .enumerate()
-            .filter(|(_, e)| e.accepted() && e.residual > params.max_residual_px)
+            .filter(|(_, e)| e.accepted() && e.residual > max_residual_px)
             .max_by(|a, b| a.1.residual.total_cmp(&b.1.residual))
             .map(|(k, _)| k);
         match worst {
             Some(k) => edges[k].status = EdgeStatus::Inconsistent,
             None => break,
         }
-        positions = solve(&stage, &edges, &robust);
+        positions = solve(stage, edges, &robust);
     }
-    // Final fit of the agreeing edges with their plain weights.
     let ones = vec![1.0f64; edges.len()];
-    positions = solve(&stage, &edges, &ones);
-    residuals(&positions, &mut edges);
-
-    let mut has_edge = vec![false; n];
-    for e in edges.iter().filter(|e| e.accepted()) {
-        has_edge[e.a] = true;
-        has_edge[e.b] = true;
-    }
-    let stage_only: Vec<usize> = if n > 1 { (0..n).filter(|&k| !has_edge[k]).collect() } else { Vec::new() };
-    let accepted = edges.iter().filter(|e| e.accepted()).count();
-    let fell_back_to_stage = n > 1 && accepted == 0;
-    let mut result = TilePositions { positions, edges, score_threshold, null_scores, stage_only, fell_back_to_stage, message: None };
-    result.message = result.describe(|k| format!("tile {}", k + 1));
-    Ok(result)
+    positions = solve(stage, edges, &ones);
+    residuals(&positions, edges);
+    positions
 }
 
 /// Weighted least squares of the accepted edges, per connected component,
