@@ -94,6 +94,17 @@ fn demo_pipeline_on_lavapipe_gpu_agrees_with_cpu() {
         assert!(plan.contains(&format!("route into {function}: host → wgpu (device copy, upload)")), "{function} upload route: {plan}");
     }
     assert!(plan.contains("route out: wgpu → host (device copy, download)"), "{plan}");
+    // assemble gets its positions from the positions step: no download inside it.
+    assert!(!plan.contains("route inside"), "{plan}");
+    // Without that step, the wgpu assemble registers the tiles on the host, and the plan says so.
+    let alone = dir.path().join("assemble.toml");
+    std::fs::write(&alone, "[[steps]]\nname = \"mosaic\"\nfunc = \"assemble\"\nvariable_components = [\"site\"]\n").unwrap();
+    let alone = alone.to_string_lossy().into_owned();
+    let o = hcsflow(&["run", &plate, &alone, &out_of("dry2"), "--device", "gpu", "--allow-software-gpu", "--dry-run"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = String::from_utf8_lossy(&o.stdout);
+    let inside = "route inside assemble (no 'positions' from an earlier step; it registers the tiles on the host): wgpu → host (device copy, download)";
+    assert!(text.contains(inside), "{text}");
     // Only the steps pinned with device = "cpu" (host-only functions) run on the host, visibly.
     let on_cpu: Vec<&str> = plan.lines().filter(|l| l.contains("on cpu)")).collect();
     assert_eq!(on_cpu.len(), 2, "{plan}");

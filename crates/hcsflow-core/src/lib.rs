@@ -33,7 +33,7 @@ pub use dtype::{DType, DTypeConversion, DTypePolicy, OutputDType};
 pub use memory::{Array, BadDevice, Device, DeviceBuffer, DeviceRequest, MemorySpace, MemoryType, Runtime};
 pub use registry::{
     one_plane, same_shape, ArgCheck, ArgDecl, ArgError, ArgProblem, ArgSpec, ArgType, ArgValue, Args, Binding, CallPlan, Contract,
-    FunctionArgs, FunctionDecl, FunctionError, FunctionSpec, Implementation, NoArgs, PlanError, Registry, ShapeRule, StackShape,
+    FunctionArgs, FunctionDecl, FunctionError, FunctionSpec, HostWork, Implementation, NoArgs, PlanError, Registry, ShapeRule, StackShape,
 };
 pub use slices::{stack_slices, unstack_slices, SliceError};
 pub use stack::{HostArray, Pixel, Stack, StackArray};

@@ -33,7 +33,7 @@ pub use args::{
 };
 pub use call::{CallPlan, PlanError};
 pub use catalogue::{Binding, DeclaredCheck, DeclaredShapeRule, Function, FunctionDecl, FunctionSpec, Registry};
-pub use implementation::{ArrayKernel, HostKernel, Implementation};
+pub use implementation::{ArrayKernel, HostKernel, HostWork, Implementation};
 
 /// How a function treats the stack axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]

@@ -169,6 +169,22 @@ pub struct ChainPlan {
     /// Per call: whether an earlier call of the chain reduced the stack (the
     /// call then sees one collapsed plane rather than the group's inputs).
     pub reduced_before: Vec<bool>,
+    /// Per call: the work it does on the host, and the route that brings its
+    /// input there, because no earlier step produces the artifact that would
+    /// spare it ([`hcsflow_core::HostWork`]); `None` for calls that do none.
+    pub host_work: Vec<Option<PlannedHostWork>>,
+}
+
+/// A call's declared [`HostWork`](hcsflow_core::HostWork) that this pipeline
+/// makes happen, with its route to the host planned like any other.
+#[derive(Debug, Clone)]
+pub struct PlannedHostWork {
+    /// The artifact no earlier step produces.
+    pub without: &'static str,
+    /// What the call does on the host.
+    pub work: &'static str,
+    /// Its input memory type → host.
+    pub route: Route,
 }
 
 impl ChainPlan {
@@ -737,6 +753,14 @@ fn wire_artifacts(spec: &PipelineSpec, registry: &Registry, steps: &mut [StepPla
                     format!("add a step before it with a function that produces '{name}' ({})", all_producers(&name).join(", ")),
                 ));
             }
+            if from.is_some() {
+                // The artifact arrives: no call of this step works around its absence.
+                for w in steps[si].chains.iter_mut().flat_map(|c| &mut c.host_work) {
+                    if w.as_ref().is_some_and(|w| w.without == name) {
+                        *w = None;
+                    }
+                }
+            }
             steps[si].consumes[ci].from_step = from;
         }
     }
@@ -974,7 +998,21 @@ fn compile_chain(
             }
         }
     }
-    Ok(ChainPlan { label: None, group_value: None, calls: planned, route_out, reduces, reduced_before })
+    let host_work = planned
+        .iter()
+        .map(|call| {
+            let Some(w) = call.implementation.host_work else { return Ok(None) };
+            let route = conversions.plan(call.implementation.memory_in, MemoryType::Host, config.policy).map_err(|e| {
+                PipelineError::step(
+                    step,
+                    format!("{}: without '{}' it {} on the host, and its input cannot get there: {e}", call.function, w.without, w.work),
+                    format!("add a step before it that produces '{}'", w.without),
+                )
+            })?;
+            Ok(Some(PlannedHostWork { without: w.without, work: w.work, route }))
+        })
+        .collect::<Result<Vec<_>, PipelineError>>()?;
+    Ok(ChainPlan { label: None, group_value: None, calls: planned, route_out, reduces, reduced_before, host_work })
 }
 
 /// Runs every call's argument check ([`hcsflow_core::ArgCheck`]) with the

@@ -28,7 +28,7 @@ pub mod spec;
 
 pub use compile::{
     compile, Action, ArtifactInput, ChainPlan, CompileConfig, GroupPlan, InputPlane, Key, MissingPlane, MissingPolicy, OutPlane, Plan,
-    Slot, StepPlan, WellPlan, WellStepPlan, COLLAPSED, VARIABLE,
+    PlannedHostWork, Slot, StepPlan, WellPlan, WellStepPlan, COLLAPSED, VARIABLE,
 };
 pub use error::PipelineError;
 pub use exec::{execute, peak_rss_bytes, Progress, RunOptions, RunReport, RunSummary, WellReport};

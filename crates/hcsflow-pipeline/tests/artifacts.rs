@@ -254,3 +254,37 @@ group_by = "none"
     let plan = plan_for(&plate, "[[steps]]\nname = \"m\"\nfunc = \"assemble\"\n", &out).unwrap();
     assert_eq!(plan.steps[0].consumes[0].from_step, None);
 }
+
+/// The wgpu `assemble` registers the tiles on the host when no earlier step
+/// produced `positions`: the plan says so, with the planned download, and
+/// says nothing when `tile_positions` runs first.
+#[test]
+fn a_device_call_working_on_the_host_without_an_artifact_shows_that_route_in_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let plate = common::open(&synth(dir.path(), 64, false));
+    let out = dir.path().join("out");
+    let gpu = CompileConfig { device: hcsflow_core::Device::Gpu(0), ..config(&out) };
+    let alone = "[[steps]]\nname = \"mosaic\"\nfunc = \"assemble\"\nvariable_components = [\"site\"]\n";
+    let plan = common::compile_with(&builtin(), &plate, alone, &gpu).unwrap();
+    let chain = &plan.steps[0].chains[0];
+    assert_eq!(chain.calls[0].implementation.memory_in, hcsflow_core::MemoryType::Wgpu);
+    let work = chain.host_work[0].as_ref().expect("the download to register on the host is planned");
+    assert_eq!((work.without, work.work), ("positions", "registers the tiles"));
+    assert_eq!(
+        (work.route.source, work.route.target, work.route.method),
+        (hcsflow_core::MemoryType::Wgpu, hcsflow_core::MemoryType::Host, "download")
+    );
+    // With the positions from an earlier step (tile_positions is host-only: pinned to the CPU), assemble stays on the device.
+    let plan = common::compile_with(
+        &builtin(),
+        &plate,
+        &STITCH.replace("func = \"tile_positions\"\n", "func = \"tile_positions\"\ndevice = \"cpu\"\n"),
+        &gpu,
+    )
+    .unwrap();
+    let mosaic = plan.steps.iter().find(|s| s.name == "mosaic").unwrap();
+    assert!(mosaic.chains.iter().all(|c| c.host_work.iter().all(Option::is_none)), "{:?}", mosaic.chains[0].host_work);
+    // On the host there is nothing to declare.
+    let plan = common::compile_with(&builtin(), &plate, alone, &config(&out)).unwrap();
+    assert!(plan.steps[0].chains[0].host_work[0].is_none());
+}

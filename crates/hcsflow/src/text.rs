@@ -85,8 +85,15 @@ pub fn plan_text(plan: &Plan) -> String {
                 })
                 .collect();
             let _ = writeln!(s, "{prefix}chain: {}", calls.join(" → "));
-            for c in &chain.calls {
+            for (c, host_work) in chain.calls.iter().zip(&chain.host_work) {
                 let _ = writeln!(s, "      route into {}: {}", c.function, c.route_in);
+                if let Some(w) = host_work {
+                    let _ = writeln!(
+                        s,
+                        "      route inside {} (no '{}' from an earlier step; it {} on the host): {}",
+                        c.function, w.without, w.work, w.route
+                    );
+                }
             }
             let _ = writeln!(s, "      route out: {}", chain.route_out);
         }

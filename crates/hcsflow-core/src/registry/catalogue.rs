@@ -10,7 +10,7 @@ use serde::Serialize;
 
 use super::args::{closest, ArgCheck, ArgError, ArgProblem, ArgSpec, ArgValue, Args, FunctionArgs, ShapeRule, StackShape};
 use super::call::PlanError;
-use super::implementation::Implementation;
+use super::implementation::{HostWork, Implementation};
 use super::FunctionError;
 use super::{Contract, SLICE_BY_SLICE};
 use crate::artifact::CallContext;
@@ -282,6 +282,13 @@ impl Binding {
     /// The memory type the implementation takes.
     pub fn memory_in(&self) -> MemoryType {
         self.implementation.memory_in
+    }
+
+    /// Declares that without the `without` artifact this implementation
+    /// brings its input to the host and does `work` there ([`HostWork`]).
+    pub fn with_host_work(mut self, without: &'static str, work: &'static str) -> Binding {
+        self.implementation.host_work = Some(HostWork { without, work });
+        self
     }
 }
 

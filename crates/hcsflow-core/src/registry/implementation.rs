@@ -27,6 +27,22 @@ pub struct Implementation {
     pub(super) kernel: ArrayKernel,
     /// For host kernels of per-plane contracts: the registry splits planes.
     pub(super) per_plane_host: Option<HostKernel>,
+    /// Work this implementation does on the host, with its input brought
+    /// there, when a call has no `without` artifact (see [`HostWork`]).
+    pub host_work: Option<HostWork>,
+}
+
+/// What a device implementation does on the host when an optional artifact
+/// it consumes is absent: e.g. the wgpu `assemble` downloads the tiles and
+/// registers them on the host when no earlier step produced `positions`. The
+/// pipeline compiler plans that download as a route and the plan shows it,
+/// so no copy to the host is hidden.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HostWork {
+    /// The artifact whose absence makes the implementation work on the host.
+    pub without: &'static str,
+    /// What it does there, for the plan ("registers the tiles").
+    pub work: &'static str,
 }
 
 impl fmt::Debug for Implementation {
@@ -49,6 +65,7 @@ impl Implementation {
             memory_out: MemoryType::Host,
             kernel: Arc::new(move |array, args, context| Ok(Array::from(whole(&host_input(array)?, args, context)?))),
             per_plane_host: Some(kernel),
+            host_work: None,
         }
     }
 
@@ -71,7 +88,7 @@ impl Implementation {
         memory_out: MemoryType,
         kernel: impl Fn(Array, &Args, &mut CallContext) -> Result<Array, FunctionError> + Send + Sync + 'static,
     ) -> Self {
-        Implementation { memory_in, memory_out, kernel: Arc::new(kernel), per_plane_host: None }
+        Implementation { memory_in, memory_out, kernel: Arc::new(kernel), per_plane_host: None, host_work: None }
     }
 }
 

@@ -55,7 +55,7 @@ pub fn implementations() -> Vec<Binding> {
         ops_composite::COMPOSITE.device(WGPU, |a, args, _| filters::composite(a, args)),
         ops_composite::APPLY_MASK.device(WGPU, |a, args, _| filters::apply_mask(a, args)),
         // Reads the `positions` artifact from the call context.
-        hcsflow_stitch::ASSEMBLE.device(WGPU, assemble::assemble_call),
+        hcsflow_stitch::ASSEMBLE.device(WGPU, assemble::assemble_call).with_host_work(hcsflow_stitch::POSITIONS, "registers the tiles"),
     ]
 }
 
