@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use hcsflow_core::{Array, CallContext, Conversions, Device, PlaneInfo, Registry, Route, Stack, StackInfo, Table};
+use hcsflow_core::{Array, CallContext, Conversions, Device, FunctionError, PlaneInfo, Registry, Route, Stack, StackInfo, Table};
 pub use hcsflow_io::peak_rss_bytes;
 use rayon::prelude::*;
 use serde::Serialize;
@@ -270,6 +270,18 @@ pub(crate) enum StepError {
     /// An OME-Zarr plane could not be written.
     #[error("OME-Zarr: {0}")]
     Zarr(#[source] Box<hcsflow_zarr::ZarrError>),
+    /// A function of the chain failed; its error keeps its kind (invalid
+    /// input, too large, out of device memory…) as this error's source.
+    #[error(transparent)]
+    Function(Box<FunctionFailure>),
+}
+
+/// A function of a chain that failed on the stack at `at`.
+#[derive(Debug, thiserror::Error)]
+#[error("stack at {at}: {source}")]
+pub(crate) struct FunctionFailure {
+    at: String,
+    source: FunctionError,
 }
 
 impl From<hcsflow_tiff::TiffError> for StepError {
@@ -989,8 +1001,9 @@ fn run_group(
         // The conversion into the call (`route_in`, e.g. an upload) runs inside
         // Registry::execute_in: a "conversion" span inside this one.
         let _in_call = tracing::info_span!("call", function = %call.function, device = %call.device, route_in = %call.route_in).entered();
-        array =
-            registry.execute_in(call, array, conversions, &mut context).map_err(|e| StepError::Failed(format!("stack at {first}: {e}")))?;
+        array = registry
+            .execute_in(call, array, conversions, &mut context)
+            .map_err(|e| StepError::Function(Box::new(FunctionFailure { at: first.to_string(), source: e })))?;
         let (outputs, call_notes) = context.take_results();
         made.extend(outputs.into_iter().map(|(name, table)| Produced { name, table, keys: keys.clone(), scope: group.scope }));
         notes.extend(call_notes);
@@ -1053,6 +1066,17 @@ pub(crate) fn key_text(k: &Key) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_function_keeps_its_error_under_the_same_text() {
+        let e = StepError::Function(Box::new(FunctionFailure {
+            at: "A01 s1".into(),
+            source: FunctionError::invalid("apply_mask", "no mask plane"),
+        }));
+        assert_eq!(e.to_string(), "stack at A01 s1: apply_mask: no mask plane");
+        let source = std::error::Error::source(&e).and_then(|s| s.downcast_ref::<FunctionError>());
+        assert!(matches!(source, Some(FunctionError::InvalidInput { .. })), "{e}");
+    }
 
     #[test]
     fn full_quota_and_read_only_file_systems_stop_the_run() {
