@@ -365,47 +365,30 @@ pub trait ArgType: Sized + Default {
     fn from_value(value: &ArgValue) -> Option<Self>;
 }
 
-impl ArgType for i64 {
-    fn from_value(value: &ArgValue) -> Option<Self> {
-        match value {
-            ArgValue::Int(v) => Some(*v),
-            _ => None,
+/// `impl ArgType for $type`: the value of variant `ArgValue::$variant`, by `$read`.
+macro_rules! arg_type {
+    ($type:ty, $variant:ident, $read:expr) => {
+        impl ArgType for $type {
+            fn from_value(value: &ArgValue) -> Option<Self> {
+                match value {
+                    ArgValue::$variant(v) => Some($read(v)),
+                    _ => None,
+                }
+            }
         }
-    }
+    };
 }
+
+arg_type!(i64, Int, |v: &i64| *v);
+arg_type!(bool, Bool, |v: &bool| *v);
+arg_type!(String, Str, |v: &String| v.clone());
+arg_type!(Vec<f64>, FloatList, |v: &Vec<f64>| v.clone());
 
 impl ArgType for f64 {
     fn from_value(value: &ArgValue) -> Option<Self> {
         match value {
             ArgValue::Float(v) => Some(*v),
             ArgValue::Int(v) => Some(*v as f64),
-            _ => None,
-        }
-    }
-}
-
-impl ArgType for bool {
-    fn from_value(value: &ArgValue) -> Option<Self> {
-        match value {
-            ArgValue::Bool(v) => Some(*v),
-            _ => None,
-        }
-    }
-}
-
-impl ArgType for String {
-    fn from_value(value: &ArgValue) -> Option<Self> {
-        match value {
-            ArgValue::Str(v) => Some(v.clone()),
-            _ => None,
-        }
-    }
-}
-
-impl ArgType for Vec<f64> {
-    fn from_value(value: &ArgValue) -> Option<Self> {
-        match value {
-            ArgValue::FloatList(v) => Some(v.clone()),
             _ => None,
         }
     }
