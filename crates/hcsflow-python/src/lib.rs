@@ -1,0 +1,244 @@
+//! `hcsflow._hcsflow`: the native half of the `hcsflow` Python package, a thin
+//! front end over the engine facade ([`hcsflow::Engine`]), as the CLI is.
+//!
+//! Contract (first slice of the Python package):
+//! - [`call`]: one registered function on a 3D numpy array (`uint8`,
+//!   `uint16`, `float32`; `[Z, Y, X]`), arguments as keyword values, the
+//!   result a new numpy array that owns the engine's output buffer (moved,
+//!   not copied). The input is copied into a stack for now.
+//! - [`run`]: plate + pipeline file + output folder, as `hcsflow run`;
+//!   `dry_run` returns the plan text; otherwise the run's summary as JSON
+//!   text (the Python side parses it). The GIL is released while wells run.
+//! - Every engine error is raised as a subclass of `HcsflowError` chosen from
+//!   the error's type ([`hcsflow::Error`]), never from its text.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use hcsflow::core::{DTypePolicy, DeviceRequest, Stack, StackShape};
+use hcsflow::{DeviceOptions, Engine, Error, ErrorKind, RunOptions};
+use numpy::{PyArray3, PyArrayMethods};
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
+
+pyo3::create_exception!(_hcsflow, HcsflowError, PyException, "Base class of every error hcsflow raises.");
+pyo3::create_exception!(
+    _hcsflow,
+    CompileError,
+    HcsflowError,
+    "The request is wrong (pipeline, function, arguments, options): found before any pixel is read."
+);
+pyo3::create_exception!(_hcsflow, DeviceUnavailableError, HcsflowError, "The device asked for is not available on this machine.");
+pyo3::create_exception!(_hcsflow, PlateError, HcsflowError, "The plate cannot be opened or read.");
+pyo3::create_exception!(_hcsflow, FunctionError, HcsflowError, "A function failed on its input.");
+pyo3::create_exception!(
+    _hcsflow,
+    MemoryConversionError,
+    CompileError,
+    "No conversion the policy allows brings the data between two memory types; see its source_type, target_type, method and reason."
+);
+pyo3::create_exception!(_hcsflow, ArrayError, HcsflowError, "An array given to hcsflow is not a stack it can take (shape, dtype).");
+
+/// The Python exception for an engine error, chosen by the error's type.
+fn to_py(py: Python<'_>, error: Error) -> PyErr {
+    let text = error.to_string();
+    match &error {
+        Error::Route(c) | Error::ToHost { error: c, .. } => {
+            let e = MemoryConversionError::new_err(text);
+            let value = e.value(py);
+            for (name, v) in [
+                ("source_type", c.from.to_string()),
+                ("target_type", c.to.to_string()),
+                ("method", c.method.clone()),
+                ("reason", c.reason.clone()),
+            ] {
+                // Setting attributes on a fresh exception instance cannot fail in practice; if it did, the message still says it all.
+                let _ = value.setattr(name, v);
+            }
+            e
+        }
+        Error::Plate { .. } => PlateError::new_err(text),
+        Error::Function(_) => FunctionError::new_err(text),
+        _ => match error.kind() {
+            ErrorKind::Usage => CompileError::new_err(text),
+            ErrorKind::DeviceUnavailable => DeviceUnavailableError::new_err(text),
+            _ => HcsflowError::new_err(text),
+        },
+    }
+}
+
+/// The device options of a call or run from the keyword arguments.
+fn device_options(device: &str, allow_software_gpu: bool, allow_host_round_trip: bool) -> PyResult<DeviceOptions> {
+    let request: DeviceRequest = device.parse().map_err(|e: hcsflow::core::BadDevice| CompileError::new_err(e.to_string()))?;
+    Ok(DeviceOptions { request, allow_software_gpu, allow_host_round_trip })
+}
+
+/// A keyword argument as the `name=value` text the registry parses (the
+/// same grammar as `hcsflow apply --arg`): booleans `true`/`false`, lists
+/// comma-separated, anything else its `str()`.
+fn arg_text(name: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
+    let text = if value.is_instance_of::<PyBool>() {
+        if value.extract::<bool>()? {
+            "true".to_string()
+        } else {
+            "false".to_string()
+        }
+    } else if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+        let items: Vec<String> = value.try_iter()?.map(|v| v.and_then(|v| v.str().map(|s| s.to_string()))).collect::<PyResult<_>>()?;
+        items.join(",")
+    } else {
+        value.str()?.to_string()
+    };
+    Ok(format!("{name}={text}"))
+}
+
+/// A 3D numpy array as a stack (copied); its dtype must be one hcsflow has.
+fn stack_of(array: &Bound<'_, PyAny>) -> PyResult<Stack> {
+    let shape: Vec<usize> = array.getattr("shape")?.extract()?;
+    if shape.len() != 3 {
+        return Err(ArrayError::new_err(format!("expected a 3D array [Z, Y, X], got shape {shape:?}")));
+    }
+    if let Ok(a) = array.cast::<PyArray3<u8>>() {
+        return Ok(Stack::from(a.readonly().as_array().to_owned()));
+    }
+    if let Ok(a) = array.cast::<PyArray3<u16>>() {
+        return Ok(Stack::from(a.readonly().as_array().to_owned()));
+    }
+    if let Ok(a) = array.cast::<PyArray3<f32>>() {
+        return Ok(Stack::from(a.readonly().as_array().to_owned()));
+    }
+    let dtype = array.getattr("dtype")?.str()?.to_string();
+    Err(ArrayError::new_err(format!("dtype {dtype} is not one hcsflow takes: uint8, uint16 or float32")))
+}
+
+/// A stack as a numpy array that owns its buffer (moved, not copied).
+fn array_of<'py>(py: Python<'py>, stack: Stack) -> Bound<'py, PyAny> {
+    match stack {
+        Stack::U8(a) => PyArray3::from_owned_array(py, a.into_array()).into_any(),
+        Stack::U16(a) => PyArray3::from_owned_array(py, a.into_array()).into_any(),
+        Stack::F32(a) => PyArray3::from_owned_array(py, a.into_array()).into_any(),
+    }
+}
+
+/// The names of every function this build has.
+#[pyfunction]
+fn function_names() -> Vec<&'static str> {
+    Engine::builtin().registry().functions().map(|f| f.spec.name).collect()
+}
+
+/// Runs the registered function `name` on `array` (3D) with keyword
+/// arguments, on `device` (`"cpu"` by default), and returns the result.
+#[pyfunction]
+#[pyo3(signature = (name, array, *, device = "cpu", allow_software_gpu = false, allow_host_round_trip = false, **kwargs))]
+fn call<'py>(
+    py: Python<'py>,
+    name: &str,
+    array: &Bound<'py, PyAny>,
+    device: &str,
+    allow_software_gpu: bool,
+    allow_host_round_trip: bool,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let engine = Engine::builtin();
+    let mut args = Vec::new();
+    if let Some(kwargs) = kwargs {
+        for (k, v) in kwargs.iter() {
+            args.push(arg_text(&k.extract::<String>()?, &v)?);
+        }
+    }
+    let options = device_options(device, allow_software_gpu, allow_host_round_trip)?;
+    let prepared = engine.plan_call(name, &args, &options).map_err(|e| to_py(py, e))?;
+    let stack = stack_of(array)?;
+    let [z, y, x] = stack.shape();
+    engine.check_call(&prepared, &StackShape::new(z, y, x)).map_err(|e| to_py(py, e))?;
+    let out = py.detach(|| engine.run_call(&prepared, stack, DTypePolicy::default()).map_err(Box::new)).map_err(|e| to_py(py, *e))?;
+    Ok(array_of(py, out))
+}
+
+/// `hcsflow run PLATE PIPELINE OUT` from Python: the plan text with
+/// `dry_run`, else the run summary as JSON text. Wells that fail are in the
+/// summary (`failed`), not raised.
+#[pyfunction]
+#[pyo3(signature = (plate, pipeline, out, *, device = "auto", workers = None, resume = false, overwrite = false, dry_run = false, allow_software_gpu = false, allow_host_round_trip = false))]
+#[allow(clippy::too_many_arguments)] // one Python keyword each, as the CLI's flags
+fn run(
+    py: Python<'_>,
+    plate: PathBuf,
+    pipeline: PathBuf,
+    out: PathBuf,
+    device: &str,
+    workers: Option<usize>,
+    resume: bool,
+    overwrite: bool,
+    dry_run: bool,
+    allow_software_gpu: bool,
+    allow_host_round_trip: bool,
+) -> PyResult<String> {
+    let engine = Engine::builtin();
+    let mut options = RunOptions {
+        device: device_options(device, allow_software_gpu, allow_host_round_trip)?,
+        resume,
+        overwrite,
+        ..RunOptions::default()
+    };
+    if let Some(w) = workers {
+        options.workers = w;
+    }
+    let plan = py.detach(|| engine.plan(&plate, &pipeline, &out, &options).map_err(Box::new)).map_err(|e| to_py(py, *e))?;
+    if dry_run {
+        return Ok(hcsflow::plan_text(&plan));
+    }
+    let cancel = Arc::new(AtomicBool::new(false));
+    let summary = py.detach(|| engine.execute(&plan, &options, cancel, &|_| {}).map_err(Box::new)).map_err(|e| to_py(py, *e))?;
+    let failed: Vec<serde_json::Value> =
+        summary.failed.iter().map(|f| serde_json::json!({ "well": f.well, "error": f.error.to_string() })).collect();
+    let json = serde_json::json!({
+        "total": summary.total,
+        "completed": summary.completed,
+        "skipped": summary.skipped,
+        "failed": failed,
+        "not_started": summary.not_started,
+        "out": plan.out,
+        "report": summary.report,
+    });
+    Ok(json.to_string())
+}
+
+/// Writes a small synthetic plate (ImageXpress layout, ground truth beside
+/// it) into `path`, for examples and tests.
+#[pyfunction]
+#[pyo3(signature = (path, *, wells = vec!["A01".to_string()], grid = (2, 2), channels = 1, z = 1, size = 64, seed = 1))]
+fn synth_plate(path: PathBuf, wells: Vec<String>, grid: (u32, u32), channels: u32, z: u32, size: u32, seed: u64) -> PyResult<()> {
+    let config = hcsflow_synth::SynthConfig {
+        wells,
+        grid_rows: grid.0,
+        grid_cols: grid.1,
+        channels,
+        z_planes: z,
+        size,
+        seed,
+        ..hcsflow_synth::SynthConfig::default()
+    };
+    hcsflow_synth::generate(&config, &path).map(|_| ()).map_err(|e| HcsflowError::new_err(format!("{}: {e}", path.display())))
+}
+
+/// The native module.
+#[pymodule]
+fn _hcsflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add("HcsflowError", py.get_type::<HcsflowError>())?;
+    m.add("CompileError", py.get_type::<CompileError>())?;
+    m.add("DeviceUnavailableError", py.get_type::<DeviceUnavailableError>())?;
+    m.add("PlateError", py.get_type::<PlateError>())?;
+    m.add("FunctionError", py.get_type::<FunctionError>())?;
+    m.add("MemoryConversionError", py.get_type::<MemoryConversionError>())?;
+    m.add("ArrayError", py.get_type::<ArrayError>())?;
+    m.add_function(wrap_pyfunction!(function_names, m)?)?;
+    m.add_function(wrap_pyfunction!(call, m)?)?;
+    m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_function(wrap_pyfunction!(synth_plate, m)?)?;
+    Ok(())
+}

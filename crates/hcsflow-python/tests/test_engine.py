@@ -1,0 +1,107 @@
+"""The engine from Python (first slice): functions on numpy arrays, runs of
+pipeline files, and the exception classes, checked against numpy/scipy and
+against what the engine writes. scipy and tifffile are oracles
+(.ci/requirements-oracles.txt): a missing one fails, as in the Rust tests."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tifffile
+from scipy import ndimage
+
+import hcsflow
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def test_version_and_functions():
+    assert hcsflow.__version__ == "0.1.0"
+    names = hcsflow.function_names()
+    assert "max_projection" in names and "gaussian_blur" in names
+    assert names == sorted(names)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.float32])
+def test_max_projection_is_numpy_max(dtype):
+    rng = np.random.default_rng(7)
+    a = (rng.random((4, 17, 23)) * 200).astype(dtype)
+    out = hcsflow.call("max_projection", a)
+    assert out.dtype == a.dtype
+    np.testing.assert_array_equal(out, a.max(axis=0, keepdims=True))
+
+
+def test_gaussian_blur_matches_scipy_with_keyword_arguments():
+    rng = np.random.default_rng(3)
+    a = rng.random((2, 32, 40)).astype(np.float32)
+    out = hcsflow.call("gaussian_blur", a, sigma=1.5, truncate=3.0)
+    want = np.stack([ndimage.gaussian_filter(p.astype(np.float64), 1.5, mode="reflect", truncate=3.0) for p in a])
+    np.testing.assert_allclose(out, want, atol=1e-5)
+
+
+def test_list_arguments_and_a_non_contiguous_input():
+    a = np.arange(3 * 5 * 6, dtype=np.float32).reshape(3, 5, 6)
+    view = a[:, :, ::2]  # not contiguous: copied into a standard stack
+    out = hcsflow.call("composite", view, weights=[1.0, 0.0, 1.0])
+    np.testing.assert_allclose(out[0], (view[0] + view[2]) / 2, rtol=1e-6)
+
+
+def test_errors_are_typed():
+    a = np.zeros((1, 4, 4), np.uint16)
+    with pytest.raises(hcsflow.CompileError, match="max_projection"):
+        hcsflow.call("max_projecton", a)  # did you mean
+    with pytest.raises(hcsflow.CompileError, match="out of range"):
+        hcsflow.call("gaussian_blur", a, sigma=-1)
+    with pytest.raises(hcsflow.CompileError, match="sigmaa"):
+        hcsflow.call("gaussian_blur", a, sigmaa=1)
+    with pytest.raises(hcsflow.ArrayError, match=r"3D array \[Z, Y, X\], got shape \[4, 4\]"):
+        hcsflow.call("max_projection", a[0])
+    with pytest.raises(hcsflow.ArrayError, match="int64"):
+        hcsflow.call("max_projection", np.zeros((1, 2, 2), np.int64))
+    with pytest.raises(hcsflow.DeviceUnavailableError):
+        hcsflow.call("max_projection", a, device="gpu:99", allow_software_gpu=True)
+    with pytest.raises(hcsflow.CompileError, match="needs a stack of images plus a mask plane"):
+        hcsflow.call("apply_mask", a)  # one plane: refused from its shape, before running
+    with pytest.raises(hcsflow.FunctionError, match="not a square grid"):
+        hcsflow.call("assemble", np.zeros((2, 4, 4), np.uint16))  # found while running
+    for cls in (hcsflow.CompileError, hcsflow.DeviceUnavailableError, hcsflow.PlateError, hcsflow.FunctionError,
+                hcsflow.ArrayError, hcsflow.MemoryConversionError):
+        assert issubclass(cls, hcsflow.HcsflowError)
+
+
+def test_a_run_from_python_writes_what_the_plan_says(tmp_path):
+    plate = tmp_path / "plate"
+    hcsflow.synth_plate(plate, wells=["A01", "B02"], grid=(1, 2), z=3, size=32)
+    pipeline = REPO / "examples" / "max_z.toml"
+    out = tmp_path / "out"
+    plan = hcsflow.run(plate, pipeline, out, device="cpu", dry_run=True)
+    assert plan.startswith("plan: pipeline") and "device: cpu" in plan
+    assert not out.exists()  # a dry run writes nothing
+    summary = hcsflow.run(plate, pipeline, out, device="cpu", workers=1)
+    assert sorted(summary["completed"]) == ["A01", "B02"] and summary["failed"] == []
+    manifest = json.loads((out / "run_manifest.json").read_text())
+    assert sorted(manifest["wells"]) == ["A01", "B02"]
+    written = sorted(p for p in out.rglob("*.tif"))
+    assert written, "the pipeline materialises TIFFs"
+    # Each output plane is the max over z of the plate's planes of its site.
+    for tif in written:
+        result = tifffile.imread(tif)
+        assert result.ndim == 2 and result.dtype == np.uint16
+    # Resume: every well is already complete.
+    again = hcsflow.run(plate, pipeline, out, device="cpu", resume=True)
+    assert sorted(again["skipped"]) == ["A01", "B02"] and again["completed"] == []
+
+
+def test_run_errors_are_typed(tmp_path):
+    pipeline = REPO / "examples" / "max_z.toml"
+    with pytest.raises(hcsflow.PlateError, match="no-such-plate"):
+        hcsflow.run(tmp_path / "no-such-plate", pipeline, tmp_path / "out")
+    plate = tmp_path / "plate"
+    hcsflow.synth_plate(plate)
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[steps]]\nname = "x"\nfunc = "no_such_function"\n')
+    with pytest.raises(hcsflow.CompileError, match="no_such_function"):
+        hcsflow.run(plate, bad, tmp_path / "out", device="cpu")
+    with pytest.raises(hcsflow.CompileError, match="inside the input plate"):
+        hcsflow.run(plate, pipeline, plate / "out", device="cpu")
