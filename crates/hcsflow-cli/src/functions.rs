@@ -3,7 +3,6 @@
 use anyhow::Context;
 use clap::Args;
 use hcsflow::core::registry::ArgKind;
-use serde::Serialize;
 
 use crate::CliResult;
 
@@ -14,29 +13,8 @@ pub struct FunctionsArgs {
     json: bool,
 }
 
-#[derive(Serialize)]
-struct FunctionListing<'a> {
-    name: &'a str,
-    doc: &'a str,
-    contract: hcsflow::core::Contract,
-    memory_types: Vec<hcsflow::core::MemoryType>,
-    args: Vec<hcsflow::core::ArgSpec>,
-    artifacts: &'a hcsflow::core::Artifacts,
-}
-
 pub fn run(a: FunctionsArgs) -> CliResult {
-    let (registry, _) = hcsflow::builtin();
-    let listing: Vec<FunctionListing> = registry
-        .functions()
-        .map(|f| FunctionListing {
-            name: f.spec.name,
-            doc: f.spec.doc,
-            contract: f.spec.contract,
-            memory_types: f.memory_types(),
-            args: f.all_args(),
-            artifacts: &f.artifacts,
-        })
-        .collect();
+    let listing = hcsflow::Engine::builtin().catalogue();
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&listing).context("serialising the function list")?)?;
         return Ok(());

@@ -17,6 +17,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use hcsflow::core::{DTypePolicy, DeviceRequest, Stack, StackShape};
+use hcsflow::pipeline::Progress;
 use hcsflow::{DeviceOptions, Engine, Error, ErrorKind, RunOptions};
 use numpy::{PyArray3, PyArrayMethods};
 use pyo3::exceptions::PyException;
@@ -128,6 +129,44 @@ fn function_names() -> Vec<&'static str> {
     Engine::builtin().registry().functions().map(|f| f.spec.name).collect()
 }
 
+/// Every function with its doc, contract, memory types, arguments and
+/// artifacts, as JSON text (the `hcsflow functions --json` format).
+#[pyfunction]
+fn catalogue_json() -> PyResult<String> {
+    serde_json::to_string(&Engine::builtin().catalogue()).map_err(|e| HcsflowError::new_err(format!("listing the functions: {e}")))
+}
+
+/// A run's progress event as the dict a Python callback receives.
+fn event_dict<'py>(py: Python<'py>, event: &Progress<'_>) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    match event {
+        Progress::Skipped { well } => {
+            d.set_item("event", "skipped")?;
+            d.set_item("well", *well)?;
+        }
+        Progress::Started { well } => {
+            d.set_item("event", "started")?;
+            d.set_item("well", *well)?;
+        }
+        Progress::StepStarted { well, step, index, steps } => {
+            d.set_item("event", "step")?;
+            d.set_item("well", *well)?;
+            d.set_item("step", *step)?;
+            d.set_item("index", *index)?;
+            d.set_item("steps", *steps)?;
+        }
+        Progress::Finished { well, done, total, seconds, error } => {
+            d.set_item("event", "finished")?;
+            d.set_item("well", *well)?;
+            d.set_item("done", *done)?;
+            d.set_item("total", *total)?;
+            d.set_item("seconds", *seconds)?;
+            d.set_item("error", *error)?;
+        }
+    }
+    Ok(d)
+}
+
 /// Runs the registered function `name` on `array` (3D) with keyword
 /// arguments, on `device` (`"cpu"` by default), and returns the result.
 #[pyfunction]
@@ -161,7 +200,7 @@ fn call<'py>(
 /// `dry_run`, else the run summary as JSON text. Wells that fail are in the
 /// summary (`failed`), not raised.
 #[pyfunction]
-#[pyo3(signature = (plate, pipeline, out, *, device = "auto", workers = None, resume = false, overwrite = false, dry_run = false, allow_software_gpu = false, allow_host_round_trip = false))]
+#[pyo3(signature = (plate, pipeline, out, *, device = "auto", workers = None, resume = false, overwrite = false, dry_run = false, allow_software_gpu = false, allow_host_round_trip = false, progress = None))]
 #[allow(clippy::too_many_arguments)] // one Python keyword each, as the CLI's flags
 fn run(
     py: Python<'_>,
@@ -175,6 +214,7 @@ fn run(
     dry_run: bool,
     allow_software_gpu: bool,
     allow_host_round_trip: bool,
+    progress: Option<Py<PyAny>>,
 ) -> PyResult<String> {
     let engine = Engine::builtin();
     let mut options = RunOptions {
@@ -191,7 +231,18 @@ fn run(
         return Ok(hcsflow::plan_text(&plan));
     }
     let cancel = Arc::new(AtomicBool::new(false));
-    let summary = py.detach(|| engine.execute(&plan, &options, cancel, &|_| {}).map_err(Box::new)).map_err(|e| to_py(py, *e))?;
+    // Each event takes the GIL for the callback only; an exception it raises
+    // is reported as unraisable (as Python does for callbacks) and the run goes on.
+    let report = |event: Progress<'_>| {
+        if let Some(callback) = &progress {
+            Python::attach(|py| {
+                if let Err(e) = event_dict(py, &event).and_then(|d| callback.call1(py, (d,))) {
+                    e.write_unraisable(py, Some(callback.bind(py)));
+                }
+            });
+        }
+    };
+    let summary = py.detach(|| engine.execute(&plan, &options, cancel, &report).map_err(Box::new)).map_err(|e| to_py(py, *e))?;
     let failed: Vec<serde_json::Value> =
         summary.failed.iter().map(|f| serde_json::json!({ "well": f.well, "error": f.error.to_string() })).collect();
     let json = serde_json::json!({
@@ -237,6 +288,7 @@ fn _hcsflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MemoryConversionError", py.get_type::<MemoryConversionError>())?;
     m.add("ArrayError", py.get_type::<ArrayError>())?;
     m.add_function(wrap_pyfunction!(function_names, m)?)?;
+    m.add_function(wrap_pyfunction!(catalogue_json, m)?)?;
     m.add_function(wrap_pyfunction!(call, m)?)?;
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(synth_plate, m)?)?;

@@ -4,6 +4,7 @@ against what the engine writes. scipy and tifffile are oracles
 (.ci/requirements-oracles.txt): a missing one fails, as in the Rust tests."""
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -105,3 +106,45 @@ def test_run_errors_are_typed(tmp_path):
         hcsflow.run(plate, bad, tmp_path / "out", device="cpu")
     with pytest.raises(hcsflow.CompileError, match="inside the input plate"):
         hcsflow.run(plate, pipeline, plate / "out", device="cpu")
+
+
+def test_every_function_is_a_documented_callable():
+    from hcsflow import functions
+
+    assert sorted(functions.__all__) == hcsflow.function_names()
+    rng = np.random.default_rng(11)
+    a = (rng.random((3, 16, 16)) * 1000).astype(np.uint16)
+    np.testing.assert_array_equal(functions.max_projection(a), hcsflow.call("max_projection", a))
+    np.testing.assert_array_equal(functions.gaussian_blur(a, sigma=2.0), hcsflow.call("gaussian_blur", a, sigma=2.0))
+    doc = functions.gaussian_blur.__doc__
+    assert "scipy.ndimage.gaussian_filter" in doc and "sigma (float, default 1.0)" in doc, doc
+    assert "'linear' | 'none' | 'max'" in functions.assemble.__doc__
+    assert functions.max_projection.__name__ == "max_projection"
+    with pytest.raises(AttributeError, match="no function 'max_projecton'"):
+        functions.max_projecton  # noqa: B018
+
+
+def test_progress_events_reach_the_callback(tmp_path, monkeypatch):
+    plate = tmp_path / "plate"
+    hcsflow.synth_plate(plate, wells=["A01", "B02", "C03"], z=2, size=32)
+    events = []
+    summary = hcsflow.run(plate, REPO / "examples" / "max_z.toml", tmp_path / "out", device="cpu", workers=2,
+                          progress=events.append)
+    assert sorted(summary["completed"]) == ["A01", "B02", "C03"]
+    started = sorted(e["well"] for e in events if e["event"] == "started")
+    finished = [e for e in events if e["event"] == "finished"]
+    assert started == ["A01", "B02", "C03"]
+    assert sorted(e["well"] for e in finished) == started and all(e["error"] is None for e in finished)
+    assert sorted(e["done"] for e in finished) == [1, 2, 3] and all(e["total"] == 3 for e in finished)
+    steps = [e for e in events if e["event"] == "step"]
+    assert {(e["step"], e["index"], e["steps"]) for e in steps} == {("max_z", 0, 1)}
+
+    def broken(event):
+        raise RuntimeError("callback")
+
+    # A callback that raises does not stop the run; its exception is reported as unraisable.
+    unraisable = []
+    monkeypatch.setattr(sys, "unraisablehook", unraisable.append)
+    again = hcsflow.run(plate, REPO / "examples" / "max_z.toml", tmp_path / "out2", device="cpu", progress=broken)
+    assert len(again["completed"]) == 3
+    assert unraisable and all(str(u.exc_value) == "callback" for u in unraisable)

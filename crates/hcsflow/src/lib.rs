@@ -66,6 +66,7 @@
 //! assert!(max.memory_types().contains(&hcsflow::core::MemoryType::Host));
 //! ```
 
+mod catalogue;
 mod demo;
 mod device;
 mod engine;
@@ -80,6 +81,7 @@ pub use hcsflow_stitch as stitch;
 pub use hcsflow_tiff as tiff;
 pub use hcsflow_zarr as zarr;
 
+pub use catalogue::FunctionListing;
 pub use demo::{demo_pipeline, DEMO_PIPELINE, DEMO_PIPELINE_ORIGIN};
 pub use device::{choose_device, device_report, discover_adapters, software_gpu_allowed, DeviceOptions, DeviceReport};
 pub use engine::{Engine, PreparedCall};

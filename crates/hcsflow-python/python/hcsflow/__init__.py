@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any
+from typing import Any, Callable
 
-from . import _hcsflow
+from . import _hcsflow, functions
 from ._hcsflow import (
     ArrayError,
     CompileError,
@@ -36,6 +36,7 @@ __all__ = [
     "PlateError",
     "__version__",
     "call",
+    "functions",
     "function_names",
     "run",
     "synth_plate",
@@ -55,15 +56,24 @@ def call(name: str, array: Any, *, device: str = "cpu", allow_software_gpu: bool
 
 def run(plate: str | os.PathLike[str], pipeline: str | os.PathLike[str], out: str | os.PathLike[str], *,
         device: str = "auto", workers: int | None = None, resume: bool = False, overwrite: bool = False,
-        dry_run: bool = False, allow_software_gpu: bool = False, allow_host_round_trip: bool = False) -> Any:
+        dry_run: bool = False, allow_software_gpu: bool = False, allow_host_round_trip: bool = False,
+        progress: Callable[[dict[str, Any]], Any] | None = None) -> Any:
     """Run the pipeline file ``pipeline`` (TOML) on ``plate`` into ``out``, as
     ``hcsflow run`` does. With ``dry_run`` return the plan text (nothing is
     read or written). Otherwise return the summary: a dict with ``total``,
     ``completed``, ``skipped``, ``failed`` (``{"well", "error"}`` each),
     ``not_started``, ``out`` and the run ``report``. Failed wells are reported
     there, not raised; problems found before any well runs raise.
+
+    ``progress``, if given, is called with one dict per event as wells run:
+    ``{"event": "started" | "step" | "finished" | "skipped", "well": ..., ...}``
+    (``step`` adds ``step``, ``index``, ``steps``; ``finished`` adds ``done``,
+    ``total``, ``seconds``, ``error``). It runs on the engine's worker threads,
+    holding the GIL for the call only; an exception it raises is reported as
+    unraisable and the run goes on.
     """
     result = _hcsflow.run(os.fspath(plate), os.fspath(pipeline), os.fspath(out), device=device, workers=workers,
                           resume=resume, overwrite=overwrite, dry_run=dry_run,
-                          allow_software_gpu=allow_software_gpu, allow_host_round_trip=allow_host_round_trip)
+                          allow_software_gpu=allow_software_gpu, allow_host_round_trip=allow_host_round_trip,
+                          progress=progress)
     return result if dry_run else json.loads(result)

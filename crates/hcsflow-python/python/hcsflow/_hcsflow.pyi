@@ -1,5 +1,5 @@
 from os import PathLike
-from typing import Any
+from typing import Any, Callable
 
 __version__: str
 
@@ -16,10 +16,12 @@ class MemoryConversionError(CompileError):
     reason: str
 
 def function_names() -> list[str]: ...
+def catalogue_json() -> str: ...
 def call(name: str, array: Any, *, device: str = "cpu", allow_software_gpu: bool = False,
          allow_host_round_trip: bool = False, **kwargs: Any) -> Any: ...
 def run(plate: str, pipeline: str, out: str, *, device: str = "auto", workers: int | None = None,
         resume: bool = False, overwrite: bool = False, dry_run: bool = False,
-        allow_software_gpu: bool = False, allow_host_round_trip: bool = False) -> str: ...
+        allow_software_gpu: bool = False, allow_host_round_trip: bool = False,
+        progress: Callable[[dict[str, Any]], Any] | None = None) -> str: ...
 def synth_plate(path: str | PathLike[str], *, wells: list[str] = ..., grid: tuple[int, int] = (2, 2),
                 channels: int = 1, z: int = 1, size: int = 64, seed: int = 1) -> None: ...
