@@ -148,3 +148,28 @@ def test_progress_events_reach_the_callback(tmp_path, monkeypatch):
     again = hcsflow.run(plate, REPO / "examples" / "max_z.toml", tmp_path / "out2", device="cpu", progress=broken)
     assert len(again["completed"]) == 3
     assert unraisable and all(str(u.exc_value) == "callback" for u in unraisable)
+
+
+def test_python_m_hcsflow_runs_and_lists_with_the_cli_exit_codes(tmp_path):
+    import subprocess
+
+    def hcsflow_m(*args):
+        return subprocess.run([sys.executable, "-m", "hcsflow", *map(str, args)], capture_output=True, text=True)
+
+    plate = tmp_path / "plate"
+    hcsflow.synth_plate(plate, wells=["A01"], z=2, size=32)
+    pipeline = REPO / "examples" / "max_z.toml"
+    o = hcsflow_m("run", plate, pipeline, tmp_path / "out", "--device", "cpu", "--dry-run")
+    assert o.returncode == 0 and o.stdout.startswith("plan: pipeline"), o.stderr
+    o = hcsflow_m("run", plate, pipeline, tmp_path / "out", "--device", "cpu")
+    assert o.returncode == 0 and "1 of 1 well(s) complete" in o.stderr, o.stderr
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[[steps]]\nname = "x"\nfunc = "no_such_function"\n')
+    o = hcsflow_m("run", plate, bad, tmp_path / "out2", "--device", "cpu")
+    assert o.returncode == 2 and "no_such_function" in o.stderr, o.stderr
+    o = hcsflow_m("run", plate, pipeline, tmp_path / "out3", "--device", "gpu:99", "--allow-software-gpu")
+    assert o.returncode == 3, o.stderr
+    o = hcsflow_m("run", tmp_path / "nowhere", pipeline, tmp_path / "out4")
+    assert o.returncode == 1 and "nowhere" in o.stderr, o.stderr
+    o = hcsflow_m("functions", "--json")
+    assert o.returncode == 0 and [f["name"] for f in json.loads(o.stdout)] == hcsflow.function_names()
