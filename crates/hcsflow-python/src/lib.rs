@@ -16,10 +16,10 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use hcsflow::core::{DTypePolicy, DeviceRequest, Stack, StackShape};
+use hcsflow::core::{Array, ConversionPolicy, DTypePolicy, Device, DeviceRequest, HostArray, MemoryType, SliceError, Stack, StackShape};
 use hcsflow::pipeline::Progress;
 use hcsflow::{DeviceOptions, Engine, Error, ErrorKind, RunOptions};
-use numpy::{PyArray3, PyArrayMethods};
+use numpy::{PyArray3, PyArrayDyn, PyArrayMethods};
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
@@ -46,20 +46,7 @@ pyo3::create_exception!(_hcsflow, ArrayError, HcsflowError, "An array given to h
 fn to_py(py: Python<'_>, error: Error) -> PyErr {
     let text = error.to_string();
     match &error {
-        Error::Route(c) | Error::ToHost { error: c, .. } => {
-            let e = MemoryConversionError::new_err(text);
-            let value = e.value(py);
-            for (name, v) in [
-                ("source_type", c.from.to_string()),
-                ("target_type", c.to.to_string()),
-                ("method", c.method.clone()),
-                ("reason", c.reason.clone()),
-            ] {
-                // Setting attributes on a fresh exception instance cannot fail in practice; if it did, the message still says it all.
-                let _ = value.setattr(name, v);
-            }
-            e
-        }
+        Error::Route(c) | Error::ToHost { error: c, .. } => conversion_error(py, text, c),
         Error::Plate { .. } => PlateError::new_err(text),
         Error::Function(_) => FunctionError::new_err(text),
         _ => match error.kind() {
@@ -68,6 +55,20 @@ fn to_py(py: Python<'_>, error: Error) -> PyErr {
             _ => HcsflowError::new_err(text),
         },
     }
+}
+
+/// A `MemoryConversionError` with the conversion's `source_type`,
+/// `target_type`, `method` and `reason` as attributes.
+fn conversion_error(py: Python<'_>, text: String, c: &hcsflow::core::ConversionError) -> PyErr {
+    let e = MemoryConversionError::new_err(text);
+    let value = e.value(py);
+    for (name, v) in
+        [("source_type", c.from.to_string()), ("target_type", c.to.to_string()), ("method", c.method.clone()), ("reason", c.reason.clone())]
+    {
+        // Setting attributes on a fresh exception instance cannot fail in practice; if it did, the message still says it all.
+        let _ = value.setattr(name, v);
+    }
+    e
 }
 
 /// The device options of a call or run from the keyword arguments.
@@ -275,6 +276,81 @@ fn synth_plate(path: PathBuf, wells: Vec<String>, grid: (u32, u32), channels: u3
     hcsflow_synth::generate(&config, &path).map(|_| ()).map_err(|e| HcsflowError::new_err(format!("{}: {e}", path.display())))
 }
 
+/// The memory type and device of a `stack_slices`/`unstack_slices` call.
+/// `"numpy"` arrays are host memory to the engine; other memory types are
+/// planned as routes from the host (a type this build has no converter for
+/// is a `MemoryConversionError`). `gpu_id` names the device of device memory.
+fn slice_target(memory_type: &str, gpu_id: i64) -> PyResult<(MemoryType, Device)> {
+    let memory: MemoryType = match memory_type {
+        "numpy" => MemoryType::Host,
+        other => other.parse().map_err(CompileError::new_err)?,
+    };
+    let id = usize::try_from(gpu_id).map_err(|_| ArrayError::new_err(format!("invalid device id {gpu_id}: must be 0 or more")))?;
+    Ok((memory, if memory.is_device_memory() { Device::Gpu(id) } else { Device::Cpu }))
+}
+
+/// A numpy array of any number of axes as a host array (copied).
+fn host_array_of(array: &Bound<'_, PyAny>) -> PyResult<HostArray> {
+    if let Ok(a) = array.cast::<PyArrayDyn<u8>>() {
+        return Ok(HostArray::from(a.readonly().as_array().to_owned()));
+    }
+    if let Ok(a) = array.cast::<PyArrayDyn<u16>>() {
+        return Ok(HostArray::from(a.readonly().as_array().to_owned()));
+    }
+    if let Ok(a) = array.cast::<PyArrayDyn<f32>>() {
+        return Ok(HostArray::from(a.readonly().as_array().to_owned()));
+    }
+    let dtype = array.getattr("dtype").and_then(|d| d.str().map(|s| s.to_string())).unwrap_or_else(|_| "unknown".into());
+    Err(ArrayError::new_err(format!("dtype {dtype} is not one hcsflow takes: uint8, uint16 or float32")))
+}
+
+/// An engine array in host memory as a numpy array owning its buffer.
+fn numpy_of(py: Python<'_>, array: Array) -> PyResult<Bound<'_, PyAny>> {
+    match array {
+        Array::Host(HostArray::U8(a)) => Ok(PyArrayDyn::from_owned_array(py, a).into_any()),
+        Array::Host(HostArray::U16(a)) => Ok(PyArrayDyn::from_owned_array(py, a).into_any()),
+        Array::Host(HostArray::F32(a)) => Ok(PyArrayDyn::from_owned_array(py, a).into_any()),
+        Array::Device(b) => {
+            Err(MemoryConversionError::new_err(format!("the result is {} memory, which Python cannot hold yet", b.memory_type())))
+        }
+    }
+}
+
+/// A `SliceError` as the Python exception for its kind.
+fn slice_error(py: Python<'_>, e: SliceError) -> PyErr {
+    match &e {
+        SliceError::Conversion(c) => conversion_error(py, e.to_string(), c),
+        SliceError::BadDevice { .. } => DeviceUnavailableError::new_err(e.to_string()),
+        _ => ArrayError::new_err(e.to_string()),
+    }
+}
+
+/// Stacks 2D slices (all one shape and dtype) into one 3D array `[Z, Y, X]`
+/// of `memory_type` on device `gpu_id`, as OpenHCS's `stack_slices` does.
+#[pyfunction]
+#[pyo3(signature = (slices, memory_type = "numpy", gpu_id = 0))]
+fn stack_slices<'py>(py: Python<'py>, slices: Vec<Bound<'py, PyAny>>, memory_type: &str, gpu_id: i64) -> PyResult<Bound<'py, PyAny>> {
+    let (memory, device) = slice_target(memory_type, gpu_id)?;
+    let arrays: Vec<Array> = slices.iter().map(|s| host_array_of(s).map(Array::Host)).collect::<PyResult<_>>()?;
+    let engine = Engine::builtin();
+    let stacked = hcsflow::core::stack_slices(arrays, memory, device, engine.conversions(), ConversionPolicy::default())
+        .map_err(|e| slice_error(py, e))?;
+    numpy_of(py, stacked)
+}
+
+/// Splits a 3D array `[Z, Y, X]` into its Z slices (2D arrays of
+/// `memory_type` on device `gpu_id`), as OpenHCS's `unstack_slices` does.
+#[pyfunction]
+#[pyo3(signature = (array, memory_type = "numpy", gpu_id = 0))]
+fn unstack_slices<'py>(py: Python<'py>, array: &Bound<'py, PyAny>, memory_type: &str, gpu_id: i64) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    let (memory, device) = slice_target(memory_type, gpu_id)?;
+    let input = Array::Host(host_array_of(array)?);
+    let engine = Engine::builtin();
+    let slices = hcsflow::core::unstack_slices(input, memory, device, engine.conversions(), ConversionPolicy::default())
+        .map_err(|e| slice_error(py, e))?;
+    slices.into_iter().map(|s| numpy_of(py, s)).collect()
+}
+
 /// The native module.
 #[pymodule]
 fn _hcsflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -292,5 +368,7 @@ fn _hcsflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(call, m)?)?;
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(synth_plate, m)?)?;
+    m.add_function(wrap_pyfunction!(stack_slices, m)?)?;
+    m.add_function(wrap_pyfunction!(unstack_slices, m)?)?;
     Ok(())
 }

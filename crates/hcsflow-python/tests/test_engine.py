@@ -173,3 +173,33 @@ def test_python_m_hcsflow_runs_and_lists_with_the_cli_exit_codes(tmp_path):
     assert o.returncode == 1 and "nowhere" in o.stderr, o.stderr
     o = hcsflow_m("functions", "--json")
     assert o.returncode == 0 and [f["name"] for f in json.loads(o.stdout)] == hcsflow.function_names()
+
+
+def test_stack_and_unstack_slices_round_trip_and_validate():
+    slices = [np.full((3, 4), i, np.uint16) for i in range(5)]
+    stack = hcsflow.stack_slices(slices, "numpy", 0)
+    assert stack.shape == (5, 3, 4) and stack.dtype == np.uint16
+    np.testing.assert_array_equal(stack, np.stack(slices))
+    back = hcsflow.unstack_slices(stack, "numpy", 0)
+    assert len(back) == 5 and all(b.shape == (3, 4) for b in back)
+    for b, s in zip(back, slices):
+        np.testing.assert_array_equal(b, s)
+    with pytest.raises(hcsflow.ArrayError, match="empty"):
+        hcsflow.stack_slices([])
+    with pytest.raises(hcsflow.ArrayError, match=r"slice 1 is not 2D: it has shape \[1, 3, 4\]"):
+        hcsflow.stack_slices([slices[0], slices[1][None]])
+    with pytest.raises(hcsflow.ArrayError, match=r"slice 2 has shape \[3, 5\]"):
+        hcsflow.stack_slices([slices[0], slices[1], np.zeros((3, 5), np.uint16)])
+    with pytest.raises(hcsflow.ArrayError, match="slice 1 has dtype f32"):
+        hcsflow.stack_slices([slices[0], np.zeros((3, 4), np.float32)])
+    with pytest.raises(hcsflow.ArrayError, match="not 3D"):
+        hcsflow.unstack_slices(slices[0])
+    with pytest.raises(hcsflow.ArrayError, match="invalid device id -1"):
+        hcsflow.stack_slices(slices, "numpy", -1)
+    with pytest.raises(hcsflow.CompileError, match="unknown memory type 'numpyy'"):
+        hcsflow.stack_slices(slices, "numpyy")
+    with pytest.raises(hcsflow.ArrayError, match="int32"):
+        hcsflow.stack_slices([np.zeros((2, 2), np.int32)])
+    # torch memory on gpu 0: this build's GPU devices are wgpu adapters, which hold no torch arrays.
+    with pytest.raises(hcsflow.DeviceUnavailableError, match="torch arrays are not wgpu arrays"):
+        hcsflow.stack_slices(slices, "torch")

@@ -23,7 +23,9 @@ from ._hcsflow import (
     PlateError,
     __version__,
     function_names,
+    stack_slices,
     synth_plate,
+    unstack_slices,
 )
 
 __all__ = [
@@ -39,7 +41,9 @@ __all__ = [
     "functions",
     "function_names",
     "run",
+    "stack_slices",
     "synth_plate",
+    "unstack_slices",
 ]
 
 
