@@ -14,12 +14,12 @@
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use hcsflow::core::{Array, ConversionPolicy, DTypePolicy, Device, DeviceRequest, HostArray, MemoryType, SliceError, Stack, StackShape};
 use hcsflow::pipeline::Progress;
 use hcsflow::{DeviceOptions, Engine, Error, ErrorKind, RunOptions};
-use numpy::{PyArray3, PyArrayDyn, PyArrayMethods};
+use numpy::{PyArrayDyn, PyArrayMethods};
 use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
@@ -41,6 +41,13 @@ pyo3::create_exception!(
     "No conversion the policy allows brings the data between two memory types; see its source_type, target_type, method and reason."
 );
 pyo3::create_exception!(_hcsflow, ArrayError, HcsflowError, "An array given to hcsflow is not a stack it can take (shape, dtype).");
+
+/// The engine of this process: the built-in functions and converters,
+/// assembled on first use and shared by every call.
+fn engine() -> &'static Engine {
+    static ENGINE: OnceLock<Engine> = OnceLock::new();
+    ENGINE.get_or_init(Engine::builtin)
+}
 
 /// The Python exception for an engine error, chosen by the error's type.
 fn to_py(py: Python<'_>, error: Error) -> PyErr {
@@ -99,42 +106,24 @@ fn arg_text(name: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
 /// A 3D numpy array as a stack (copied); its dtype must be one hcsflow has.
 fn stack_of(array: &Bound<'_, PyAny>) -> PyResult<Stack> {
     let shape: Vec<usize> = array.getattr("shape")?.extract()?;
+    let not_3d = || ArrayError::new_err(format!("expected a 3D array [Z, Y, X], got shape {shape:?}"));
     if shape.len() != 3 {
-        return Err(ArrayError::new_err(format!("expected a 3D array [Z, Y, X], got shape {shape:?}")));
+        return Err(not_3d());
     }
-    if let Ok(a) = array.cast::<PyArray3<u8>>() {
-        return Ok(Stack::from(a.readonly().as_array().to_owned()));
-    }
-    if let Ok(a) = array.cast::<PyArray3<u16>>() {
-        return Ok(Stack::from(a.readonly().as_array().to_owned()));
-    }
-    if let Ok(a) = array.cast::<PyArray3<f32>>() {
-        return Ok(Stack::from(a.readonly().as_array().to_owned()));
-    }
-    let dtype = array.getattr("dtype")?.str()?.to_string();
-    Err(ArrayError::new_err(format!("dtype {dtype} is not one hcsflow takes: uint8, uint16 or float32")))
-}
-
-/// A stack as a numpy array that owns its buffer (moved, not copied).
-fn array_of<'py>(py: Python<'py>, stack: Stack) -> Bound<'py, PyAny> {
-    match stack {
-        Stack::U8(a) => PyArray3::from_owned_array(py, a.into_array()).into_any(),
-        Stack::U16(a) => PyArray3::from_owned_array(py, a.into_array()).into_any(),
-        Stack::F32(a) => PyArray3::from_owned_array(py, a.into_array()).into_any(),
-    }
+    host_array_of(array)?.into_stack().map_err(|_| not_3d())
 }
 
 /// The names of every function this build has.
 #[pyfunction]
 fn function_names() -> Vec<&'static str> {
-    Engine::builtin().registry().functions().map(|f| f.spec.name).collect()
+    engine().registry().functions().map(|f| f.spec.name).collect()
 }
 
 /// Every function with its doc, contract, memory types, arguments and
 /// artifacts, as JSON text (the `hcsflow functions --json` format).
 #[pyfunction]
 fn catalogue_json() -> PyResult<String> {
-    serde_json::to_string(&Engine::builtin().catalogue()).map_err(|e| HcsflowError::new_err(format!("listing the functions: {e}")))
+    serde_json::to_string(&engine().catalogue()).map_err(|e| HcsflowError::new_err(format!("listing the functions: {e}")))
 }
 
 /// A run's progress event as the dict a Python callback receives.
@@ -181,7 +170,7 @@ fn call<'py>(
     allow_host_round_trip: bool,
     kwargs: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let engine = Engine::builtin();
+    let engine = engine();
     let mut args = Vec::new();
     if let Some(kwargs) = kwargs {
         for (k, v) in kwargs.iter() {
@@ -194,7 +183,7 @@ fn call<'py>(
     let [z, y, x] = stack.shape();
     engine.check_call(&prepared, &StackShape::new(z, y, x)).map_err(|e| to_py(py, e))?;
     let out = py.detach(|| engine.run_call(&prepared, stack, DTypePolicy::default()).map_err(Box::new)).map_err(|e| to_py(py, *e))?;
-    Ok(array_of(py, out))
+    numpy_of(py, Array::from(out))
 }
 
 /// `hcsflow run PLATE PIPELINE OUT` from Python: the plan text with
@@ -217,7 +206,7 @@ fn run(
     allow_host_round_trip: bool,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<String> {
-    let engine = Engine::builtin();
+    let engine = engine();
     let mut options = RunOptions {
         device: device_options(device, allow_software_gpu, allow_host_round_trip)?,
         resume,
@@ -332,7 +321,7 @@ fn slice_error(py: Python<'_>, e: SliceError) -> PyErr {
 fn stack_slices<'py>(py: Python<'py>, slices: Vec<Bound<'py, PyAny>>, memory_type: &str, gpu_id: i64) -> PyResult<Bound<'py, PyAny>> {
     let (memory, device) = slice_target(memory_type, gpu_id)?;
     let arrays: Vec<Array> = slices.iter().map(|s| host_array_of(s).map(Array::Host)).collect::<PyResult<_>>()?;
-    let engine = Engine::builtin();
+    let engine = engine();
     let stacked = hcsflow::core::stack_slices(arrays, memory, device, engine.conversions(), ConversionPolicy::default())
         .map_err(|e| slice_error(py, e))?;
     numpy_of(py, stacked)
@@ -345,7 +334,7 @@ fn stack_slices<'py>(py: Python<'py>, slices: Vec<Bound<'py, PyAny>>, memory_typ
 fn unstack_slices<'py>(py: Python<'py>, array: &Bound<'py, PyAny>, memory_type: &str, gpu_id: i64) -> PyResult<Vec<Bound<'py, PyAny>>> {
     let (memory, device) = slice_target(memory_type, gpu_id)?;
     let input = Array::Host(host_array_of(array)?);
-    let engine = Engine::builtin();
+    let engine = engine();
     let slices = hcsflow::core::unstack_slices(input, memory, device, engine.conversions(), ConversionPolicy::default())
         .map_err(|e| slice_error(py, e))?;
     slices.into_iter().map(|s| numpy_of(py, s)).collect()
