@@ -162,33 +162,33 @@ fn assert_stopped_by_full_disk(code: Option<i32>, err: &str, manifest: &Value, t
     assert!(temps.is_empty(), "temporaries left: {temps:?}");
 }
 
+/// `hcsflow run` of the min-z pipeline on a 64² plate in `dir` into `out`, one
+/// worker, with the hidden test hook that fails writes once `bytes` are written.
+fn min_z_with_disk_budget(dir: &Path, out: &Path, bytes: u64) -> Output {
+    let plate = plate(dir, 64);
+    let min_z = pipeline(dir, "min_z.toml", MIN_Z);
+    Command::new(env!("CARGO_BIN_EXE_hcsflow"))
+        .args(["run", &plate, &min_z, out.to_str().unwrap(), "--workers", "1"])
+        .env("HCSFLOW_TEST_DISK_FULL_AFTER", bytes.to_string())
+        .output()
+        .expect("run hcsflow")
+}
+
 #[test]
 fn a_full_disk_stops_the_run_and_the_manifest_holds_every_well_injected() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let plate = plate(dir.path(), 64);
-    let min_z = pipeline(dir.path(), "min_z.toml", MIN_Z);
     let out = dir.path().join("out");
     // Room for two wells' 8 KiB planes and the manifests, not a third plane.
-    let o = Command::new(env!("CARGO_BIN_EXE_hcsflow"))
-        .args(["run", &plate, &min_z, out.to_str().unwrap(), "--workers", "1"])
-        .env("HCSFLOW_TEST_DISK_FULL_AFTER", (2 * 8192 + 6000).to_string())
-        .output()
-        .expect("run hcsflow");
+    let o = min_z_with_disk_budget(dir.path(), &out, 2 * 8192 + 6000);
     assert_stopped_by_full_disk(o.status.code(), &stderr(&o), &manifest(&out), &temps(&out));
 }
 
 #[test]
 fn when_even_the_manifest_cannot_be_written_the_summary_says_what_it_misses_injected() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let plate = plate(dir.path(), 64);
-    let min_z = pipeline(dir.path(), "min_z.toml", MIN_Z);
     let out = dir.path().join("out");
     // Room for the first manifest and one plane; then nothing fits.
-    let o = Command::new(env!("CARGO_BIN_EXE_hcsflow"))
-        .args(["run", &plate, &min_z, out.to_str().unwrap(), "--workers", "1"])
-        .env("HCSFLOW_TEST_DISK_FULL_AFTER", (8192 + 600).to_string())
-        .output()
-        .expect("run hcsflow");
+    let o = min_z_with_disk_budget(dir.path(), &out, 8192 + 600);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("1 of 4 well(s) complete (0 skipped as already complete), 1 failed, 2 not started"), "{err}");

@@ -26,14 +26,7 @@ fn synth(root: &Path, wells: &[&str], size: u32) -> PathBuf {
     common::synth_plate(root, &cfg)
 }
 
-const MAX_Z: &str = r#"
-name = "t"
-[[steps]]
-name = "max_z"
-func = "max_projection"
-variable_components = ["z_index"]
-materialize = ["tiff"]
-"#;
+use common::MAX_Z;
 
 /// Compiles `toml` for the plate at `root` and runs it with two workers.
 fn run(root: &Path, toml: &str, out: &Path) -> RunSummary {

@@ -12,8 +12,7 @@ use hcsflow_core::Stack;
 use hcsflow_pipeline::{Manifest, MissingPolicy, PipelineError, Plan, RunOptions, RunSummary};
 use hcsflow_synth::SynthConfig;
 
-/// The probe's pipeline: a min projection over z, to TIFF.
-const MIN_Z: &str = "name = \"min_z\"\n[[steps]]\nname = \"min_z\"\nfunc = \"min_projection\"\nvariable_components = [\"z_index\"]\nmaterialize = [\"tiff\"]\n";
+use common::MIN_Z;
 
 /// Wells A01, A02, A03 (1 site, 1 channel, 3 z, 64²); `missing` planes deleted.
 fn plate(dir: &Path, name: &str, missing: u32) -> PathBuf {

@@ -16,7 +16,7 @@ use hcsflow_synth::SynthConfig;
 use hcsflow_testkit::snapshot;
 
 const MAX_Z: &str = "name = \"max_z\"\n[[steps]]\nname = \"max_z\"\nfunc = \"max_projection\"\nvariable_components = [\"z_index\"]\nmaterialize = [\"tiff\", \"zarr\"]\n";
-const MIN_Z: &str = "name = \"min_z\"\n[[steps]]\nname = \"min_z\"\nfunc = \"min_projection\"\nvariable_components = [\"z_index\"]\nmaterialize = [\"tiff\"]\n";
+use common::MIN_Z;
 
 /// Wells A01, A02 (2×2 sites, 1 channel, 2 z, 64²) in `dir/name`.
 fn plate(dir: &Path, name: &str) -> PathBuf {

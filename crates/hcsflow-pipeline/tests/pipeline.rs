@@ -86,14 +86,7 @@ fn step_error_text(e: &PipelineError) -> String {
     e.to_string()
 }
 
-const MAX_Z: &str = r#"
-name = "t"
-[[steps]]
-name = "max_z"
-func = "max_projection"
-variable_components = ["z_index"]
-materialize = ["tiff"]
-"#;
+use common::MAX_Z;
 
 #[test]
 fn max_projection_matches_per_pixel_max_and_plate_is_untouched() {

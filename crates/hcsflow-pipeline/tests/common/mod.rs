@@ -11,6 +11,19 @@ use hcsflow_pipeline::{compile, execute, CompileConfig, MissingPolicy, PipelineE
 use hcsflow_plate::Plate;
 use hcsflow_synth::{generate, SynthConfig};
 
+/// A max projection over z, to TIFF.
+pub const MAX_Z: &str = r#"
+name = "t"
+[[steps]]
+name = "max_z"
+func = "max_projection"
+variable_components = ["z_index"]
+materialize = ["tiff"]
+"#;
+
+/// A min projection over z, to TIFF.
+pub const MIN_Z: &str = "name = \"min_z\"\n[[steps]]\nname = \"min_z\"\nfunc = \"min_projection\"\nvariable_components = [\"z_index\"]\nmaterialize = [\"tiff\"]\n";
+
 /// Generates the synthetic plate `cfg` describes in folder `root`; returns `root`.
 pub fn synth_plate(root: &Path, cfg: &SynthConfig) -> PathBuf {
     generate(cfg, root).expect("generate the synthetic plate");
