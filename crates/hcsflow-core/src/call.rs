@@ -64,7 +64,7 @@ impl Conversions {
     /// the host allowed by `policy` (none for a host array), run. An array
     /// that is not 3D is an error too.
     pub fn to_host_stack(&self, array: Array, policy: ConversionPolicy) -> Result<Stack, ConversionError> {
-        let route = self.plan(array.memory_type(), MemoryType::Host, policy)?;
+        let route = self.plan(array.memory_type(), MemoryType::Host, array.device().runtime(), policy)?;
         let host = self.execute(&route, array, Device::Cpu)?;
         let shape = host.shape().to_vec();
         host.into_host_stack().ok_or_else(|| ConversionError {

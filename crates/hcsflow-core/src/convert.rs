@@ -1,14 +1,18 @@
 //! Conversion routes between memory types, planned before anything runs.
 //!
-//! [`plan_route`] is a pure function of (source, target, policy): every pair of
-//! [`MemoryType`]s has exactly one answer, either a [`Route`] or a
-//! [`ConversionError`] naming source, target, method and reason. There is no
-//! silent fallback: a round trip through host memory between two GPU libraries
-//! happens only when [`ConversionPolicy::allow_host_round_trip`] says so.
+//! [`plan_route`] is a pure function of (source, target, runtime, policy):
+//! every pair of [`MemoryType`]s has exactly one answer in a runtime, either a
+//! [`Route`] or a [`ConversionError`] naming source, target, method and
+//! reason. The runtime matters because torch, jax and tensorflow hold CPU
+//! tensors on the host runtime ([`MemoryType::space_in`]). There is no silent
+//! fallback: a round trip through host memory between two GPU libraries
+//! happens only when [`ConversionPolicy::allow_host_round_trip`] says so, and
+//! a copy is planned as a copy, never tried after a zero-copy attempt.
 //!
 //! [`Conversions`] holds the converters this build actually has (host ↔ wgpu
-//! from `hcsflow-gpu`, later CUDA and Python) and refuses, at plan time, routes
-//! whose converters are missing.
+//! from `hcsflow-gpu`, the Python libraries from the Python package) and
+//! refuses, at plan time, routes whose converters are missing, with the reason
+//! a front end gave ([`Conversions::refuse`]: "torch is not installed").
 
 use std::collections::HashMap;
 use std::fmt;
@@ -16,7 +20,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::memory::{Array, Device, Exchange, MemorySpace, MemoryType};
+use crate::memory::{Array, Device, Exchange, MemorySpace, MemoryType, Runtime};
 
 /// The kind of move a route makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -26,6 +30,9 @@ pub enum RouteKind {
     Identity,
     /// Same memory, another library's view of it (DLPack, shared host buffer).
     ZeroCopy,
+    /// One copy within host memory: a Python library's host array into a
+    /// Rust stack (which owns its buffer).
+    HostCopy,
     /// One copy between host memory and a device (upload or download).
     DeviceCopy,
     /// Two copies: download from one device library, upload to another.
@@ -37,6 +44,7 @@ impl fmt::Display for RouteKind {
         f.write_str(match self {
             RouteKind::Identity => "identity",
             RouteKind::ZeroCopy => "zero-copy",
+            RouteKind::HostCopy => "host copy",
             RouteKind::DeviceCopy => "device copy",
             RouteKind::HostRoundTrip => "host round-trip",
         })
@@ -78,24 +86,38 @@ pub struct ConversionError {
     pub reason: String,
 }
 
-/// The route from `source` to `target` under `policy`. Pure: depends on nothing
-/// but its arguments, so plans are reproducible and testable without devices.
-pub fn plan_route(source: MemoryType, target: MemoryType, policy: ConversionPolicy) -> Result<Route, ConversionError> {
+/// The route from `source` to `target` for a step in `runtime`, under
+/// `policy`. Pure: depends on nothing but its arguments, so plans are
+/// reproducible and testable without devices.
+pub fn plan_route(source: MemoryType, target: MemoryType, runtime: Runtime, policy: ConversionPolicy) -> Result<Route, ConversionError> {
     let route = |kind, method| Ok(Route { source, target, kind, method });
     if source == target {
         return route(RouteKind::Identity, "none");
     }
-    let (s, t) = (source.space(), target.space());
+    let place = |m: MemoryType| {
+        m.space_in(runtime).ok_or_else(|| ConversionError {
+            from: source,
+            to: target,
+            method: "none".into(),
+            reason: format!("{m} has no arrays on a {runtime} device; {m} functions run with device cpu"),
+        })
+    };
+    let (s, t) = (place(source)?, place(target)?);
     if s == t {
-        return if source.exchange() == Exchange::Dlpack && target.exchange() == Exchange::Dlpack {
-            let method = if s == MemorySpace::Host { "buffer protocol" } else { "dlpack" };
-            route(RouteKind::ZeroCopy, method)
-        } else {
+        if source.exchange() != Exchange::Dlpack || target.exchange() != Exchange::Dlpack {
             // Same space but no sharing protocol: only reachable through the host.
-            round_trip(source, target, policy)
+            return round_trip(source, target, policy);
+        }
+        return match (s, source, target) {
+            (MemorySpace::Host, MemoryType::Host, MemoryType::Numpy) => route(RouteKind::ZeroCopy, "numpy view"),
+            // A Rust stack owns its pixels: another library's host array is copied in.
+            (MemorySpace::Host, _, MemoryType::Host) => route(RouteKind::HostCopy, "copy"),
+            _ => route(RouteKind::ZeroCopy, "dlpack"),
         };
     }
     match (s, t) {
+        (MemorySpace::Host, MemorySpace::OpenCl) => route(RouteKind::DeviceCopy, "push"),
+        (MemorySpace::OpenCl, MemorySpace::Host) => route(RouteKind::DeviceCopy, "pull"),
         (MemorySpace::Host, _) => route(RouteKind::DeviceCopy, "upload"),
         (_, MemorySpace::Host) => route(RouteKind::DeviceCopy, "download"),
         _ => round_trip(source, target, policy),
@@ -111,11 +133,9 @@ fn round_trip(source: MemoryType, target: MemoryType, policy: ConversionPolicy) 
             to: target,
             method: "host round-trip".into(),
             reason: format!(
-                "{source} ({:?} memory) and {target} ({:?} memory) cannot share memory, and copying \
-                 through the host is disabled; allow it with `allow_host_round_trip = true` \
-                 (--allow-host-round-trip) or use functions with matching memory types",
-                source.space(),
-                target.space()
+                "{source} and {target} cannot share memory, and copying through the host is disabled; \
+                 allow it with `allow_host_round_trip = true` (--allow-host-round-trip) or use \
+                 functions with matching memory types"
             ),
         })
     }
@@ -128,15 +148,23 @@ pub trait Converter: Send + Sync {
     fn convert(&self, array: Array, device: Device) -> Result<Array, ConversionError>;
 }
 
+/// One direct edge of [`Conversions`]: its converter, or why this build
+/// cannot take it.
+#[derive(Clone)]
+enum Edge {
+    Converter(Arc<dyn Converter>),
+    Refused(String),
+}
+
 /// The converters available in this build.
 #[derive(Clone, Default)]
 pub struct Conversions {
-    edges: HashMap<(MemoryType, MemoryType), Arc<dyn Converter>>,
+    edges: HashMap<(MemoryType, MemoryType), Edge>,
 }
 
 impl fmt::Debug for Conversions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let mut keys: Vec<_> = self.edges.keys().collect();
+        let mut keys: Vec<_> = self.edges.iter().filter(|(_, e)| matches!(e, Edge::Converter(_))).map(|(k, _)| k).collect();
         keys.sort();
         f.debug_struct("Conversions").field("edges", &keys).finish()
     }
@@ -145,33 +173,44 @@ impl fmt::Debug for Conversions {
 impl Conversions {
     /// Registers the converter for the direct edge `source → target`.
     pub fn register(&mut self, source: MemoryType, target: MemoryType, converter: Arc<dyn Converter>) {
-        self.edges.insert((source, target), converter);
+        self.edges.insert((source, target), Edge::Converter(converter));
+    }
+
+    /// Records that this build cannot take the edge `source → target`, and
+    /// why ("torch is not installed"): plans needing it fail with `reason`.
+    pub fn refuse(&mut self, source: MemoryType, target: MemoryType, reason: impl Into<String>) {
+        self.edges.insert((source, target), Edge::Refused(reason.into()));
     }
 
     fn edges_of(&self, route: &Route) -> Vec<(MemoryType, MemoryType)> {
         match route.kind {
             RouteKind::Identity => vec![],
-            RouteKind::ZeroCopy | RouteKind::DeviceCopy => vec![(route.source, route.target)],
+            RouteKind::ZeroCopy | RouteKind::HostCopy | RouteKind::DeviceCopy => vec![(route.source, route.target)],
             RouteKind::HostRoundTrip => {
                 vec![(route.source, MemoryType::Host), (MemoryType::Host, route.target)]
             }
         }
     }
 
-    /// Plans `source → target` and checks this build can carry it out.
-    pub fn plan(&self, source: MemoryType, target: MemoryType, policy: ConversionPolicy) -> Result<Route, ConversionError> {
-        let route = plan_route(source, target, policy)?;
+    /// Plans `source → target` for a step in `runtime` and checks this build
+    /// can carry it out.
+    pub fn plan(
+        &self,
+        source: MemoryType,
+        target: MemoryType,
+        runtime: Runtime,
+        policy: ConversionPolicy,
+    ) -> Result<Route, ConversionError> {
+        let route = plan_route(source, target, runtime, policy)?;
         for (a, b) in self.edges_of(&route) {
-            if !self.edges.contains_key(&(a, b)) {
-                return Err(ConversionError {
-                    from: source,
-                    to: target,
-                    method: route.method.to_string(),
-                    reason: format!(
-                        "this build has no {a} → {b} converter (the {} runtime is not built in)",
-                        if a == MemoryType::Host { b } else { a }
-                    ),
-                });
+            let refused = |reason: String| ConversionError { from: source, to: target, method: route.method.to_string(), reason };
+            match self.edges.get(&(a, b)) {
+                Some(Edge::Converter(_)) => {}
+                Some(Edge::Refused(reason)) => return Err(refused(reason.clone())),
+                None => {
+                    let runtime = if a == MemoryType::Host { b } else { a };
+                    return Err(refused(format!("this build has no {a} → {b} converter (the {runtime} runtime is not built in)")));
+                }
             }
         }
         Ok(route)
@@ -189,13 +228,13 @@ impl Conversions {
         }
         let mut current = array;
         for (a, b) in self.edges_of(route) {
-            let converter = self.edges.get(&(a, b)).ok_or_else(|| ConversionError {
-                from: a,
-                to: b,
-                method: route.method.to_string(),
-                reason: "no converter registered for this edge".into(),
-            })?;
-            let dev = if b.is_device_memory() { device } else { Device::Cpu };
+            let missing = |reason: String| ConversionError { from: a, to: b, method: route.method.to_string(), reason };
+            let converter = match self.edges.get(&(a, b)) {
+                Some(Edge::Converter(c)) => c,
+                Some(Edge::Refused(reason)) => return Err(missing(reason.clone())),
+                None => return Err(missing("no converter registered for this edge".into())),
+            };
+            let dev = if b.on_host_in(device.runtime()) { Device::Cpu } else { device };
             current = converter.convert(current, dev)?;
         }
         Ok(current)

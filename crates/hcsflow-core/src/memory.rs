@@ -57,15 +57,16 @@ pub enum MemoryType {
     Cuda,
     /// numpy arrays (Python bindings).
     Numpy,
-    /// torch tensors on a CUDA device (Python bindings).
+    /// torch tensors (Python bindings): CPU tensors on the host runtime.
     Torch,
     /// cupy arrays (Python bindings).
     Cupy,
-    /// jax arrays on a CUDA device (Python bindings).
+    /// jax arrays (Python bindings): CPU arrays on the host runtime.
     Jax,
-    /// tensorflow tensors on a CUDA device (Python bindings).
+    /// tensorflow tensors (Python bindings): CPU tensors on the host runtime.
     Tensorflow,
-    /// pyclesperanto (OpenCL) arrays (Python bindings).
+    /// pyclesperanto (OpenCL) arrays (Python bindings), on the OpenCL device
+    /// pyclesperanto selects (pocl on a machine without a GPU).
     Pyclesperanto,
 }
 
@@ -97,13 +98,24 @@ impl MemoryType {
         }
     }
 
-    /// Where arrays of this type live.
-    pub fn space(self) -> MemorySpace {
+    /// Where arrays of this type live when a step runs in `runtime`, or
+    /// `None` if this type has no arrays there.
+    ///
+    /// Most libraries hold one kind of memory whatever the runtime (numpy the
+    /// host's, cupy CUDA's, wgpu its buffers, pyclesperanto its own OpenCL
+    /// device's). torch, jax and tensorflow follow the step's device: CPU
+    /// tensors on the host runtime; they have no wgpu tensors (a CUDA runtime
+    /// would place them in CUDA memory).
+    pub fn space_in(self, runtime: Runtime) -> Option<MemorySpace> {
         match self {
-            MemoryType::Host | MemoryType::Numpy => MemorySpace::Host,
-            MemoryType::Wgpu => MemorySpace::Wgpu,
-            MemoryType::Cuda | MemoryType::Torch | MemoryType::Cupy | MemoryType::Jax | MemoryType::Tensorflow => MemorySpace::Cuda,
-            MemoryType::Pyclesperanto => MemorySpace::OpenCl,
+            MemoryType::Host | MemoryType::Numpy => Some(MemorySpace::Host),
+            MemoryType::Wgpu => Some(MemorySpace::Wgpu),
+            MemoryType::Cuda | MemoryType::Cupy => Some(MemorySpace::Cuda),
+            MemoryType::Pyclesperanto => Some(MemorySpace::OpenCl),
+            MemoryType::Torch | MemoryType::Jax | MemoryType::Tensorflow => match runtime {
+                Runtime::Host => Some(MemorySpace::Host),
+                Runtime::Wgpu => None,
+            },
         }
     }
 
@@ -115,9 +127,9 @@ impl MemoryType {
         }
     }
 
-    /// True if arrays of this type need a GPU device.
-    pub fn is_device_memory(self) -> bool {
-        self.space() != MemorySpace::Host
+    /// True if this type's arrays are in host memory when a step runs in `runtime`.
+    pub fn on_host_in(self, runtime: Runtime) -> bool {
+        self.space_in(runtime) == Some(MemorySpace::Host)
     }
 }
 
@@ -165,9 +177,15 @@ impl Runtime {
         }
     }
 
-    /// True if an implementation taking `memory` runs on this runtime.
+    /// True if an implementation taking `memory` runs on this runtime: its
+    /// arrays live in the runtime's memory there, or on the OpenCL device
+    /// pyclesperanto chooses itself (reached by a device copy the plan shows).
     pub fn runs(self, memory: MemoryType) -> bool {
-        memory.space() == self.memory_space()
+        match memory.space_in(self) {
+            Some(MemorySpace::OpenCl) => true,
+            Some(space) => space == self.memory_space(),
+            None => false,
+        }
     }
 }
 
@@ -323,14 +341,23 @@ impl From<HostArray> for Array {
     }
 }
 
-/// Checks that `device` can hold arrays of `memory_type`.
+/// Checks that `device` can hold arrays of `memory_type`; the reason if not.
 pub fn check_device(memory_type: MemoryType, device: Device) -> Result<(), String> {
-    if device.runtime().runs(memory_type) {
+    let runtime = device.runtime();
+    if runtime.runs(memory_type) {
         return Ok(());
     }
-    match (memory_type.is_device_memory(), device) {
-        (false, Device::Gpu(n)) => Err(format!("{memory_type} arrays live in host memory, not on gpu:{n}; use device cpu")),
-        (true, Device::Cpu) => Err(format!("{memory_type} arrays live on a GPU, not on the cpu; use device gpu or gpu:N")),
-        (_, device) => Err(format!("{memory_type} arrays are not {} arrays, which {device} holds", device.runtime())),
-    }
+    Err(match (memory_type.space_in(runtime), device) {
+        (None, device) => format!(
+            "{memory_type} has no tensors on {device} ({runtime} buffers): {memory_type} functions run on the cpu (use device cpu); \
+             this build has no CUDA runtime"
+        ),
+        (Some(MemorySpace::Host), Device::Gpu(n)) => format!("{memory_type} arrays live in host memory, not on gpu:{n}; use device cpu"),
+        (Some(MemorySpace::Cuda), _) => format!(
+            "{memory_type} arrays live on a CUDA GPU (no CPU device holds them) and this build has no CUDA runtime, so \
+             {memory_type} functions cannot run here; use a numpy, torch or jax function instead"
+        ),
+        (Some(_), Device::Cpu) => format!("{memory_type} arrays live on a GPU, not on the cpu; use device gpu or gpu:N"),
+        (Some(_), device) => format!("{memory_type} arrays are not {runtime} arrays, which {device} holds"),
+    })
 }

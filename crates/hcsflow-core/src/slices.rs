@@ -29,7 +29,7 @@ pub enum SliceError {
 }
 
 fn to_host(array: Array, conversions: &Conversions, policy: ConversionPolicy) -> Result<HostArray, SliceError> {
-    let route = conversions.plan(array.memory_type(), MemoryType::Host, policy)?;
+    let route = conversions.plan(array.memory_type(), MemoryType::Host, array.device().runtime(), policy)?;
     match conversions.execute(&route, array, Device::Cpu)? {
         Array::Host(h) => Ok(h),
         Array::Device(b) => Err(SliceError::Conversion(ConversionError {
@@ -48,7 +48,7 @@ fn from_host(
     conversions: &Conversions,
     policy: ConversionPolicy,
 ) -> Result<Array, SliceError> {
-    let route = conversions.plan(MemoryType::Host, memory_type, policy)?;
+    let route = conversions.plan(MemoryType::Host, memory_type, device.runtime(), policy)?;
     Ok(conversions.execute(&route, Array::Host(array), device)?)
 }
 

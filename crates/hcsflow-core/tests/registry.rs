@@ -229,7 +229,7 @@ fn plan_call_picks_the_implementation_of_the_devices_runtime() {
     let mut r = Registry::new();
     r.register(spec(), Implementation::array(MemoryType::Cuda, MemoryType::Cuda, |a, _, _| Ok(a)));
     let err = r.plan_call("both", Default::default(), MemoryType::Cuda, Device::Gpu(0), &c, ConversionPolicy::default()).unwrap_err();
-    assert_eq!(err.to_string(), "both has no implementation for gpu:0 (it has: cuda); run it with --device cpu");
+    assert_eq!(err.to_string(), "both has no implementation for gpu:0 (it has: cuda): cuda arrays live on a CUDA GPU (no CPU device holds them) and this build has no CUDA runtime, so cuda functions cannot run here; use a numpy, torch or jax function instead");
 }
 
 hcsflow_core::function_args! {

@@ -72,8 +72,14 @@ fn bad_device_for_memory_type() {
     assert!(err.to_string().contains("invalid device gpu:0 for memory type host"), "{err}");
     let err = stack_slices(vec![slice(2, 2, 0)], MemoryType::Wgpu, Device::Cpu, &conv, p).unwrap_err();
     assert!(err.to_string().contains("invalid device cpu for memory type wgpu"), "{err}");
+    // torch has CPU tensors but none on a wgpu device; cupy has no CPU device.
+    let err = unstack_slices(Array::from(Stack::zeros(DType::U8, [1, 2, 2])), MemoryType::Torch, Device::Gpu(0), &conv, p).unwrap_err();
+    assert!(err.to_string().contains("invalid device gpu:0 for memory type torch: torch has no tensors on gpu:0"), "{err}");
+    let err = unstack_slices(Array::from(Stack::zeros(DType::U8, [1, 2, 2])), MemoryType::Cupy, Device::Cpu, &conv, p).unwrap_err();
+    assert!(err.to_string().contains("invalid device cpu for memory type cupy: cupy arrays live on a CUDA GPU"), "{err}");
+    // On the cpu, torch is a route this build may lack: a conversion error, not a device error.
     let err = unstack_slices(Array::from(Stack::zeros(DType::U8, [1, 2, 2])), MemoryType::Torch, Device::Cpu, &conv, p).unwrap_err();
-    assert!(err.to_string().contains("invalid device cpu for memory type torch"), "{err}");
+    assert!(matches!(err, SliceError::Conversion(_)), "{err:?}");
 }
 
 #[test]

@@ -57,7 +57,7 @@ fn run(registry: &Registry, conversions: &Conversions, function: &str, stack: &S
     let expected = if device == Device::Cpu { MemoryType::Host } else { MemoryType::Wgpu };
     assert_eq!(plan.implementation.memory_in, expected, "{function} on {device}");
     let out = registry.execute(&plan, Array::from(stack.clone()), conversions).unwrap_or_else(|e| panic!("{function} on {device}: {e}"));
-    let back = conversions.plan(out.memory_type(), MemoryType::Host, ConversionPolicy::default()).unwrap();
+    let back = conversions.plan(out.memory_type(), MemoryType::Host, out.device().runtime(), ConversionPolicy::default()).unwrap();
     conversions.execute(&back, out, Device::Cpu).unwrap().into_host_stack().unwrap()
 }
 

@@ -104,7 +104,10 @@ fn gpu_function_without_gpu_implementation_is_refused() {
     let err = registry
         .plan_call("host_only", Default::default(), MemoryType::Host, Device::Gpu(0), &conversions, ConversionPolicy::default())
         .unwrap_err();
-    assert_eq!(err.to_string(), "host_only has no implementation for gpu:0 (it has: host); run it with --device cpu");
+    assert_eq!(
+        err.to_string(),
+        "host_only has no implementation for gpu:0 (it has: host): host arrays live in host memory, not on gpu:0; use device cpu"
+    );
 }
 
 /// Asserts every value of `gpu` is within `atol + rtol·|host|` of `host` (same dtype and shape).

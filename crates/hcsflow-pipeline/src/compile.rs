@@ -968,6 +968,9 @@ fn compile_chain(
             let fix = match &e {
                 PlanError::UnknownFunction { .. } => "check the name; `hcsflow functions` lists every function".to_string(),
                 PlanError::Args(_) => format!("`hcsflow functions {}` lists its arguments, types and ranges", call.name),
+                PlanError::NoImplementation { device: Device::Cpu, .. } => {
+                    "use a function with a host, numpy, torch or jax implementation (`hcsflow functions`)".to_string()
+                }
                 PlanError::NoImplementation { .. } => {
                     "run with --device cpu, or use functions that have a GPU implementation (`hcsflow functions`)".to_string()
                 }
@@ -983,7 +986,7 @@ fn compile_chain(
         memory = plan.implementation.memory_out;
         planned.push(plan);
     }
-    let route_out = conversions.plan(memory, MemoryType::Host, config.policy).map_err(|e| {
+    let route_out = conversions.plan(memory, MemoryType::Host, config.device.runtime(), config.policy).map_err(|e| {
         PipelineError::step(step, format!("copying the result to the host: {e}"), "use functions whose output this build can download")
     })?;
     let mut produced = BTreeSet::new();
@@ -1002,13 +1005,17 @@ fn compile_chain(
         .iter()
         .map(|call| {
             let Some(w) = call.implementation.host_work else { return Ok(None) };
-            let route = conversions.plan(call.implementation.memory_in, MemoryType::Host, config.policy).map_err(|e| {
-                PipelineError::step(
-                    step,
-                    format!("{}: without '{}' it {} on the host, and its input cannot get there: {e}", call.function, w.without, w.work),
-                    format!("add a step before it that produces '{}'", w.without),
-                )
-            })?;
+            let route =
+                conversions.plan(call.implementation.memory_in, MemoryType::Host, config.device.runtime(), config.policy).map_err(|e| {
+                    PipelineError::step(
+                        step,
+                        format!(
+                            "{}: without '{}' it {} on the host, and its input cannot get there: {e}",
+                            call.function, w.without, w.work
+                        ),
+                        format!("add a step before it that produces '{}'", w.without),
+                    )
+                })?;
             Ok(Some(PlannedHostWork { without: w.without, work: w.work, route }))
         })
         .collect::<Result<Vec<_>, PipelineError>>()?;

@@ -16,7 +16,9 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
-use hcsflow::core::{Array, ConversionPolicy, DTypePolicy, Device, DeviceRequest, HostArray, MemoryType, SliceError, Stack, StackShape};
+use hcsflow::core::{
+    Array, ConversionPolicy, DTypePolicy, Device, DeviceRequest, HostArray, MemoryType, Runtime, SliceError, Stack, StackShape,
+};
 use hcsflow::pipeline::Progress;
 use hcsflow::{DeviceOptions, Engine, Error, ErrorKind, RunOptions};
 use numpy::{PyArrayDyn, PyArrayMethods};
@@ -275,7 +277,7 @@ fn slice_target(memory_type: &str, gpu_id: i64) -> PyResult<(MemoryType, Device)
         other => other.parse().map_err(CompileError::new_err)?,
     };
     let id = usize::try_from(gpu_id).map_err(|_| ArrayError::new_err(format!("invalid device id {gpu_id}: must be 0 or more")))?;
-    Ok((memory, if memory.is_device_memory() { Device::Gpu(id) } else { Device::Cpu }))
+    Ok((memory, if memory.on_host_in(Runtime::Host) { Device::Cpu } else { Device::Gpu(id) }))
 }
 
 /// A numpy array of any number of axes as a host array (copied).

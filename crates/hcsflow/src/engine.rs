@@ -124,7 +124,10 @@ impl Engine {
         let choice = device.choose()?;
         let policy = device.conversion_policy();
         let call = self.registry.plan_call(function, parsed, MemoryType::Host, choice.device, &self.conversions, policy)?;
-        let back = self.conversions.plan(call.implementation.memory_out, MemoryType::Host, policy).map_err(Error::Route)?;
+        let back = self
+            .conversions
+            .plan(call.implementation.memory_out, MemoryType::Host, choice.device.runtime(), policy)
+            .map_err(Error::Route)?;
         Ok(PreparedCall { call, back, device: choice, policy })
     }
 

@@ -9,7 +9,7 @@ use super::implementation::{HostKernel, Implementation};
 use super::{Contract, FunctionError, SLICE_BY_SLICE};
 use crate::artifact::{Artifacts, CallContext, Table};
 use crate::convert::{ConversionError, ConversionPolicy, Conversions, Route, RouteKind};
-use crate::memory::{Array, Device, MemoryType};
+use crate::memory::{check_device, Array, Device, MemoryType};
 use crate::registry::Registry;
 use crate::stack::Stack;
 
@@ -18,8 +18,10 @@ use crate::stack::Stack;
 pub enum PlanError {
     #[error("unknown function '{name}'{}; `hcsflow functions` lists them", suggestion.as_ref().map(|s| format!(" (did you mean '{s}'?)")).unwrap_or_default())]
     UnknownFunction { name: String, suggestion: Option<String> },
-    #[error("{function} has no implementation for {device} (it has: {}); run it with --device cpu{}", available.iter().map(|m| m.name()).collect::<Vec<_>>().join(", "), if *device == Device::Cpu { " or add a host implementation" } else { "" })]
-    NoImplementation { function: String, device: Device, available: Vec<MemoryType> },
+    /// No implementation runs on `device`; `reason` says why for the first
+    /// one it has ([`check_device`]).
+    #[error("{function} has no implementation for {device} (it has: {}): {reason}", available.iter().map(|m| m.name()).collect::<Vec<_>>().join(", "))]
+    NoImplementation { function: String, device: Device, available: Vec<MemoryType>, reason: String },
     #[error(transparent)]
     Args(#[from] ArgError),
     #[error("{function}: {error}")]
@@ -62,10 +64,13 @@ impl Registry {
     ) -> Result<CallPlan, PlanError> {
         let function = self.get(name)?;
         let implementation = function.implementations.iter().find(|i| device.runtime().runs(i.memory_in)).cloned().ok_or_else(|| {
-            PlanError::NoImplementation { function: function.spec.name.to_string(), device, available: function.memory_types() }
+            let available = function.memory_types();
+            let reason =
+                available.first().and_then(|m| check_device(*m, device).err()).unwrap_or_else(|| "it has no implementation".into());
+            PlanError::NoImplementation { function: function.spec.name.to_string(), device, available, reason }
         })?;
         let route_in = conversions
-            .plan(input_memory, implementation.memory_in, policy)
+            .plan(input_memory, implementation.memory_in, device.runtime(), policy)
             .map_err(|error| PlanError::Conversion { function: function.spec.name.to_string(), error })?;
         Ok(CallPlan {
             function: function.spec.name,
