@@ -12,72 +12,66 @@
 //! - Every engine error is raised as a subclass of `HcsflowError` chosen from
 //!   the error's type ([`hcsflow::Error`]), never from its text.
 
+mod aligned;
+mod arrays;
+mod errors;
+mod python_functions;
+
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
-use hcsflow::core::{
-    Array, ConversionPolicy, DTypePolicy, Device, DeviceRequest, HostArray, MemoryType, Runtime, SliceError, Stack, StackShape,
-};
-use hcsflow::pipeline::Progress;
-use hcsflow::{DeviceOptions, Engine, Error, ErrorKind, RunOptions};
-use numpy::{PyArrayDyn, PyArrayMethods};
-use pyo3::exceptions::PyException;
+use hcsflow::core::{Array, ConversionPolicy, DTypePolicy, Device, DeviceRequest, MemoryType, Runtime, StackShape};
+use hcsflow::pipeline::{PipelineSpec, Progress};
+use hcsflow::{DeviceOptions, Engine, Error, RunOptions};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
 
-pyo3::create_exception!(_hcsflow, HcsflowError, PyException, "Base class of every error hcsflow raises.");
-pyo3::create_exception!(
-    _hcsflow,
-    CompileError,
-    HcsflowError,
-    "The request is wrong (pipeline, function, arguments, options): found before any pixel is read."
-);
-pyo3::create_exception!(_hcsflow, DeviceUnavailableError, HcsflowError, "The device asked for is not available on this machine.");
-pyo3::create_exception!(_hcsflow, PlateError, HcsflowError, "The plate cannot be opened or read.");
-pyo3::create_exception!(_hcsflow, FunctionError, HcsflowError, "A function failed on its input.");
-pyo3::create_exception!(
-    _hcsflow,
-    MemoryConversionError,
-    CompileError,
-    "No conversion the policy allows brings the data between two memory types; see its source_type, target_type, method and reason."
-);
-pyo3::create_exception!(_hcsflow, ArrayError, HcsflowError, "An array given to hcsflow is not a stack it can take (shape, dtype).");
+use arrays::{host_array_of, numpy_of, stack_of};
+use errors::{
+    slice_error, to_py, ArrayError, CompileError, DeviceUnavailableError, FunctionError, HcsflowError, MemoryConversionError, PlateError,
+};
 
-/// The engine of this process: the built-in functions and converters,
-/// assembled on first use and shared by every call.
+/// The allocator of the module: buffers of 4 KiB or more are 64-byte
+/// aligned, so every stack handed to Python can be shared with JAX.
+#[global_allocator]
+static ALLOCATOR: aligned::Aligned = aligned::Aligned;
+
+/// The engine of this process: the built-in functions, the built-in
+/// converters and those of the Python libraries installed here, assembled on
+/// first use and shared by every call.
 fn engine() -> &'static Engine {
     static ENGINE: OnceLock<Engine> = OnceLock::new();
-    ENGINE.get_or_init(Engine::builtin)
+    ENGINE.get_or_init(|| {
+        let builtin = Engine::builtin();
+        let mut conversions = builtin.conversions().clone();
+        Python::attach(|py| python_functions::add_python_converters(py, &mut conversions));
+        Engine::new(builtin.registry().clone(), conversions)
+    })
 }
 
-/// The Python exception for an engine error, chosen by the error's type.
-fn to_py(py: Python<'_>, error: Error) -> PyErr {
-    let text = error.to_string();
-    match &error {
-        Error::Route(c) | Error::ToHost { error: c, .. } => conversion_error(py, text, c),
-        Error::Plate { .. } => PlateError::new_err(text),
-        Error::Function(_) => FunctionError::new_err(text),
-        _ => match error.kind() {
-            ErrorKind::Usage => CompileError::new_err(text),
-            ErrorKind::DeviceUnavailable => DeviceUnavailableError::new_err(text),
-            _ => HcsflowError::new_err(text),
-        },
-    }
+/// The engine of a run: [`engine`] with the Python functions registered so far.
+fn engine_with_python_functions() -> Engine {
+    let base = engine();
+    Engine::new(python_functions::with_python_functions(base.registry().clone()), base.conversions().clone())
 }
 
-/// A `MemoryConversionError` with the conversion's `source_type`,
-/// `target_type`, `method` and `reason` as attributes.
-fn conversion_error(py: Python<'_>, text: String, c: &hcsflow::core::ConversionError) -> PyErr {
-    let e = MemoryConversionError::new_err(text);
-    let value = e.value(py);
-    for (name, v) in
-        [("source_type", c.from.to_string()), ("target_type", c.to.to_string()), ("method", c.method.clone()), ("reason", c.reason.clone())]
-    {
-        // Setting attributes on a fresh exception instance cannot fail in practice; if it did, the message still says it all.
-        let _ = value.setattr(name, v);
-    }
-    e
+/// Registers the Python function `func` under `name` for pipelines, taking
+/// `input_type` and returning `output_type` arrays (`numpy`, `torch`, `jax`,
+/// `tensorflow`, `cupy`, `pyclesperanto`), with `contract`. The decorators
+/// of `hcsflow.memory` declare these; `hcsflow.Pipeline` registers.
+#[pyfunction]
+#[pyo3(signature = (name, func, input_type, output_type, contract = "pure_3d", doc = ""))]
+fn register_function(name: &str, func: Py<PyAny>, input_type: &str, output_type: &str, contract: &str, doc: &str) -> PyResult<()> {
+    python_functions::register(name, func, input_type, output_type, contract, doc).map_err(CompileError::new_err)
+}
+
+/// The pipeline file at `path` as JSON text (the structure `Pipeline`
+/// builds): every problem with the file is a `CompileError` naming it.
+#[pyfunction]
+fn pipeline_json(py: Python<'_>, path: PathBuf) -> PyResult<String> {
+    let spec = PipelineSpec::read(&path).map_err(|e| to_py(py, Error::Spec(e)))?;
+    serde_json::to_string(&spec).map_err(|e| HcsflowError::new_err(format!("{}: {e}", path.display())))
 }
 
 /// The device options of a call or run from the keyword arguments.
@@ -103,16 +97,6 @@ fn arg_text(name: &str, value: &Bound<'_, PyAny>) -> PyResult<String> {
         value.str()?.to_string()
     };
     Ok(format!("{name}={text}"))
-}
-
-/// A 3D numpy array as a stack (copied); its dtype must be one hcsflow has.
-fn stack_of(array: &Bound<'_, PyAny>) -> PyResult<Stack> {
-    let shape: Vec<usize> = array.getattr("shape")?.extract()?;
-    let not_3d = || ArrayError::new_err(format!("expected a 3D array [Z, Y, X], got shape {shape:?}"));
-    if shape.len() != 3 {
-        return Err(not_3d());
-    }
-    host_array_of(array)?.into_stack().map_err(|_| not_3d())
 }
 
 /// The names of every function this build has.
@@ -188,16 +172,19 @@ fn call<'py>(
     numpy_of(py, Array::from(out))
 }
 
-/// `hcsflow run PLATE PIPELINE OUT` from Python: the plan text with
-/// `dry_run`, else the run summary as JSON text. Wells that fail are in the
-/// summary (`failed`), not raised.
+/// `hcsflow run PLATE PIPELINE OUT` from Python, the pipeline given as
+/// JSON text (what `Pipeline` builds; `origin` names it in errors): the plan
+/// text with `dry_run`, else the run summary as JSON text. Wells that fail
+/// are in the summary (`failed`), not raised. Python functions the pipeline
+/// names must be registered first (`register_function`).
 #[pyfunction]
-#[pyo3(signature = (plate, pipeline, out, *, device = "auto", workers = None, resume = false, overwrite = false, dry_run = false, allow_software_gpu = false, allow_host_round_trip = false, progress = None))]
+#[pyo3(signature = (plate, pipeline, origin, out, *, device = "auto", workers = None, resume = false, overwrite = false, dry_run = false, allow_software_gpu = false, allow_host_round_trip = false, progress = None))]
 #[allow(clippy::too_many_arguments)] // one Python keyword each, as the CLI's flags
 fn run(
     py: Python<'_>,
     plate: PathBuf,
-    pipeline: PathBuf,
+    pipeline: &str,
+    origin: &str,
     out: PathBuf,
     device: &str,
     workers: Option<usize>,
@@ -208,7 +195,10 @@ fn run(
     allow_host_round_trip: bool,
     progress: Option<Py<PyAny>>,
 ) -> PyResult<String> {
-    let engine = engine();
+    let spec: PipelineSpec = serde_json::from_str(pipeline).map_err(|e| {
+        to_py(py, Error::Spec(hcsflow::pipeline::PipelineError::Parse { origin: origin.to_string(), message: e.to_string() }))
+    })?;
+    let engine = engine_with_python_functions();
     let mut options = RunOptions {
         device: device_options(device, allow_software_gpu, allow_host_round_trip)?,
         resume,
@@ -218,7 +208,7 @@ fn run(
     if let Some(w) = workers {
         options.workers = w;
     }
-    let plan = py.detach(|| engine.plan(&plate, &pipeline, &out, &options).map_err(Box::new)).map_err(|e| to_py(py, *e))?;
+    let plan = py.detach(|| engine.plan_spec(&plate, &spec, &out, &options).map_err(Box::new)).map_err(|e| to_py(py, *e))?;
     if dry_run {
         return Ok(hcsflow::plan_text(&plan));
     }
@@ -280,42 +270,6 @@ fn slice_target(memory_type: &str, gpu_id: i64) -> PyResult<(MemoryType, Device)
     Ok((memory, if memory.on_host_in(Runtime::Host) { Device::Cpu } else { Device::Gpu(id) }))
 }
 
-/// A numpy array of any number of axes as a host array (copied).
-fn host_array_of(array: &Bound<'_, PyAny>) -> PyResult<HostArray> {
-    if let Ok(a) = array.cast::<PyArrayDyn<u8>>() {
-        return Ok(HostArray::from(a.readonly().as_array().to_owned()));
-    }
-    if let Ok(a) = array.cast::<PyArrayDyn<u16>>() {
-        return Ok(HostArray::from(a.readonly().as_array().to_owned()));
-    }
-    if let Ok(a) = array.cast::<PyArrayDyn<f32>>() {
-        return Ok(HostArray::from(a.readonly().as_array().to_owned()));
-    }
-    let dtype = array.getattr("dtype").and_then(|d| d.str().map(|s| s.to_string())).unwrap_or_else(|_| "unknown".into());
-    Err(ArrayError::new_err(format!("dtype {dtype} is not one hcsflow takes: uint8, uint16 or float32")))
-}
-
-/// An engine array in host memory as a numpy array owning its buffer.
-fn numpy_of(py: Python<'_>, array: Array) -> PyResult<Bound<'_, PyAny>> {
-    match array {
-        Array::Host(HostArray::U8(a)) => Ok(PyArrayDyn::from_owned_array(py, a).into_any()),
-        Array::Host(HostArray::U16(a)) => Ok(PyArrayDyn::from_owned_array(py, a).into_any()),
-        Array::Host(HostArray::F32(a)) => Ok(PyArrayDyn::from_owned_array(py, a).into_any()),
-        Array::Device(b) => {
-            Err(MemoryConversionError::new_err(format!("the result is {} memory, which Python cannot hold yet", b.memory_type())))
-        }
-    }
-}
-
-/// A `SliceError` as the Python exception for its kind.
-fn slice_error(py: Python<'_>, e: SliceError) -> PyErr {
-    match &e {
-        SliceError::Conversion(c) => conversion_error(py, e.to_string(), c),
-        SliceError::BadDevice { .. } => DeviceUnavailableError::new_err(e.to_string()),
-        _ => ArrayError::new_err(e.to_string()),
-    }
-}
-
 /// Stacks 2D slices (all one shape and dtype) into one 3D array `[Z, Y, X]`
 /// of `memory_type` on device `gpu_id`, as OpenHCS's `stack_slices` does.
 #[pyfunction]
@@ -358,6 +312,8 @@ fn _hcsflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(catalogue_json, m)?)?;
     m.add_function(wrap_pyfunction!(call, m)?)?;
     m.add_function(wrap_pyfunction!(run, m)?)?;
+    m.add_function(wrap_pyfunction!(register_function, m)?)?;
+    m.add_function(wrap_pyfunction!(pipeline_json, m)?)?;
     m.add_function(wrap_pyfunction!(synth_plate, m)?)?;
     m.add_function(wrap_pyfunction!(stack_slices, m)?)?;
     m.add_function(wrap_pyfunction!(unstack_slices, m)?)?;

@@ -1,9 +1,11 @@
 """hcsflow: high-content-screening pipelines on a Rust engine.
 
 The engine is the same one the ``hcsflow`` command line runs: this package is a
-thin front end over it. First slice: call any built-in function on a numpy
-array, run a pipeline file on a plate (or print its plan), write a synthetic
-plate; every error is a subclass of :class:`HcsflowError`.
+thin front end over it. Call any built-in function on a numpy array
+(:mod:`hcsflow.functions`), build pipelines whose steps mix built-ins and your
+own numpy/torch/jax functions (:class:`Pipeline`, :class:`FunctionStep`,
+:mod:`hcsflow.memory`), run them on a plate or print their plan; every error
+is a subclass of :class:`HcsflowError`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import json
 import os
 from typing import Any, Callable
 
-from . import _hcsflow, functions
+from . import _hcsflow, functions, memory
 from ._hcsflow import (
     ArrayError,
     CompileError,
@@ -27,19 +29,23 @@ from ._hcsflow import (
     synth_plate,
     unstack_slices,
 )
+from .pipeline import FunctionStep, Pipeline
 
 __all__ = [
     "ArrayError",
     "CompileError",
     "DeviceUnavailableError",
     "FunctionError",
+    "FunctionStep",
     "HcsflowError",
     "MemoryConversionError",
+    "Pipeline",
     "PlateError",
     "__version__",
     "call",
     "functions",
     "function_names",
+    "memory",
     "run",
     "stack_slices",
     "synth_plate",
@@ -58,26 +64,55 @@ def call(name: str, array: Any, *, device: str = "cpu", allow_software_gpu: bool
                          allow_host_round_trip=allow_host_round_trip, **kwargs)
 
 
-def run(plate: str | os.PathLike[str], pipeline: str | os.PathLike[str], out: str | os.PathLike[str], *,
+def _tqdm_progress() -> Callable[[dict[str, Any]], Any] | None:
+    """A progress callback drawing a tqdm bar of finished wells, if tqdm is installed."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return None
+    bar: dict[str, Any] = {}
+
+    def progress(event: dict[str, Any]) -> None:
+        if event["event"] != "finished":
+            return
+        if "bar" not in bar:
+            bar["bar"] = tqdm(total=event["total"], unit="well", desc="hcsflow")
+        bar["bar"].update(1)
+        if event["done"] == event["total"]:
+            bar["bar"].close()
+
+    return progress
+
+
+def run(plate: str | os.PathLike[str], pipeline: str | os.PathLike[str] | Pipeline, out: str | os.PathLike[str], *,
         device: str = "auto", workers: int | None = None, resume: bool = False, overwrite: bool = False,
         dry_run: bool = False, allow_software_gpu: bool = False, allow_host_round_trip: bool = False,
-        progress: Callable[[dict[str, Any]], Any] | None = None) -> Any:
-    """Run the pipeline file ``pipeline`` (TOML) on ``plate`` into ``out``, as
-    ``hcsflow run`` does. With ``dry_run`` return the plan text (nothing is
-    read or written). Otherwise return the summary: a dict with ``total``,
-    ``completed``, ``skipped``, ``failed`` (``{"well", "error"}`` each),
-    ``not_started``, ``out`` and the run ``report``. Failed wells are reported
-    there, not raised; problems found before any well runs raise.
+        progress: Callable[[dict[str, Any]], Any] | bool | None = None) -> Any:
+    """Run ``pipeline`` (a :class:`Pipeline`, or a pipeline file whose Python
+    functions are named ``module:function``) on ``plate`` into ``out``, as
+    ``hcsflow run`` does. With ``dry_run`` return the plan text, every
+    conversion route included (nothing is read or written). Otherwise return
+    the summary: a dict with ``total``, ``completed``, ``skipped``, ``failed``
+    (``{"well", "error"}`` each; a Python exception's traceback is in
+    ``error``), ``not_started``, ``out`` and the run ``report``. Failed wells
+    are reported there, not raised; problems found before any well runs raise.
 
-    ``progress``, if given, is called with one dict per event as wells run:
+    ``progress``: a callable receives one dict per event as wells run:
     ``{"event": "started" | "step" | "finished" | "skipped", "well": ..., ...}``
     (``step`` adds ``step``, ``index``, ``steps``; ``finished`` adds ``done``,
     ``total``, ``seconds``, ``error``). It runs on the engine's worker threads,
     holding the GIL for the call only; an exception it raises is reported as
-    unraisable and the run goes on.
+    unraisable and the run goes on. ``None`` (the default) draws a tqdm bar
+    when tqdm is installed; ``False`` reports nothing.
     """
-    result = _hcsflow.run(os.fspath(plate), os.fspath(pipeline), os.fspath(out), device=device, workers=workers,
-                          resume=resume, overwrite=overwrite, dry_run=dry_run,
+    if not isinstance(pipeline, Pipeline):
+        pipeline = Pipeline.load(pipeline)
+    if progress is None:
+        progress = None if dry_run else _tqdm_progress()
+    elif progress is False or progress is True:
+        progress = _tqdm_progress() if progress else None
+    result = _hcsflow.run(os.fspath(plate), pipeline.to_json(), pipeline.origin, os.fspath(out), device=device,
+                          workers=workers, resume=resume, overwrite=overwrite, dry_run=dry_run,
                           allow_software_gpu=allow_software_gpu, allow_host_round_trip=allow_host_round_trip,
                           progress=progress)
     return result if dry_run else json.loads(result)
