@@ -112,6 +112,11 @@ pub fn plan_route(source: MemoryType, target: MemoryType, runtime: Runtime, poli
             (MemorySpace::Host, MemoryType::Host, MemoryType::Numpy) => route(RouteKind::ZeroCopy, "numpy view"),
             // A Rust stack owns its pixels: another library's host array is copied in.
             (MemorySpace::Host, _, MemoryType::Host) => route(RouteKind::HostCopy, "copy"),
+            // JAX shares only 64-byte aligned host buffers: the engine's are,
+            // numpy's (16-byte aligned) may not be, and then JAX copies.
+            (MemorySpace::Host, s, MemoryType::Jax) if s != MemoryType::Host => {
+                route(RouteKind::ZeroCopy, "dlpack; jax copies a buffer not 64-byte aligned")
+            }
             _ => route(RouteKind::ZeroCopy, "dlpack"),
         };
     }

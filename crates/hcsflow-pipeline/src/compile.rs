@@ -974,9 +974,17 @@ fn compile_chain(
                 PlanError::NoImplementation { .. } => {
                     "run with --device cpu, or use functions that have a GPU implementation (`hcsflow functions`)".to_string()
                 }
-                PlanError::Conversion { .. } => "set --allow-host-round-trip, or chain functions with matching memory types".to_string(),
+                PlanError::Conversion { error, .. } if error.method == "host round-trip" => {
+                    "set --allow-host-round-trip, or chain functions with matching memory types".to_string()
+                }
+                PlanError::Conversion { .. } => {
+                    "install what the reason names, or use a function of a memory type this build has".to_string()
+                }
             };
-            PipelineError::step(step, e.to_string(), fix)
+            match e {
+                PlanError::Conversion { function, error } => PipelineError::Route { step: step.to_string(), function, error, fix },
+                e => PipelineError::step(step, e.to_string(), fix),
+            }
         };
         let function = registry.get(&call.name).map_err(plan_err)?;
         let args = function.validate_args(call.args.clone()).map_err(|e| plan_err(PlanError::Args(e)))?;

@@ -25,6 +25,11 @@ pub enum PipelineError {
     Zarr { path: PathBuf, source: Box<hcsflow_zarr::ZarrError> },
     #[error("step '{step}': {message}\n    fix: {fix}")]
     Step { step: String, message: String, fix: String },
+    /// A step needs a conversion between memory types that cannot be planned
+    /// (refused by the policy, or this build or environment lacks it): the
+    /// conversion error is kept whole for front ends that report its parts.
+    #[error("step '{step}': {function}: {error}\n    fix: {fix}")]
+    Route { step: String, function: String, error: hcsflow_core::ConversionError, fix: String },
     /// Several problems found at compile time, all reported at once.
     #[error("{} problem(s) in the pipeline:\n{}", .0.len(), .0.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n"))]
     Invalid(Vec<PipelineError>),
@@ -47,6 +52,23 @@ impl PipelineError {
     /// True for problems the user fixes in the pipeline file or the command
     /// line (exit code 2 in the CLI), false for I/O and plate-reading failures.
     pub fn is_usage(&self) -> bool {
-        matches!(self, PipelineError::Parse { .. } | PipelineError::Step { .. } | PipelineError::Invalid(_) | PipelineError::Config { .. })
+        matches!(
+            self,
+            PipelineError::Parse { .. }
+                | PipelineError::Step { .. }
+                | PipelineError::Route { .. }
+                | PipelineError::Invalid(_)
+                | PipelineError::Config { .. }
+        )
+    }
+
+    /// The conversion that could not be planned, if this error (or the first
+    /// of several found together) is one.
+    pub fn conversion(&self) -> Option<&hcsflow_core::ConversionError> {
+        match self {
+            PipelineError::Route { error, .. } => Some(error),
+            PipelineError::Invalid(all) => all.iter().find_map(PipelineError::conversion),
+            _ => None,
+        }
     }
 }

@@ -31,14 +31,16 @@ pub fn host_array_of(array: &Bound<'_, PyAny>) -> PyResult<HostArray> {
     Err(ArrayError::new_err(format!("dtype {dtype} is not one hcsflow takes: uint8, uint16 or float32")))
 }
 
-/// An engine array in host memory as a numpy array owning its buffer.
+/// An engine array as a Python object: host memory as a numpy array owning
+/// its buffer (moved, not copied); an array of a Python library as itself.
 pub fn numpy_of(py: Python<'_>, array: Array) -> PyResult<Bound<'_, PyAny>> {
     match array {
         Array::Host(HostArray::U8(a)) => Ok(PyArrayDyn::from_owned_array(py, a).into_any()),
         Array::Host(HostArray::U16(a)) => Ok(PyArrayDyn::from_owned_array(py, a).into_any()),
         Array::Host(HostArray::F32(a)) => Ok(PyArrayDyn::from_owned_array(py, a).into_any()),
-        Array::Device(b) => {
-            Err(MemoryConversionError::new_err(format!("the result is {} memory, which Python cannot hold yet", b.memory_type())))
-        }
+        Array::Device(b) => match crate::python_functions::PythonArray::object(py, b.as_ref()) {
+            Some(object) => Ok(object),
+            None => Err(MemoryConversionError::new_err(format!("the result is {} memory, which Python cannot hold", b.memory_type()))),
+        },
     }
 }

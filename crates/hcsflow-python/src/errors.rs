@@ -29,6 +29,10 @@ pub fn to_py(py: Python<'_>, error: Error) -> PyErr {
     let text = error.to_string();
     match &error {
         Error::Route(c) | Error::ToHost { error: c, .. } => conversion_error(py, text, c),
+        Error::Pipeline(e) if e.conversion().is_some() => match e.conversion() {
+            Some(c) => conversion_error(py, text, c),
+            None => CompileError::new_err(text),
+        },
         Error::Plate { .. } => PlateError::new_err(text),
         Error::Function(_) => FunctionError::new_err(text),
         _ => match error.kind() {

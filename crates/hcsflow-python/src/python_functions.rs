@@ -96,6 +96,11 @@ impl PythonArray {
         Ok(PythonArray { memory, object: object.unbind(), shape, dtype })
     }
 
+    /// The Python object of `buffer`, if it is a Python library's array.
+    pub fn object<'py>(py: Python<'py>, buffer: &dyn DeviceBuffer) -> Option<Bound<'py, PyAny>> {
+        buffer.as_any().downcast_ref::<PythonArray>().map(|a| a.object.clone_ref(py).into_bound(py))
+    }
+
     /// The Python object inside `array`, if it is an array of `memory`.
     fn object_of(py: Python<'_>, array: &Array, memory: MemoryType) -> Option<Py<PyAny>> {
         match array {
