@@ -29,7 +29,7 @@ pub enum PipelineError {
     /// (refused by the policy, or this build or environment lacks it): the
     /// conversion error is kept whole for front ends that report its parts.
     #[error("step '{step}': {function}: {error}\n    fix: {fix}")]
-    Route { step: String, function: String, error: hcsflow_core::ConversionError, fix: String },
+    Route { step: String, function: String, error: Box<hcsflow_core::ConversionError>, fix: String },
     /// Several problems found at compile time, all reported at once.
     #[error("{} problem(s) in the pipeline:\n{}", .0.len(), .0.iter().map(|e| format!("  {e}")).collect::<Vec<_>>().join("\n"))]
     Invalid(Vec<PipelineError>),
