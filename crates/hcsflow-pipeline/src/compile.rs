@@ -982,7 +982,9 @@ fn compile_chain(
                 }
             };
             match e {
-                PlanError::Conversion { function, error } => PipelineError::Route { step: step.to_string(), function, error: Box::new(error), fix },
+                PlanError::Conversion { function, error } => {
+                    PipelineError::Route { step: step.to_string(), function, error: Box::new(error), fix }
+                }
                 e => PipelineError::step(step, e.to_string(), fix),
             }
         };

@@ -15,6 +15,8 @@
 mod aligned;
 mod arrays;
 mod errors;
+mod logging;
+mod plate;
 mod python_functions;
 
 use std::path::PathBuf;
@@ -300,6 +302,7 @@ fn unstack_slices<'py>(py: Python<'py>, array: &Bound<'py, PyAny>, memory_type: 
 #[pymodule]
 fn _hcsflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
+    logging::install();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add("HcsflowError", py.get_type::<HcsflowError>())?;
     m.add("CompileError", py.get_type::<CompileError>())?;
@@ -314,6 +317,8 @@ fn _hcsflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(register_function, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline_json, m)?)?;
+    m.add_function(wrap_pyfunction!(plate::plate_json, m)?)?;
+    m.add_function(wrap_pyfunction!(plate::read_stack, m)?)?;
     m.add_function(wrap_pyfunction!(synth_plate, m)?)?;
     m.add_function(wrap_pyfunction!(stack_slices, m)?)?;
     m.add_function(wrap_pyfunction!(unstack_slices, m)?)?;

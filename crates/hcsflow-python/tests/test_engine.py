@@ -213,3 +213,49 @@ def test_stack_and_unstack_slices_round_trip_and_validate():
     # cupy has no CPU device and this build no CUDA runtime.
     with pytest.raises(hcsflow.DeviceUnavailableError, match="cupy arrays live on a CUDA GPU"):
         hcsflow.stack_slices(slices, "cupy")
+
+
+def test_a_plate_opens_with_its_metadata_and_any_stack_reads_as_an_array(tmp_path):
+    plate_dir = tmp_path / "plate"
+    hcsflow.synth_plate(plate_dir, wells=["A01", "B02"], grid=(2, 2), channels=2, z=3, size=32)
+    before = sorted((p, p.stat().st_mtime_ns) for p in plate_dir.rglob("*"))
+    plate = hcsflow.open_plate(plate_dir)
+    assert plate.format == "imagexpress" and plate.wells == ["A01", "B02"]
+    assert plate.sites == [1, 2, 3, 4] and plate.z_indices == [1, 2, 3] and plate.timepoints == [1]
+    assert list(plate.channels) == [1, 2] and plate.grid == (2, 2)
+    assert plate.pixel_size_um is not None and plate.pixel_size_um > 0
+    assert plate.missing == [] and "2 wells × 4 sites × 2 channels × 3 z × 1 t" in repr(plate)
+    # The z planes of one site and channel: the plate's files, read by hand with tifffile.
+    stack = plate.stack("B02", site=3, channel=2)
+    files = sorted((i for i in plate.images if i.well == "B02" and i.site == 3 and i.channel == 2),
+                   key=lambda i: i.z_index)
+    assert stack.shape == (3, 32, 32) and stack.dtype == np.uint16
+    np.testing.assert_array_equal(stack, np.stack([tifffile.imread(i.path) for i in files]))
+    # Along the sites instead.
+    sites = plate.stack("A01", site=None, z_index=2)
+    assert sites.shape == (4, 32, 32)
+    np.testing.assert_array_equal(sites[2], tifffile.imread(next(
+        i.path for i in plate.images if (i.well, i.site, i.channel, i.z_index) == ("A01", 3, 1, 2))))
+    with pytest.raises(hcsflow.CompileError, match="leave exactly one"):
+        plate.stack("A01", site=None, channel=None)
+    with pytest.raises(hcsflow.PlateError, match="no well 'C07'"):
+        plate.stack("C07")
+    with pytest.raises(hcsflow.PlateError, match=r"site 9, channel 1, timepoint 1: no image for z_index \[1, 2, 3\]"):
+        plate.stack("A01", site=9)
+    with pytest.raises(hcsflow.PlateError, match="no-such"):
+        hcsflow.open_plate(tmp_path / "no-such")
+    assert sorted((p, p.stat().st_mtime_ns) for p in plate_dir.rglob("*")) == before  # nothing written
+
+
+def test_engine_log_events_reach_python_logging(tmp_path, caplog):
+    plate = tmp_path / "plate"
+    hcsflow.synth_plate(plate, wells=["A01"], z=2, size=32)
+    out = tmp_path / "out"
+    hcsflow.run(plate, REPO / "examples" / "max_z.toml", out, device="cpu", progress=False)
+    other = hcsflow.Pipeline([hcsflow.FunctionStep("max_projection", name="other", variable_components=["z_index"])])
+    with caplog.at_level("INFO", logger="hcsflow"):
+        hcsflow.run(plate, other, out, device="cpu", overwrite=True, progress=False)
+    records = [r for r in caplog.records if r.name == "hcsflow"]
+    assert any(r.levelname == "INFO" and "--overwrite: removed" in r.getMessage() and str(out) in r.getMessage()
+               for r in records), [r.getMessage() for r in records]
+    assert all(r.target.startswith("hcsflow") for r in records)

@@ -30,6 +30,7 @@ from ._hcsflow import (
     unstack_slices,
 )
 from .pipeline import FunctionStep, Pipeline
+from .plate import Plate, open_plate
 
 __all__ = [
     "ArrayError",
@@ -40,12 +41,14 @@ __all__ = [
     "HcsflowError",
     "MemoryConversionError",
     "Pipeline",
+    "Plate",
     "PlateError",
     "__version__",
     "call",
     "functions",
     "function_names",
     "memory",
+    "open_plate",
     "run",
     "stack_slices",
     "synth_plate",
