@@ -50,8 +50,8 @@ def overhead(a: argparse.Namespace) -> None:
 
     root = tempfile.mkdtemp(prefix="hcsflow-overhead-")
     plate = os.path.join(root, "plate")
-    hcsflow.synth_plate(plate, wells=["A01", "A02", "B01", "B02"], grid=(4, 4), channels=1, z=2, size=64)
-    stacks = 4 * 16
+    hcsflow.synth_plate(plate, wells=["A01", "A02", "B01", "B02"], grid=(8, 8), channels=1, z=2, size=64)
+    stacks = 4 * 64
     identities = {"numpy": numpy_fn(lambda s: s), "torch": torch_fn(lambda t: t)}
     rows = []
     for memory, identity in identities.items():

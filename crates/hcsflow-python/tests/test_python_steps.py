@@ -1,9 +1,10 @@
 """Users' Python functions as pipeline steps: memory-type decorators, the
 routes the compiler plans for them (zero-copy shown by pointer equality),
 results checked against the same computation done by hand in numpy, and the
-errors. torch and jax (CPU) are test dependencies (.ci/requirements-oracles.txt);
-tensorflow, cupy and pyclesperanto are not installed here, so their refusals
-are what is tested."""
+errors. torch, jax (CPU) and pyclesperanto (on pocl, an OpenCL device on the
+CPU) are test dependencies (.ci/requirements-oracles.txt, scripts/test);
+tensorflow and cupy are not installed here, so their refusals are what is
+tested."""
 
 import importlib.util
 import json
@@ -212,7 +213,6 @@ def plan_of(tmp_path, func, device="cpu", **kwargs):
 
 def test_libraries_that_are_not_installed_are_refused_at_plan_time(tmp_path):
     assert importlib.util.find_spec("tensorflow") is None, "this test checks the refusal without tensorflow"
-    assert importlib.util.find_spec("pyclesperanto") is None, "this test checks the refusal without pyclesperanto"
 
     @hcsflow.memory.tensorflow
     def tf_step(t):
@@ -222,16 +222,32 @@ def test_libraries_that_are_not_installed_are_refused_at_plan_time(tmp_path):
         plan_of(tmp_path, tf_step)
     assert (e.value.source_type, e.value.target_type, e.value.method) == ("host", "tensorflow", "dlpack")
     assert e.value.reason == "tensorflow is not installed in this Python environment (pip install tensorflow)"
+    assert "fix: install what the reason names" in str(e.value)
 
-    # pyclesperanto's route is a device copy (push); refused the same way.
+
+def test_a_pyclesperanto_step_runs_on_its_opencl_device_through_push_and_pull(tmp_path):
+    import pyclesperanto as cle
+
+    devices = []
+
     @hcsflow.memory.pyclesperanto
-    def cle_step(x):
-        return x
+    def doubled(x):
+        devices.append(type(x).__module__)
+        return cle.multiply_image_and_scalar(x, scalar=2.0)
 
-    with pytest.raises(hcsflow.MemoryConversionError) as e:
-        plan_of(tmp_path / "cle", cle_step)
-    assert (e.value.source_type, e.value.target_type, e.value.method) == ("host", "pyclesperanto", "push")
-    assert "pyclesperanto is not installed" in e.value.reason
+    plate, out = tmp_path / "plate", tmp_path / "out"
+    hcsflow.synth_plate(plate, wells=["A01"], grid=(1, 1), z=2, size=48)
+    pipeline = Pipeline([FunctionStep(doubled, variable_components=["z_index"], dtype="float32",
+                                      materialize=["tiff"])])
+    plan = hcsflow.run(plate, pipeline, out, device="cpu", dry_run=True)
+    assert "route into test_python_steps:test_a_pyclesperanto_step_runs_on_its_opencl_device_through_push_and_pull" \
+           ".<locals>.doubled: host → pyclesperanto (device copy, push)" in plan, plan
+    assert "route out: pyclesperanto → host (device copy, pull)" in plan
+    summary = hcsflow.run(plate, pipeline, out, device="cpu", progress=False)
+    assert summary["failed"] == [], summary
+    assert devices and devices[0].startswith("pyclesperanto")
+    got = np.stack(raw_planes(out / "doubled", "A01", 2))
+    np.testing.assert_array_equal(got, np.stack(raw_planes(plate, "A01", 2)).astype(np.float32) * 2)
 
 
 def test_cupy_and_gpu_placement_are_refused(tmp_path):

@@ -43,7 +43,7 @@ def _is(array: Any, memory_type: str) -> bool:
         import tensorflow as tf
         return bool(tf.is_tensor(array))
     if memory_type == "pyclesperanto":
-        return type(array).__module__.split(".")[0] in ("pyclesperanto", "pyclesperanto_prototype")
+        return type(array).__module__.startswith("pyclesperanto")
     return False
 
 
