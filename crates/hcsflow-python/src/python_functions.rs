@@ -124,11 +124,14 @@ impl PythonException {
     }
 }
 
-/// `type: message` and the traceback of `error`, as Python prints them.
+/// `type: message` and the traceback of `error`, as Python prints them: the
+/// error's own traceback, from the call into Python to the raise (the
+/// exception object's `__traceback__` may hold only the frames below the
+/// last `except` that re-raised it).
 fn exception_text(py: Python<'_>, error: &PyErr) -> String {
     let formatted = py
         .import("traceback")
-        .and_then(|t| t.call_method1("format_exception", (error.value(py),)))
+        .and_then(|t| t.call_method1("format_exception", (error.get_type(py), error.value(py), error.traceback(py))))
         .and_then(|lines| lines.extract::<Vec<String>>())
         .map(|lines| lines.concat());
     match formatted {

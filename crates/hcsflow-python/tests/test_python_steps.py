@@ -128,12 +128,19 @@ def test_a_python_exception_fails_its_well_only(tmp_path):
     calls = []
     lock = threading.Lock()
 
+    def check(n):
+        if n == 2:
+            raise ValueError("boom on purpose")
+
     @numpy_fn
     def fails_on_second_call(a):
         with lock:
             calls.append(1)
-            if len(calls) == 2:
-                raise ValueError("boom on purpose")
+            n = len(calls)
+        try:
+            check(n)
+        except ValueError:
+            raise  # re-raised: the traceback still runs from the step's call to the raise
         return a
 
     pipeline = Pipeline([FunctionStep(fails_on_second_call, name="py", variable_components=["z_index"])])
@@ -142,6 +149,7 @@ def test_a_python_exception_fails_its_well_only(tmp_path):
     error = summary["failed"][0]["error"]
     assert "ValueError: boom on purpose" in error and "Traceback" in error
     assert 'raise ValueError("boom on purpose")' in error  # the traceback's source line
+    assert "in fails_on_second_call" in error and "in check" in error  # every frame from the step's call
     manifest = json.loads((out / "run_manifest.json").read_text())
     failed = summary["failed"][0]["well"]
     assert "boom on purpose" in manifest["wells"][failed]["error"]

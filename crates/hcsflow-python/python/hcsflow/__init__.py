@@ -73,16 +73,20 @@ def _tqdm_progress() -> Callable[[dict[str, Any]], Any] | None:
         from tqdm import tqdm
     except ImportError:
         return None
+    import threading
+
     bar: dict[str, Any] = {}
+    lock = threading.Lock()  # events come from the engine's worker threads
 
     def progress(event: dict[str, Any]) -> None:
         if event["event"] != "finished":
             return
-        if "bar" not in bar:
-            bar["bar"] = tqdm(total=event["total"], unit="well", desc="hcsflow")
-        bar["bar"].update(1)
-        if event["done"] == event["total"]:
-            bar["bar"].close()
+        with lock:
+            if "bar" not in bar:
+                bar["bar"] = tqdm(total=event["total"], unit="well", desc="hcsflow")
+            bar["bar"].update(1)
+            if event["done"] == event["total"]:
+                bar["bar"].close()
 
     return progress
 
