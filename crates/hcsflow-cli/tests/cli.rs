@@ -23,7 +23,7 @@ fn write_input(dir: &Path) -> (std::path::PathBuf, Stack) {
 
 fn expected_max(s: &Stack) -> Stack {
     let Stack::U16(a) = s else { unreachable!() };
-    let m = a.fold_axis(ndarray::Axis(0), 0u16, |&acc, &v| acc.max(v));
+    let m = a.view().fold_axis(ndarray::Axis(0), 0u16, |&acc, &v| acc.max(v));
     Stack::from(m.insert_axis(ndarray::Axis(0)))
 }
 
@@ -113,7 +113,7 @@ fn apply_mean_projection_keeps_input_dtype_or_f32_on_request() {
     let o = hcsflow(&["apply", "mean_projection", input.to_str().unwrap(), out32.to_str().unwrap(), "--device", "cpu", "--dtype", "f32"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let Stack::F32(got) = hcsflow_tiff::read_stack(&out32).unwrap() else { panic!("f32 expected") };
-    let max_err = got.iter().zip(mean.iter()).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    let max_err = got.pixels().iter().zip(mean.iter()).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
     assert!(max_err <= 1e-3, "max error {max_err}");
 }
 

@@ -36,4 +36,4 @@ pub use registry::{
     FunctionArgs, FunctionDecl, FunctionError, FunctionSpec, HostWork, Implementation, NoArgs, PlanError, Registry, ShapeRule, StackShape,
 };
 pub use slices::{stack_slices, unstack_slices, SliceError};
-pub use stack::{HostArray, Pixel, Stack, StackArray};
+pub use stack::{HostArray, Pixel, SharedPixels, Stack, StackArray};

@@ -1,9 +1,10 @@
 //! Host arrays: the 3D [`Stack`] every function sees, and the n-dimensional
 //! [`HostArray`] used where the dimensionality is not yet validated.
 
-use std::ops::{Deref, Index, IndexMut};
+use std::ops::{Index, IndexMut};
+use std::sync::Arc;
 
-use ndarray::{Array3, ArrayD, ArrayViewMut3, Axis, IxDyn, NdIndex, ShapeError};
+use ndarray::{Array3, ArrayD, ArrayView3, ArrayViewMut3, Axis, IxDyn, ShapeError};
 
 use crate::dtype::{DType, DTypeConversion, DTypePolicy};
 
@@ -20,7 +21,11 @@ pub trait Pixel: Copy + Default + PartialOrd + Send + Sync + bytemuck::Pod + std
     fn min_value() -> Self;
     /// Wraps a typed 3D array in the [`Stack`] variant of this pixel type
     /// (in standard layout: see [`StackArray`]).
-    fn wrap_stack(a: Array3<Self>) -> Stack;
+    fn wrap_stack(a: Array3<Self>) -> Stack {
+        Self::wrap_stack_array(StackArray::from(a))
+    }
+    /// Wraps a [`StackArray`] in the [`Stack`] variant of this pixel type.
+    fn wrap_stack_array(a: StackArray<Self>) -> Stack;
     /// The typed array of a stack of this pixel type (`None` for another dtype).
     fn unwrap_stack(s: Stack) -> Option<Array3<Self>>;
     /// [`Pixel::unwrap_stack`], borrowed.
@@ -33,8 +38,8 @@ macro_rules! int_pixel {
     ($t:ty, $v:ident) => {
         impl Pixel for $t {
             const DTYPE: DType = DType::$v;
-            fn wrap_stack(a: Array3<Self>) -> Stack {
-                Stack::$v(StackArray::from(a))
+            fn wrap_stack_array(a: StackArray<Self>) -> Stack {
+                Stack::$v(a)
             }
             fn unwrap_stack(s: Stack) -> Option<Array3<Self>> {
                 if let Stack::$v(a) = s {
@@ -90,8 +95,8 @@ int_pixel!(u16, U16);
 
 impl Pixel for f32 {
     const DTYPE: DType = DType::F32;
-    fn wrap_stack(a: Array3<Self>) -> Stack {
-        Stack::F32(StackArray::from(a))
+    fn wrap_stack_array(a: StackArray<Self>) -> Stack {
+        Stack::F32(a)
     }
     fn unwrap_stack(s: Stack) -> Option<Array3<Self>> {
         if let Stack::F32(a) = s {
@@ -175,49 +180,124 @@ impl<T: Pixel> From<Array3<T>> for Stack {
 
 impl<T: Pixel> From<StackArray<T>> for Stack {
     fn from(a: StackArray<T>) -> Self {
-        T::wrap_stack(a.0)
+        T::wrap_stack_array(a)
     }
 }
 
-/// The pixels of a [`Stack`]: a `[Z, Y, X]` array in standard (C) layout.
+/// Pixels another library owns (a numpy array given to the engine), shared
+/// without a copy: the implementor keeps them alive and unchanged for as
+/// long as it lives.
 ///
-/// Reads go through [`Deref`] to the [`Array3`]; writes through
-/// [`StackArray::view_mut`], [`StackArray::pixels_mut`] or indexing, none of
-/// which can change the layout. [`StackArray::from`] copies an array in
-/// another layout into standard layout (an array already in it is kept as it is).
-#[derive(Debug, Clone, PartialEq)]
-pub struct StackArray<T>(Array3<T>);
+/// A stack never writes them: a write to a stack holding shared pixels
+/// first copies them into a buffer of its own ([`StackArray::pixels_mut`]).
+pub trait SharedPixels<T>: Send + Sync {
+    /// The pixels, in standard order.
+    fn pixels(&self) -> &[T];
+}
+
+/// Where a [`StackArray`]'s pixels are.
+#[derive(Clone)]
+enum Pixels<T> {
+    /// A buffer of the engine's.
+    Owned(Vec<T>),
+    /// Another library's buffer, shared ([`SharedPixels`]).
+    Shared(Arc<dyn SharedPixels<T>>),
+}
+
+/// The pixels of a [`Stack`]: a `[Z, Y, X]` array in standard (C) layout,
+/// in a buffer of the engine's or another library's, shared without a copy
+/// ([`StackArray::shared`]).
+///
+/// Reads go through [`StackArray::view`] (an ndarray view), [`StackArray::pixels`]
+/// and [`StackArray::plane`]; writes through [`StackArray::view_mut`],
+/// [`StackArray::pixels_mut`] or indexing, none of which can change the
+/// layout, and which first copy shared pixels into a buffer of the stack's
+/// own. [`StackArray::from`] copies an array in another layout into
+/// standard layout (an array already in it is kept as it is).
+#[derive(Clone)]
+pub struct StackArray<T> {
+    pixels: Pixels<T>,
+    dim: (usize, usize, usize),
+}
+
+impl<T: Pixel> std::fmt::Debug for StackArray<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kind = if self.is_shared() { "shared" } else { "owned" };
+        write!(f, "StackArray<{}>({kind}) ", T::DTYPE)?;
+        std::fmt::Debug::fmt(&self.view(), f)
+    }
+}
+
+impl<T: PartialEq> PartialEq for StackArray<T> {
+    fn eq(&self, other: &Self) -> bool {
+        self.dim == other.dim && self.slice() == other.slice()
+    }
+}
 
 impl<T: Pixel> From<Array3<T>> for StackArray<T> {
     fn from(a: Array3<T>) -> Self {
-        let a = if a.is_standard_layout() { a } else { a.as_standard_layout().into_owned() };
-        StackArray(a)
+        let dim = a.dim();
+        StackArray { pixels: Pixels::Owned(into_pixels(a)), dim }
     }
 }
 
-impl<T> Deref for StackArray<T> {
-    type Target = Array3<T>;
-    fn deref(&self) -> &Array3<T> {
-        &self.0
-    }
-}
-
-impl<T, I: NdIndex<ndarray::Ix3>> Index<I> for StackArray<T> {
+impl<T> Index<[usize; 3]> for StackArray<T> {
     type Output = T;
-    fn index(&self, index: I) -> &T {
-        &self.0[index]
+    fn index(&self, [z, y, x]: [usize; 3]) -> &T {
+        &self.slice()[self.offset(z, y, x)]
     }
 }
 
-impl<T, I: NdIndex<ndarray::Ix3>> IndexMut<I> for StackArray<T> {
-    fn index_mut(&mut self, index: I) -> &mut T {
-        &mut self.0[index]
+impl<T: Clone> IndexMut<[usize; 3]> for StackArray<T> {
+    fn index_mut(&mut self, [z, y, x]: [usize; 3]) -> &mut T {
+        let i = self.offset(z, y, x);
+        &mut self.owned_mut()[i]
     }
 }
 
 impl<T: PartialEq> PartialEq<Array3<T>> for StackArray<T> {
     fn eq(&self, other: &Array3<T>) -> bool {
-        self.0 == *other
+        self.dim == other.dim() && other.iter().eq(self.slice().iter())
+    }
+}
+
+impl<T> StackArray<T> {
+    /// Every pixel in standard order, wherever they are.
+    fn slice(&self) -> &[T] {
+        match &self.pixels {
+            Pixels::Owned(v) => v,
+            Pixels::Shared(s) => s.pixels(),
+        }
+    }
+
+    /// The index of `[z, y, x]` in standard order; panics out of range, as indexing does.
+    fn offset(&self, z: usize, y: usize, x: usize) -> usize {
+        let (d, h, w) = self.dim;
+        assert!(z < d && y < h && x < w, "index [{z}, {y}, {x}] out of a [{d}, {h}, {w}] stack");
+        (z * h + y) * w + x
+    }
+
+    /// `(Z, Y, X)`.
+    pub fn dim(&self) -> (usize, usize, usize) {
+        self.dim
+    }
+
+    /// True if the pixels are another library's, shared without a copy.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.pixels, Pixels::Shared(_))
+    }
+}
+
+impl<T: Clone> StackArray<T> {
+    /// The stack's own buffer: shared pixels are copied into one first.
+    fn owned_mut(&mut self) -> &mut Vec<T> {
+        if let Pixels::Shared(s) = &self.pixels {
+            self.pixels = Pixels::Owned(s.pixels().to_vec());
+        }
+        match &mut self.pixels {
+            Pixels::Owned(v) => v,
+            Pixels::Shared(_) => unreachable!("made owned above"),
+        }
     }
 }
 
@@ -225,52 +305,74 @@ impl<T: Pixel> StackArray<T> {
     /// `[Z, Y, X]` pixels from a flat vector in standard order; an error if
     /// `pixels` does not hold exactly `Z·Y·X` values.
     pub fn from_vec(shape: [usize; 3], pixels: Vec<T>) -> Result<Self, ShapeError> {
-        Array3::from_shape_vec(shape, pixels).map(StackArray)
+        check_len(shape, pixels.len())?;
+        Ok(StackArray { pixels: Pixels::Owned(pixels), dim: (shape[0], shape[1], shape[2]) })
+    }
+
+    /// `[Z, Y, X]` pixels another library owns, shared without a copy; an
+    /// error if they are not exactly `Z·Y·X` values.
+    pub fn shared(shape: [usize; 3], pixels: Arc<dyn SharedPixels<T>>) -> Result<Self, ShapeError> {
+        check_len(shape, pixels.pixels().len())?;
+        Ok(StackArray { pixels: Pixels::Shared(pixels), dim: (shape[0], shape[1], shape[2]) })
     }
 
     /// `[Z, Y, X]` zeros (`T::default()`).
     pub fn zeros(shape: [usize; 3]) -> Self {
-        StackArray(Array3::from_elem(shape, T::default()))
+        StackArray { pixels: Pixels::Owned(vec![T::default(); shape.iter().product()]), dim: (shape[0], shape[1], shape[2]) }
     }
 
-    /// The typed array, giving up the stack.
+    /// The pixels as an ndarray view.
+    pub fn view(&self) -> ArrayView3<'_, T> {
+        ArrayView3::from_shape(self.dim, self.slice()).unwrap_or_else(|_| unreachable!("the pixels hold Z·Y·X values"))
+    }
+
+    /// The typed array, giving up the stack (shared pixels are copied).
     pub fn into_array(self) -> Array3<T> {
-        self.0
+        let dim = self.dim;
+        Array3::from_shape_vec(dim, self.into_pixels()).unwrap_or_else(|_| unreachable!("the pixels hold Z·Y·X values"))
+    }
+
+    /// The pixels in standard order, giving up the stack (shared pixels are copied).
+    pub fn into_pixels(self) -> Vec<T> {
+        match self.pixels {
+            Pixels::Owned(v) => v,
+            Pixels::Shared(s) => s.pixels().to_vec(),
+        }
     }
 
     /// Every pixel in standard order (plane after plane, row after row).
     pub fn pixels(&self) -> &[T] {
-        self.0.as_slice().unwrap_or_else(|| unreachable!("a StackArray is in standard layout"))
+        self.slice()
     }
 
-    /// [`StackArray::pixels`], writable.
+    /// [`StackArray::pixels`], writable (shared pixels are copied first).
     pub fn pixels_mut(&mut self) -> &mut [T] {
-        self.0.as_slice_mut().unwrap_or_else(|| unreachable!("a StackArray is in standard layout"))
+        self.owned_mut()
     }
 
     /// Plane `z` (`Y·X` pixels, row after row). Panics if `z >= Z`, as
     /// indexing does: callers iterate over `0..Z`.
     pub fn plane(&self, z: usize) -> &[T] {
-        let (depth, h, w) = self.0.dim();
+        let (depth, h, w) = self.dim;
         assert!(z < depth, "plane {z} of a stack of {depth} planes");
         &self.pixels()[z * h * w..(z + 1) * h * w]
     }
 
     /// [`StackArray::plane`], writable.
     pub fn plane_mut(&mut self, z: usize) -> &mut [T] {
-        let (depth, h, w) = self.0.dim();
+        let (depth, h, w) = self.dim;
         assert!(z < depth, "plane {z} of a stack of {depth} planes");
         &mut self.pixels_mut()[z * h * w..(z + 1) * h * w]
     }
 
     /// The planes in order, each as in [`StackArray::plane`].
     pub fn planes(&self) -> impl ExactSizeIterator<Item = &[T]> + '_ {
-        (0..self.0.dim().0).map(|z| self.plane(z))
+        (0..self.dim.0).map(|z| self.plane(z))
     }
 
     /// [`StackArray::planes`], writable.
     pub fn planes_mut(&mut self) -> impl ExactSizeIterator<Item = &mut [T]> + '_ {
-        let (depth, h, w) = self.0.dim();
+        let (depth, h, w) = self.dim;
         let mut rest = self.pixels_mut();
         (0..depth).map(move |_| {
             let (plane, after) = std::mem::take(&mut rest).split_at_mut(h * w);
@@ -279,9 +381,19 @@ impl<T: Pixel> StackArray<T> {
         })
     }
 
-    /// A writable view (the layout stays standard).
+    /// A writable view (the layout stays standard; shared pixels are copied first).
     pub fn view_mut(&mut self) -> ArrayViewMut3<'_, T> {
-        self.0.view_mut()
+        let dim = self.dim;
+        ArrayViewMut3::from_shape(dim, self.owned_mut()).unwrap_or_else(|_| unreachable!("the pixels hold Z·Y·X values"))
+    }
+}
+
+/// `len` is the number of pixels of `shape`, or the error ndarray gives.
+fn check_len(shape: [usize; 3], len: usize) -> Result<(), ShapeError> {
+    if shape.iter().product::<usize>() == len {
+        Ok(())
+    } else {
+        Err(ShapeError::from_kind(ndarray::ErrorKind::IncompatibleShape))
     }
 }
 
@@ -335,13 +447,13 @@ impl Stack {
     /// callers iterate over `0..depth()`.
     pub fn plane(&self, z: usize) -> Stack {
         with_pixels!(Stack, self, a, T => {
-            Stack::from(a.index_axis(Axis(0), z).insert_axis(Axis(0)).to_owned())
+            Stack::from(a.view().index_axis(Axis(0), z).insert_axis(Axis(0)).to_owned())
         })
     }
 
     /// All pixels as f32, same shape.
     pub fn to_f32(&self) -> Array3<f32> {
-        with_pixels!(Stack, self, a, T => a.mapv(Pixel::to_f32))
+        with_pixels!(Stack, self, a, T => a.view().mapv(Pixel::to_f32))
     }
 
     /// The stack as an n-dimensional host array (no copy of pixels).
@@ -440,7 +552,7 @@ fn split_owned<T: Pixel>(a: Array3<T>) -> Vec<Stack> {
     if depth <= 1 {
         return vec![Stack::from(a)];
     }
-    let rest: Vec<Stack> = (1..depth).map(|z| Stack::from(a.index_axis(Axis(0), z).insert_axis(Axis(0)).to_owned())).collect();
+    let rest: Vec<Stack> = (1..depth).map(|z| Stack::from(a.view().index_axis(Axis(0), z).insert_axis(Axis(0)).to_owned())).collect();
     let mut pixels = into_pixels(a);
     pixels.truncate(y * x);
     pixels.shrink_to_fit();

@@ -20,7 +20,7 @@ fn stacks_in_order_and_unstacks_back() {
     assert_eq!(stacked.shape(), &[3, 2, 5]);
     let Stack::U16(a) = stacked.clone().into_host_stack().unwrap() else { panic!("dtype") };
     for z in 0..3 {
-        assert!(a.index_axis(ndarray::Axis(0), z).iter().all(|&v| v == z as u16 * 10));
+        assert!(a.view().index_axis(ndarray::Axis(0), z).iter().all(|&v| v == z as u16 * 10));
     }
     let back = unstack_slices(stacked, MemoryType::Host, Device::Cpu, &Conversions::default(), ConversionPolicy::default()).unwrap();
     assert_eq!(back.len(), 3);
@@ -104,11 +104,11 @@ fn dtype_policy_clips_rounds_and_stretches() {
     let f = Stack::from(Array3::from_shape_vec((1, 1, 6), vec![-3.0, 0.5, 1.5, 2.4999, 70000.0, f32::NAN]).unwrap());
     let Stack::U16(c) = f.clone().cast(DType::U16, Clip) else { panic!() };
     // numpy: np.clip(np.rint(x), 0, 65535) with NaN → 0 (rint rounds half to even).
-    assert_eq!(c.iter().copied().collect::<Vec<_>>(), vec![0, 0, 2, 2, 65535, 0]);
+    assert_eq!(c.pixels().to_vec(), vec![0, 0, 2, 2, 65535, 0]);
     let g = Stack::from(Array3::from_shape_vec((1, 1, 3), vec![10.0, 15.0, 20.0]).unwrap());
     let Stack::U8(s) = g.cast(DType::U8, Stretch) else { panic!() };
-    assert_eq!(s.iter().copied().collect::<Vec<_>>(), vec![0, 128, 255]);
+    assert_eq!(s.pixels().to_vec(), vec![0, 128, 255]);
     let constant = Stack::from(Array3::<f32>::from_elem((1, 2, 2), 7.0));
     let Stack::U8(k) = constant.cast(DType::U8, Stretch) else { panic!() };
-    assert!(k.iter().all(|&v| v == 0));
+    assert!(k.pixels().iter().all(|&v| v == 0));
 }

@@ -123,7 +123,7 @@ fn stacks_are_standard_layout_and_planes_are_slices() {
     for array in [sliced, swapped, reversed] {
         let mut stack = Stack::from(array.clone());
         let Stack::U16(a) = &stack else { panic!("u16") };
-        assert!(a.is_standard_layout());
+        assert!(a.view().is_standard_layout());
         assert_eq!(*a, array);
         assert_eq!(a.pixels(), array.iter().copied().collect::<Vec<_>>());
         assert_eq!(a.planes().len(), 3);
@@ -135,9 +135,9 @@ fn stacks_are_standard_layout_and_planes_are_slices() {
         let Stack::U16(a) = &mut stack else { panic!("u16") };
         a.plane_mut(1).fill(7);
         a.planes_mut().nth(2).unwrap().fill(9);
-        assert!(a.index_axis(ndarray::Axis(0), 1).iter().all(|&v| v == 7));
-        assert!(a.index_axis(ndarray::Axis(0), 2).iter().all(|&v| v == 9));
-        assert_eq!(a.index_axis(ndarray::Axis(0), 0), array.index_axis(ndarray::Axis(0), 0));
+        assert!(a.view().index_axis(ndarray::Axis(0), 1).iter().all(|&v| v == 7));
+        assert!(a.view().index_axis(ndarray::Axis(0), 2).iter().all(|&v| v == 9));
+        assert_eq!(a.view().index_axis(ndarray::Axis(0), 0), array.index_axis(ndarray::Axis(0), 0));
     }
     // Planes of a stack without pixels are empty, one per plane.
     let empty = hcsflow_core::StackArray::<u8>::zeros([2, 0, 5]);
@@ -150,4 +150,49 @@ fn from_vec_checks_the_length() {
     assert_eq!(s, Stack::from(ramp((2, 2, 3), 0)));
     assert!(Stack::from_vec([2, 2, 3], vec![0u8; 11]).is_err());
     assert!(Stack::from_vec([2, 2, 3], vec![0f32; 13]).is_err());
+}
+
+/// Pixels of another library, for the shared-pixel tests: a buffer the
+/// stack must read and never write.
+struct Foreign(Vec<u16>);
+
+impl hcsflow_core::SharedPixels<u16> for Foreign {
+    fn pixels(&self) -> &[u16] {
+        &self.0
+    }
+}
+
+#[test]
+fn shared_pixels_are_read_in_place_and_copied_before_a_write() {
+    use hcsflow_core::StackArray;
+    use std::sync::Arc;
+
+    let foreign = Arc::new(Foreign((0..24).collect()));
+    let address = foreign.0.as_ptr();
+    let mut a = StackArray::shared([2, 3, 4], foreign.clone()).unwrap();
+    assert!(a.is_shared());
+    // Reads see the foreign buffer itself.
+    assert_eq!(a.pixels().as_ptr(), address);
+    assert_eq!(a.plane(1), &(12..24).collect::<Vec<u16>>()[..]);
+    assert_eq!(a[[1, 2, 3]], 23);
+    assert_eq!(a.view().dim(), (2, 3, 4));
+    let clone = a.clone();
+    assert_eq!(clone.pixels().as_ptr(), address, "a clone shares too");
+    // A write copies first: the foreign buffer is untouched.
+    a[[0, 0, 0]] = 100;
+    assert!(!a.is_shared());
+    assert_ne!(a.pixels().as_ptr(), address);
+    assert_eq!(foreign.0[0], 0);
+    assert_eq!(a.pixels()[0], 100);
+    assert_eq!(a.pixels()[1..], foreign.0[1..]);
+    let mut b = clone.clone();
+    b.pixels_mut()[5] = 7;
+    b.view_mut()[[1, 0, 0]] = 9;
+    assert_eq!((foreign.0[5], foreign.0[12]), (5, 12));
+    assert_eq!((b.pixels()[5], b.pixels()[12]), (7, 9));
+    // Giving up the stack copies shared pixels; equality compares pixels wherever they are.
+    assert_eq!(clone.clone().into_pixels(), foreign.0);
+    assert_eq!(clone, StackArray::from_vec([2, 3, 4], foreign.0.clone()).unwrap());
+    // The shape must match the pixels.
+    assert!(StackArray::shared([2, 3, 5], foreign).is_err());
 }

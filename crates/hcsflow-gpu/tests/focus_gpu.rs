@@ -39,7 +39,7 @@ fn focus_stack_gpu_agrees_with_host() {
                 let (img, depth) = hcsflow_gpu::focus_stack_wgpu(&g, sigma, method).unwrap();
                 let (img, depth) = (to_host(&img), to_host(&depth));
                 let Stack::U16(depth) = depth else { panic!("{what}: depth must be u16") };
-                let depth: Vec<u16> = depth.iter().copied().collect();
+                let depth: Vec<u16> = depth.pixels().to_vec();
                 let m = focus_measure(&s, sigma, method).unwrap();
                 let [n, h, w] = *shape;
                 let gmax = m.iter().cloned().fold(0.0f32, f32::max);

@@ -156,7 +156,7 @@ fn load(input: Input) -> (Stack, &'static str) {
     if input == Input::ThreeChannels {
         let (img, source) = load(Input::Image);
         let Stack::U16(a) = img else { unreachable!("u16 image") };
-        let plane = a.index_axis(ndarray::Axis(0), 0);
+        let plane = a.view().index_axis_move(ndarray::Axis(0), 0);
         let (h, w) = plane.dim();
         let c = Array3::from_shape_fn((3, h, w), |(z, y, x)| match z {
             0 => plane[[y, x]],

@@ -156,9 +156,9 @@ fn main() {
     );
     // blob_log on the min-max normalised f32 image, as the peer benchmark does.
     let Stack::U16(a) = &img else { unreachable!() };
-    let (lo, hi) = a.iter().fold((u16::MAX, 0u16), |(l, h), &v| (l.min(v), h.max(v)));
-    let norm: Vec<f32> = a.iter().map(|&v| (v as f32 - lo as f32) / (hi as f32 - lo as f32)).collect();
-    let (h, w) = (a.shape()[1], a.shape()[2]);
+    let (lo, hi) = a.pixels().iter().fold((u16::MAX, 0u16), |(l, h), &v| (l.min(v), h.max(v)));
+    let norm: Vec<f32> = a.pixels().iter().map(|&v| (v as f32 - lo as f32) / (hi as f32 - lo as f32)).collect();
+    let (h, w) = (a.dim().1, a.dim().2);
     time(
         "blob_log 10 scales 2048²",
         repeats.min(3),
@@ -171,7 +171,7 @@ fn main() {
         let text: String = blobs.iter().map(|b| format!("{},{},{}\n", b.y, b.x, b.sigma)).collect();
         std::fs::write(&path, text).expect("write blobs");
     }
-    let plane: Vec<u16> = a.iter().copied().collect();
+    let plane: Vec<u16> = a.pixels().to_vec();
     time("threshold_otsu 2048²", repeats, || threshold_otsu(&plane).expect("otsu"), |t| format!("t={t}"));
     let t = threshold_otsu(&plane).expect("otsu");
     let mask: Vec<u16> = plane.iter().map(|&v| u16::from(v as f64 > t)).collect();

@@ -24,7 +24,7 @@ pub fn bin(stack: &Stack, k: usize, mean: bool) -> Result<Stack, FunctionError> 
     with_pixels!(Stack, stack, a, T => {
         out.pixels_mut().par_chunks_mut(ow.max(1)).enumerate().for_each(|(i, o)| {
             let (z, by) = (i / oh.max(1), i % oh.max(1));
-            let plane = a.index_axis(Axis(0), z);
+            let plane = a.view().index_axis_move(Axis(0), z);
             let mut acc = vec![0f64; ow];
             for dy in 0..k {
                 let row = plane.row(by * k + dy);
@@ -49,7 +49,7 @@ pub fn crop(stack: &Stack, y: usize, x: usize, height: usize, width: usize) -> R
     let [_, h, w] = stack.shape();
     let (height, width) = crop_rectangle(y, x, height, width, h, w)
         .map_err(|(height, width)| FunctionError::invalid("crop", crop_misfit(y, x, height, width, h, w)))?;
-    Ok(with_pixels!(Stack, stack, a, T => Stack::from(a.slice(s![.., y..y + height, x..x + width]).to_owned())))
+    Ok(with_pixels!(Stack, stack, a, T => Stack::from(a.view().slice(s![.., y..y + height, x..x + width]).to_owned())))
 }
 
 /// The crop's `(height, width)` with 0 ("to the edge") resolved, if the

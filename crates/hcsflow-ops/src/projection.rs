@@ -94,7 +94,7 @@ pub fn std_projection(stack: &Stack) -> Result<Stack, FunctionError> {
             let rows = out.len() / w.max(1);
             let mut mean = vec![0f32; out.len()];
             for z in 0..n {
-                let plane = a.index_axis(Axis(0), z);
+                let plane = a.view().index_axis_move(Axis(0), z);
                 for r in 0..rows {
                     let dst = &mut mean[r * w..(r + 1) * w];
                     dst.iter_mut().zip(plane.row(y0 + r).iter()).for_each(|(s, &v)| *s += v.to_f32());
@@ -102,7 +102,7 @@ pub fn std_projection(stack: &Stack) -> Result<Stack, FunctionError> {
             }
             mean.iter_mut().for_each(|m| *m /= inv);
             for z in 0..n {
-                let plane = a.index_axis(Axis(0), z);
+                let plane = a.view().index_axis_move(Axis(0), z);
                 for r in 0..rows {
                     let m = &mean[r * w..(r + 1) * w];
                     let dst = &mut out[r * w..(r + 1) * w];

@@ -19,8 +19,8 @@ use hcsflow_ops::threshold::{threshold_li, threshold_mask, threshold_otsu, Thres
 use ndarray::Array3;
 use serde_json::json;
 
-fn plane<T: hcsflow_core::Pixel>(a: &Array3<T>, z: usize) -> Vec<T> {
-    a.index_axis(ndarray::Axis(0), z).iter().copied().collect()
+fn plane<T: hcsflow_core::Pixel>(a: &hcsflow_core::StackArray<T>, z: usize) -> Vec<T> {
+    a.plane(z).to_vec()
 }
 
 fn thresholds_of(s: &Stack, f: &str) -> Vec<f64> {

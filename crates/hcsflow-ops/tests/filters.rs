@@ -60,13 +60,16 @@ fn network_median(s: &Stack, k: usize) -> Stack {
     let [n, h, w] = s.shape();
     match s {
         Stack::U8(a) => Stack::from(
-            Array3::from_shape_vec((n, h, w), a.outer_iter().flat_map(|p| net.apply(p.as_slice().unwrap(), h, w)).collect()).unwrap(),
+            Array3::from_shape_vec((n, h, w), a.view().outer_iter().flat_map(|p| net.apply(p.as_slice().unwrap(), h, w)).collect())
+                .unwrap(),
         ),
         Stack::U16(a) => Stack::from(
-            Array3::from_shape_vec((n, h, w), a.outer_iter().flat_map(|p| net.apply(p.as_slice().unwrap(), h, w)).collect()).unwrap(),
+            Array3::from_shape_vec((n, h, w), a.view().outer_iter().flat_map(|p| net.apply(p.as_slice().unwrap(), h, w)).collect())
+                .unwrap(),
         ),
         Stack::F32(a) => Stack::from(
-            Array3::from_shape_vec((n, h, w), a.outer_iter().flat_map(|p| net.apply(p.as_slice().unwrap(), h, w)).collect()).unwrap(),
+            Array3::from_shape_vec((n, h, w), a.view().outer_iter().flat_map(|p| net.apply(p.as_slice().unwrap(), h, w)).collect())
+                .unwrap(),
         ),
     }
 }

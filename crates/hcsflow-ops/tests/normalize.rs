@@ -47,9 +47,9 @@ fn as_dtype(r: &ArrayD<f64>, dtype: DType) -> ArrayD<f64> {
 
 fn percentiles_of(s: &Stack, ps: &[f64]) -> Vec<f64> {
     match s {
-        Stack::U8(a) => percentiles_int(a.as_slice().unwrap(), ps),
-        Stack::U16(a) => percentiles_int(a.as_slice().unwrap(), ps),
-        Stack::F32(a) => percentiles_f32(a.as_slice().unwrap(), ps),
+        Stack::U8(a) => percentiles_int(a.pixels(), ps),
+        Stack::U16(a) => percentiles_int(a.pixels(), ps),
+        Stack::F32(a) => percentiles_f32(a.pixels(), ps),
     }
     .unwrap()
 }

@@ -67,7 +67,7 @@ fn projections_match_numpy() {
 fn constant_stack_has_zero_std_and_empty_stack_is_an_error() {
     let c = Stack::from_f32_array(ndarray::Array3::from_elem((7, 3, 3), 12345.0), DType::U16);
     let Stack::F32(sd) = std_projection(&c).unwrap() else { panic!() };
-    assert!(sd.iter().all(|&v| v == 0.0));
+    assert!(sd.pixels().iter().all(|&v| v == 0.0));
     let e = Stack::zeros(DType::U16, [0, 4, 4]);
     for f in [max_projection, min_projection, sum_projection, std_projection, mean_projection] {
         let err = f(&e).unwrap_err().to_string();

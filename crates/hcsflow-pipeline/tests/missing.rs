@@ -138,7 +138,7 @@ fn fill_reports_every_filled_plane() {
     // What fill means: the min projection of that well is zeros (as before, but now said).
     let tif = manifest.wells[&gap.well].outputs[0].path.clone();
     match hcsflow_tiff::read_stack(&out.join(tif)).expect("read") {
-        Stack::U16(a) => assert!(a.iter().all(|&v| v == 0)),
+        Stack::U16(a) => assert!(a.pixels().iter().all(|&v| v == 0)),
         other => panic!("u16 expected, got {}", other.dtype()),
     }
 }

@@ -40,7 +40,7 @@ fn registry() -> (Registry, Conversions) {
                 other => panic!("value is a declared integer argument, got {other:?}"),
             };
             match s {
-                Stack::U16(a) => Ok(Stack::from(a.mapv(|x| x.saturating_add(v)))),
+                Stack::U16(a) => Ok(Stack::from(a.view().mapv(|x| x.saturating_add(v)))),
                 other => Ok(other.clone()),
             }
         }),
@@ -453,7 +453,7 @@ fn plates_with_a_collapsed_axis_can_be_grouped_again() {
         sum / 9.0
     };
     let Stack::F32(got) = read(&out.join("site_mean/TimePoint_1/Synth_Plate_1_A01_s1_w2.tif")) else { panic!("not f32") };
-    let diff = (&*got - &expected).mapv(f32::abs).fold(0.0f32, |a, &b| a.max(b));
+    let diff = (&got.view() - &expected).mapv(f32::abs).fold(0.0f32, |a, &b| a.max(b));
     assert!(diff < 1e-2, "max diff {diff}");
     let _ = Axis(0);
 }

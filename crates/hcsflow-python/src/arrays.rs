@@ -1,19 +1,68 @@
 //! numpy arrays in and out of the engine.
 
-use hcsflow::core::{Array, HostArray, Stack};
-use numpy::{PyArrayDyn, PyArrayMethods};
+use std::sync::Arc;
+
+use hcsflow::core::{Array, HostArray, Pixel, SharedPixels, Stack, StackArray};
+use numpy::{Element, PyArray3, PyArrayDyn, PyArrayMethods, PyUntypedArrayMethods};
 use pyo3::prelude::*;
 
 use crate::errors::{ArrayError, MemoryConversionError};
 
-/// A 3D numpy array as a stack (copied); its dtype must be one hcsflow has.
+/// A 3D numpy array as a stack: shared without a copy when it is
+/// C-contiguous and aligned ([`shared_stack`]), else copied; its dtype must
+/// be one hcsflow has.
 pub fn stack_of(array: &Bound<'_, PyAny>) -> PyResult<Stack> {
     let shape: Vec<usize> = array.getattr("shape")?.extract()?;
     let not_3d = || ArrayError::new_err(format!("expected a 3D array [Z, Y, X], got shape {shape:?}"));
     if shape.len() != 3 {
         return Err(not_3d());
     }
+    if let Some(stack) = shared_stack(array) {
+        return Ok(stack);
+    }
     host_array_of(array)?.into_stack().map_err(|_| not_3d())
+}
+
+/// The pixels of a numpy array, shared: the array object is kept, so its
+/// buffer stays allocated for as long as the stack holds it. The engine
+/// never writes them (a stack copies shared pixels before a write); Python
+/// code must not write them while a call runs, as with any extension that
+/// releases the GIL.
+struct NumpyPixels<T> {
+    _array: Py<PyAny>,
+    data: *const T,
+    len: usize,
+}
+
+// SAFETY: the pointer is into the buffer of `_array`, which lives as long as
+// this value (the reference is counted) and which the engine only reads.
+unsafe impl<T: Sync> Send for NumpyPixels<T> {}
+unsafe impl<T: Sync> Sync for NumpyPixels<T> {}
+
+impl<T: Pixel> SharedPixels<T> for NumpyPixels<T> {
+    fn pixels(&self) -> &[T] {
+        // SAFETY: `data` points at `len` initialised, aligned values of T
+        // (checked when the value was made) kept alive by `_array`.
+        unsafe { std::slice::from_raw_parts(self.data, self.len) }
+    }
+}
+
+/// `array` as a stack sharing its pixels, if it is a 3D C-contiguous,
+/// aligned, native-order numpy array of a dtype hcsflow has.
+pub fn shared_stack(array: &Bound<'_, PyAny>) -> Option<Stack> {
+    fn typed<T: Pixel + Element>(array: &Bound<'_, PyAny>) -> Option<Stack> {
+        let a = array.cast::<PyArray3<T>>().ok()?;
+        if !a.is_c_contiguous() {
+            return None;
+        }
+        let readonly = a.try_readonly().ok()?;
+        let pixels = readonly.as_slice().ok()?;
+        let shape = a.shape();
+        let shared = NumpyPixels { _array: array.clone().unbind(), data: pixels.as_ptr(), len: pixels.len() };
+        let stack = StackArray::shared([shape[0], shape[1], shape[2]], Arc::new(shared)).ok()?;
+        Some(Stack::from(stack))
+    }
+    typed::<u8>(array).or_else(|| typed::<u16>(array)).or_else(|| typed::<f32>(array))
 }
 
 /// A numpy array of any number of axes as a host array (copied).

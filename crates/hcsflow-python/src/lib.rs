@@ -1,14 +1,17 @@
 //! `hcsflow._hcsflow`: the native half of the `hcsflow` Python package, a thin
 //! front end over the engine facade ([`hcsflow::Engine`]), as the CLI is.
 //!
-//! Contract (first slice of the Python package):
+//! Contract:
 //! - [`call`]: one registered function on a 3D numpy array (`uint8`,
 //!   `uint16`, `float32`; `[Z, Y, X]`), arguments as keyword values, the
 //!   result a new numpy array that owns the engine's output buffer (moved,
-//!   not copied). The input is copied into a stack for now.
-//! - [`run`]: plate + pipeline file + output folder, as `hcsflow run`;
-//!   `dry_run` returns the plan text; otherwise the run's summary as JSON
-//!   text (the Python side parses it). The GIL is released while wells run.
+//!   not copied). A C-contiguous input is shared, not copied (the engine
+//!   copies it only to write into it); another is copied into a stack.
+//! - [`run`]: plate + pipeline (JSON from `hcsflow.Pipeline`) + output
+//!   folder, as `hcsflow run`; `dry_run` returns the plan text; otherwise the
+//!   run's summary as JSON text (the Python side parses it). The GIL is
+//!   released while wells run; users' Python functions take it per call
+//!   ([`python_functions`]).
 //! - Every engine error is raised as a subclass of `HcsflowError` chosen from
 //!   the error's type ([`hcsflow::Error`]), never from its text.
 
@@ -23,7 +26,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
-use hcsflow::core::{Array, ConversionPolicy, DTypePolicy, Device, DeviceRequest, MemoryType, Runtime, StackShape};
+use hcsflow::core::{Array, ConversionPolicy, DTypePolicy, Device, DeviceRequest, MemoryType, Runtime, Stack, StackShape};
 use hcsflow::pipeline::{PipelineSpec, Progress};
 use hcsflow::{DeviceOptions, Engine, Error, RunOptions};
 use pyo3::prelude::*;
@@ -56,6 +59,18 @@ fn engine() -> &'static Engine {
 fn engine_with_python_functions() -> Engine {
     let base = engine();
     Engine::new(python_functions::with_python_functions(base.registry().clone()), base.conversions().clone())
+}
+
+/// The address of `array`'s pixels if the engine shares them without a copy
+/// (a 3D C-contiguous numpy array of uint8, uint16 or float32), else `None`
+/// (it is copied): what `call` and `hcsflow.functions` do with an input.
+#[pyfunction]
+fn shared_address(array: &Bound<'_, PyAny>) -> Option<usize> {
+    match arrays::shared_stack(array)? {
+        Stack::U8(a) => Some(a.pixels().as_ptr() as usize),
+        Stack::U16(a) => Some(a.pixels().as_ptr() as usize),
+        Stack::F32(a) => Some(a.pixels().as_ptr() as usize),
+    }
 }
 
 /// Registers the Python function `func` under `name` for pipelines, taking
@@ -317,6 +332,7 @@ fn _hcsflow(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(register_function, m)?)?;
     m.add_function(wrap_pyfunction!(pipeline_json, m)?)?;
+    m.add_function(wrap_pyfunction!(shared_address, m)?)?;
     m.add_function(wrap_pyfunction!(plate::plate_json, m)?)?;
     m.add_function(wrap_pyfunction!(plate::read_stack, m)?)?;
     m.add_function(wrap_pyfunction!(synth_plate, m)?)?;

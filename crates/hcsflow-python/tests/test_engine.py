@@ -259,3 +259,27 @@ def test_engine_log_events_reach_python_logging(tmp_path, caplog):
     assert any(r.levelname == "INFO" and "--overwrite: removed" in r.getMessage() and str(out) in r.getMessage()
                for r in records), [r.getMessage() for r in records]
     assert all(r.target.startswith("hcsflow") for r in records)
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.float32])
+def test_a_contiguous_input_reaches_a_builtin_without_a_copy_and_is_never_written(dtype):
+    rng = np.random.default_rng(5)
+    a = (rng.random((3, 40, 50)) * 200).astype(dtype)
+    # The engine's stack is the numpy buffer itself (pointer equality) ...
+    assert hcsflow._hcsflow.shared_address(a) == a.ctypes.data
+    np.testing.assert_array_equal(hcsflow.functions.max_projection(a), a.max(axis=0, keepdims=True))
+    # ... but a function that overwrites its input in place gets a copy first: the array is untouched.
+    before = a.copy()
+    out = hcsflow.functions.percentile_normalize(a, low_percentile=1.0, high_percentile=99.0)
+    np.testing.assert_array_equal(a, before)
+    np.testing.assert_array_equal(out, hcsflow.functions.percentile_normalize(before.copy(), low_percentile=1.0,
+                                                                              high_percentile=99.0))
+    assert out.ctypes.data != a.ctypes.data
+    # Not contiguous (a strided view), or read-only from JAX: strided is copied, read-only is shared.
+    assert hcsflow._hcsflow.shared_address(a[:, :, ::2]) is None
+    np.testing.assert_array_equal(hcsflow.functions.max_projection(a[:, :, ::2]), a[:, :, ::2].max(axis=0)[None])
+    ro = a.copy()
+    ro.flags.writeable = False
+    assert hcsflow._hcsflow.shared_address(ro) == ro.ctypes.data
+    np.testing.assert_array_equal(hcsflow.functions.percentile_normalize(ro, low_percentile=1.0, high_percentile=99.0),
+                                  out)

@@ -154,7 +154,7 @@ fn assemble_subpixel_and_dtype() {
     }
     let u = Stack::from(Array3::<u16>::from_elem((2, 8, 8), 1000));
     let m = assemble(&u, &[(0.0, 0.0), (6.0, 0.0)], Blend::Linear).unwrap();
-    assert!(matches!(&m, Stack::U16(a) if a.dim() == (1, 8, 14) && a.iter().all(|&v| v == 1000)));
+    assert!(matches!(&m, Stack::U16(a) if a.dim() == (1, 8, 14) && a.pixels().iter().all(|&v| v == 1000)));
 }
 
 /// `prepare_window` once filled the windows of a stack not in standard layout

@@ -204,7 +204,7 @@ fn encode<W: Write + Seek, K: TiffKind>(encoder: tiff::TiffResult<TiffEncoder<W,
     let encoder = encoder?;
     with_pixels!(Stack, stack, a, T => {
         let mut encoder = configure::<W, K, T>(encoder, plan.compression);
-        for (z, plane) in a.axis_iter(Axis(0)).enumerate() {
+        for (z, plane) in a.view().axis_iter(Axis(0)).enumerate() {
             let plane = plane.as_standard_layout();
             let data = plane.as_slice().unwrap_or(&[]);
             write_page::<W, K, T>(&mut encoder, data, z, plan)?;

@@ -78,7 +78,7 @@ fn pixels(path: &Path) -> Vec<u16> {
     match read_stack(path).expect("readable") {
         Stack::U16(a) => {
             assert_eq!(a.dim(), (1, HEIGHT as usize, WIDTH as usize));
-            a.iter().copied().collect()
+            a.pixels().to_vec()
         }
         other => panic!("expected u16, got {:?}", other.dtype()),
     }
