@@ -283,3 +283,22 @@ def test_a_contiguous_input_reaches_a_builtin_without_a_copy_and_is_never_writte
     assert hcsflow._hcsflow.shared_address(ro) == ro.ctypes.data
     np.testing.assert_array_equal(hcsflow.functions.percentile_normalize(ro, low_percentile=1.0, high_percentile=99.0),
                                   out)
+
+
+def test_results_export_dlpack_and_the_buffer_protocol_as_the_standard_says():
+    r = hcsflow.functions.max_projection(np.arange(2 * 64 * 64, dtype=np.float32).reshape(2, 64, 64))
+    ptr = r.ctypes.data
+    # Versioned capsules when the consumer asks for DLPack ≥ 1.0, legacy otherwise.
+    assert "dltensor_versioned" in repr(r.__dlpack__(max_version=(1, 0)))
+    assert "dltensor" in repr(r.__dlpack__()) and "versioned" not in repr(r.__dlpack__())
+    assert r.__dlpack_device__() == (1, 0)  # kDLCPU
+    assert np.from_dlpack(r, device="cpu").ctypes.data == ptr
+    copied = np.from_dlpack(r, copy=True)
+    assert copied.ctypes.data != ptr and np.array_equal(copied, r)
+    with pytest.raises(BufferError):
+        r.__dlpack__(dl_device=(2, 0), copy=False)  # a CUDA device: not reachable without a copy
+    with pytest.raises((BufferError, ValueError, RuntimeError)):
+        r.__dlpack__(stream=1)  # CPU arrays take no stream
+    # The buffer protocol shares the same memory.
+    view = memoryview(r)
+    assert view.shape == (1, 64, 64) and view.format == "f" and np.frombuffer(view, np.float32).ctypes.data == ptr
