@@ -8,10 +8,27 @@ use pyo3::prelude::*;
 
 use crate::errors::{ArrayError, MemoryConversionError};
 
-/// A 3D numpy array as a stack: shared without a copy when it is
+/// `array` as a numpy array: itself, or, for another library's array on the
+/// CPU (torch, jax, ...), numpy's view of it through DLPack (no copy).
+pub fn as_numpy<'py>(array: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = array.py();
+    let numpy = py.import("numpy")?;
+    if array.is_instance(&numpy.getattr("ndarray")?)? || !array.hasattr("__dlpack__")? {
+        return Ok(array.clone());
+    }
+    let array = match array.getattr("detach") {
+        Ok(detach) => detach.call0()?, // a torch tensor that requires grad exports only detached
+        Err(_) => array.clone(),
+    };
+    numpy.call_method1("from_dlpack", (array,)).map_err(|e| ArrayError::new_err(format!("importing the array through DLPack: {e}")))
+}
+
+/// A 3D array as a stack: a numpy array, or another library's CPU array
+/// through DLPack ([`as_numpy`]); shared without a copy when it is
 /// C-contiguous and aligned ([`shared_stack`]), else copied; its dtype must
 /// be one hcsflow has.
 pub fn stack_of(array: &Bound<'_, PyAny>) -> PyResult<Stack> {
+    let array = &as_numpy(array)?;
     let shape: Vec<usize> = array.getattr("shape")?.extract()?;
     let not_3d = || ArrayError::new_err(format!("expected a 3D array [Z, Y, X], got shape {shape:?}"));
     if shape.len() != 3 {
@@ -65,8 +82,10 @@ pub fn shared_stack(array: &Bound<'_, PyAny>) -> Option<Stack> {
     typed::<u8>(array).or_else(|| typed::<u16>(array)).or_else(|| typed::<f32>(array))
 }
 
-/// A numpy array of any number of axes as a host array (copied).
+/// An array of any number of axes (numpy, or another library's through
+/// DLPack) as a host array (copied).
 pub fn host_array_of(array: &Bound<'_, PyAny>) -> PyResult<HostArray> {
+    let array = &as_numpy(array)?;
     if let Ok(a) = array.cast::<PyArrayDyn<u8>>() {
         return Ok(HostArray::from(a.readonly().as_array().to_owned()));
     }

@@ -26,7 +26,7 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
-use hcsflow::core::{Array, ConversionPolicy, DTypePolicy, Device, DeviceRequest, MemoryType, Runtime, Stack, StackShape};
+use hcsflow::core::{Array, ConversionPolicy, DTypeConversion, DTypePolicy, Device, OutputDType, DeviceRequest, MemoryType, Runtime, Stack, StackShape};
 use hcsflow::pipeline::{PipelineSpec, Progress};
 use hcsflow::{DeviceOptions, Engine, Error, RunOptions};
 use pyo3::prelude::*;
@@ -66,7 +66,7 @@ fn engine_with_python_functions() -> Engine {
 /// (it is copied): what `call` and `hcsflow.functions` do with an input.
 #[pyfunction]
 fn shared_address(array: &Bound<'_, PyAny>) -> Option<usize> {
-    match arrays::shared_stack(array)? {
+    match arrays::shared_stack(&arrays::as_numpy(array).ok()?)? {
         Stack::U8(a) => Some(a.pixels().as_ptr() as usize),
         Stack::U16(a) => Some(a.pixels().as_ptr() as usize),
         Stack::F32(a) => Some(a.pixels().as_ptr() as usize),
@@ -161,18 +161,26 @@ fn event_dict<'py>(py: Python<'py>, event: &Progress<'_>) -> PyResult<Bound<'py,
 }
 
 /// Runs the registered function `name` on `array` (3D) with keyword
-/// arguments, on `device` (`"cpu"` by default), and returns the result.
+/// arguments, on `device` (`"cpu"` by default), and returns the result in
+/// `dtype` (`"input"`: the input's; `u8`, `u16`, `f32`), floats clipped and
+/// rounded into an integer dtype, or stretched over its range with
+/// `stretch`, as `hcsflow apply --dtype/--stretch`.
 #[pyfunction]
-#[pyo3(signature = (name, array, *, device = "cpu", allow_software_gpu = false, allow_host_round_trip = false, **kwargs))]
+#[pyo3(signature = (name, array, *, device = "cpu", dtype = "input", stretch = false, allow_software_gpu = false, allow_host_round_trip = false, **kwargs))]
+#[allow(clippy::too_many_arguments)] // one Python keyword each, as the CLI's flags
 fn call<'py>(
     py: Python<'py>,
     name: &str,
     array: &Bound<'py, PyAny>,
     device: &str,
+    dtype: &str,
+    stretch: bool,
     allow_software_gpu: bool,
     allow_host_round_trip: bool,
     kwargs: Option<&Bound<'py, PyDict>>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let output: OutputDType = dtype.parse().map_err(|e: hcsflow::core::dtype::UnknownDType| CompileError::new_err(e.to_string()))?;
+    let policy = DTypePolicy { output, conversion: if stretch { DTypeConversion::Stretch } else { DTypeConversion::Clip } };
     let engine = engine();
     let mut args = Vec::new();
     if let Some(kwargs) = kwargs {
@@ -185,7 +193,7 @@ fn call<'py>(
     let stack = stack_of(array)?;
     let [z, y, x] = stack.shape();
     engine.check_call(&prepared, &StackShape::new(z, y, x)).map_err(|e| to_py(py, e))?;
-    let out = py.detach(|| engine.run_call(&prepared, stack, DTypePolicy::default()).map_err(Box::new)).map_err(|e| to_py(py, *e))?;
+    let out = py.detach(|| engine.run_call(&prepared, stack, policy).map_err(Box::new)).map_err(|e| to_py(py, *e))?;
     numpy_of(py, Array::from(out))
 }
 

@@ -302,3 +302,30 @@ def test_results_export_dlpack_and_the_buffer_protocol_as_the_standard_says():
     # The buffer protocol shares the same memory.
     view = memoryview(r)
     assert view.shape == (1, 64, 64) and view.format == "f" and np.frombuffer(view, np.float32).ctypes.data == ptr
+
+
+def test_torch_and_jax_cpu_arrays_are_imported_through_dlpack_without_a_copy():
+    import jax.numpy as jnp
+    import torch
+
+    t = torch.arange(2 * 32 * 48, dtype=torch.float32).reshape(2, 32, 48)
+    assert hcsflow._hcsflow.shared_address(t) == t.data_ptr()
+    np.testing.assert_array_equal(hcsflow.functions.max_projection(t), t.numpy().max(axis=0, keepdims=True))
+    j = jnp.asarray(t.numpy().astype(np.uint16))
+    assert hcsflow._hcsflow.shared_address(j) == j.unsafe_buffer_pointer()  # read-only in numpy: shared all the same
+    np.testing.assert_array_equal(hcsflow.functions.max_projection(j), np.asarray(j).max(axis=0, keepdims=True))
+    with pytest.raises(hcsflow.ArrayError, match="int64"):
+        hcsflow.functions.max_projection(torch.zeros((1, 4, 4), dtype=torch.int64))
+
+
+def test_the_dtype_policy_is_the_clis():
+    a = np.array([[[0, 100], [200, 1000]], [[50, 60], [70, 80]]], np.uint16)
+    mean = hcsflow.functions.mean_projection(a, dtype="f32")
+    assert mean.dtype == np.float32
+    np.testing.assert_allclose(mean, a.astype(np.float32).mean(axis=0, keepdims=True))
+    clipped = hcsflow.functions.mean_projection(a, dtype="u8")  # clip and round into uint8
+    np.testing.assert_array_equal(clipped, np.clip(np.round(a.astype(np.float32).mean(axis=0, keepdims=True)), 0, 255))
+    stretched = hcsflow.functions.mean_projection(a, dtype="u8", stretch=True)  # min..max over 0..255
+    assert stretched.min() == 0 and stretched.max() == 255
+    with pytest.raises(hcsflow.CompileError, match="u12"):
+        hcsflow.functions.mean_projection(a, dtype="u12")

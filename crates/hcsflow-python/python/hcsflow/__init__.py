@@ -56,15 +56,18 @@ __all__ = [
 ]
 
 
-def call(name: str, array: Any, *, device: str = "cpu", allow_software_gpu: bool = False,
-         allow_host_round_trip: bool = False, **kwargs: Any) -> Any:
+def call(name: str, array: Any, *, device: str = "cpu", dtype: str = "input", stretch: bool = False,
+         allow_software_gpu: bool = False, allow_host_round_trip: bool = False, **kwargs: Any) -> Any:
     """Run the built-in function ``name`` on ``array`` (3D ``[Z, Y, X]``; uint8,
-    uint16 or float32) with its arguments as keywords, and return the result as
-    a new numpy array. ``hcsflow functions`` (or :func:`function_names`) lists
-    the functions; their arguments, types and ranges are those of the CLI.
+    uint16 or float32; numpy, or a torch/jax CPU array through DLPack) with its
+    arguments as keywords, and return the result as a new numpy array.
+    ``hcsflow functions`` (or :func:`function_names`) lists the functions;
+    their arguments, types and ranges are those of the CLI. ``dtype``
+    (``"input"``, ``"u8"``, ``"u16"``, ``"f32"``) and ``stretch`` are
+    ``hcsflow apply``'s ``--dtype`` and ``--stretch``.
     """
-    return _hcsflow.call(name, array, device=device, allow_software_gpu=allow_software_gpu,
-                         allow_host_round_trip=allow_host_round_trip, **kwargs)
+    return _hcsflow.call(name, array, device=device, dtype=dtype, stretch=stretch,
+                         allow_software_gpu=allow_software_gpu, allow_host_round_trip=allow_host_round_trip, **kwargs)
 
 
 def _tqdm_progress() -> Callable[[dict[str, Any]], Any] | None:

@@ -31,10 +31,11 @@ def _docstring(spec: dict[str, Any]) -> str:
 
 
 def _make(name: str) -> Callable[..., Any]:
-    def function(array: Any, *, device: str = "cpu", allow_software_gpu: bool = False,
-                 allow_host_round_trip: bool = False, **kwargs: Any) -> Any:
-        return _hcsflow.call(name, array, device=device, allow_software_gpu=allow_software_gpu,
-                             allow_host_round_trip=allow_host_round_trip, **kwargs)
+    def function(array: Any, *, device: str = "cpu", dtype: str = "input", stretch: bool = False,
+                 allow_software_gpu: bool = False, allow_host_round_trip: bool = False, **kwargs: Any) -> Any:
+        return _hcsflow.call(name, array, device=device, dtype=dtype, stretch=stretch,
+                             allow_software_gpu=allow_software_gpu, allow_host_round_trip=allow_host_round_trip,
+                             **kwargs)
 
     function.__name__ = function.__qualname__ = name
     function.__module__ = __name__
