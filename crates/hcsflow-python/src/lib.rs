@@ -26,7 +26,9 @@ use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
-use hcsflow::core::{Array, ConversionPolicy, DTypeConversion, DTypePolicy, Device, OutputDType, DeviceRequest, MemoryType, Runtime, Stack, StackShape};
+use hcsflow::core::{
+    Array, ConversionPolicy, DTypeConversion, DTypePolicy, Device, DeviceRequest, MemoryType, OutputDType, Runtime, Stack, StackShape,
+};
 use hcsflow::pipeline::{PipelineSpec, Progress};
 use hcsflow::{DeviceOptions, Engine, Error, RunOptions};
 use pyo3::prelude::*;

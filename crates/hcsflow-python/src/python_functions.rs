@@ -174,17 +174,30 @@ pub fn register(name: &str, func: Py<PyAny>, input_type: &str, output_type: &str
     if contract == Contract::Flexible {
         return Err("a Python function's contract is pure_3d, pure_2d or volumetric_to_slice".into());
     }
-    // Names and docs live as long as the process, as the built-ins' do; one
-    // leak per registration, which a process makes a handful of.
+    if !name.contains(':') {
+        // Built-ins have no ':' in their names: a Python function never shadows one.
+        return Err(format!("a Python function's name is 'module:function', not '{name}'"));
+    }
+    let (memory_in, memory_out) = (memory(input_type)?, memory(output_type)?);
+    let mut functions = registered().lock().unwrap_or_else(PoisonError::into_inner);
+    // Names and docs live as long as the process, as the built-ins' do: each
+    // is leaked once, and registering the same name again reuses them.
+    let keep = |text: &str, old: Option<&'static str>| -> &'static str {
+        match old {
+            Some(old) if old == text => old,
+            _ => Box::leak(text.to_string().into_boxed_str()),
+        }
+    };
+    let old = functions.get(name);
     let function = PythonFunction {
-        name: Box::leak(name.to_string().into_boxed_str()),
-        doc: Box::leak(doc.to_string().into_boxed_str()),
+        name: keep(name, old.map(|f| f.name)),
+        doc: keep(doc, old.map(|f| f.doc)),
         contract,
-        memory_in: memory(input_type)?,
-        memory_out: memory(output_type)?,
+        memory_in,
+        memory_out,
         callable: Arc::new(func),
     };
-    registered().lock().unwrap_or_else(PoisonError::into_inner).insert(name.to_string(), function);
+    functions.insert(name.to_string(), function);
     Ok(())
 }
 

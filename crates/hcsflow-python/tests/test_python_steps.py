@@ -312,3 +312,10 @@ def test_the_four_func_forms_and_module_function_names(tmp_path, monkeypatch):
                            "--device", "cpu"], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "1 of 1 well(s) complete" in done.stderr
+
+
+def test_a_python_function_never_shadows_a_builtin():
+    with pytest.raises(hcsflow.CompileError, match="'module:function', not 'max_projection'"):
+        hcsflow._hcsflow.register_function("max_projection", lambda a: a, "numpy", "numpy")
+    with pytest.raises(hcsflow.CompileError, match="not a memory type of Python functions"):
+        hcsflow._hcsflow.register_function("m:f", lambda a: a, "wgpu", "numpy")
