@@ -258,7 +258,39 @@ fn index_entries(root_el: Node, index: &Path, warnings: &mut Vec<String>) -> Res
     if entries.is_empty() {
         return Err(content_err("no usable <Image> entries"));
     }
+    // Harmony V5 numbers timepoints from 0; V6 and V7 from 1 (their file
+    // names say `sk1` for TimepointID 1, V5's for TimepointID 0).
+    let namespace = root_el.tag_name().namespace().unwrap_or("");
+    if !namespace.contains("HarmonyV5") && entries.iter().all(|e| e.timepoint0 >= 1) {
+        entries.iter_mut().for_each(|e| e.timepoint0 -= 1);
+    }
+    fill_from_maps(root_el, &mut entries);
     Ok(entries)
+}
+
+/// Per-channel metadata from the `Maps` block, for entries that lack it:
+/// Harmony V7 keeps channel name, resolution, image size, intensity range
+/// and orientation there (`Maps/Map/Entry ChannelID="c"`), not in `Image`.
+fn fill_from_maps(root_el: Node, entries: &mut [IndexEntry]) {
+    let Some(maps) = child(root_el, "Maps") else { return };
+    let mut by_channel: BTreeMap<u32, Vec<Node>> = BTreeMap::new();
+    for map in maps.children().filter(|c| c.is_element() && c.tag_name().name() == "Map") {
+        for entry in map.children().filter(|c| c.is_element() && c.tag_name().name() == "Entry") {
+            if let Some(channel) = entry.attribute("ChannelID").and_then(|c| c.parse().ok()) {
+                by_channel.entry(channel).or_default().push(entry);
+            }
+        }
+    }
+    for e in entries.iter_mut() {
+        let Some(nodes) = by_channel.get(&e.channel) else { continue };
+        let first_text = |k: &str| nodes.iter().find_map(|n| text(*n, k).filter(|t| !t.is_empty()));
+        e.channel_name = e.channel_name.take().or_else(|| first_text("ChannelName").map(str::to_string));
+        e.resolution_um = e.resolution_um.or_else(|| nodes.iter().find_map(|n| length_um(*n, "ImageResolutionX")));
+        e.size_x = e.size_x.or_else(|| first_text("ImageSizeX").and_then(|t| t.parse().ok()));
+        e.size_y = e.size_y.or_else(|| first_text("ImageSizeY").and_then(|t| t.parse().ok()));
+        e.max_intensity = e.max_intensity.or_else(|| first_text("MaxIntensity").and_then(|t| t.parse().ok()));
+        e.orientation = e.orientation.take().or_else(|| first_text("OrientationMatrix").map(str::to_string));
+    }
 }
 
 /// The signs that turn stage axes into image axes, from the first
@@ -459,7 +491,15 @@ fn plate_metadata(
         acquired = entries.iter().filter_map(|e| well_name(e.row, e.col)).collect();
     }
     let max_intensity = entries.iter().find_map(|e| e.max_intensity);
-    let bit_depth = max_intensity.map(|m| (m.max(1.0) + 1.0).log2().ceil() as u32);
+    // V5 writes the largest value (65535), V7 the number of values (65536).
+    let bit_depth = max_intensity.map(|m| {
+        let m = m.max(1.0);
+        if m.log2().fract() == 0.0 {
+            m.log2() as u32
+        } else {
+            (m + 1.0).log2().ceil() as u32
+        }
+    });
     let channels: BTreeSet<u32> = entries.iter().map(|e| e.channel).collect();
     PlateMetadata {
         name: plate_el.and_then(|p| text(p, "Name")).unwrap_or("").to_string(),

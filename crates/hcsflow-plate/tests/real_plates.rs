@@ -1,0 +1,110 @@
+//! The Harmony index files of real instruments (`../shared/data/real-plates/`,
+//! byte for byte) with tiny TIFFs under the names they list: what the reader
+//! makes of them. The index files stay byte-identical.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use hcsflow_core::Stack;
+use hcsflow_plate::{open_plate, Plate};
+
+/// The real-plates folder: `HCSFLOW_REAL_PLATES`, else `shared/data/real-plates`
+/// beside the repository or one of its ancestors, else the workplace's
+/// `/work/shared`. Not finding it fails the test (it is never skipped).
+fn real_plates() -> PathBuf {
+    if let Some(dir) = std::env::var_os("HCSFLOW_REAL_PLATES") {
+        return PathBuf::from(dir);
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let candidates = repo.ancestors().map(|a| a.join("shared/data/real-plates")).chain([PathBuf::from("/work/shared/data/real-plates")]);
+    let found = candidates.into_iter().find(|c| c.is_dir());
+    found.unwrap_or_else(|| panic!("../shared/data/real-plates not found beside {}; set HCSFLOW_REAL_PLATES", repo.display()))
+}
+
+/// A plate folder with `index` (copied) in `Images/` and a 4×4 TIFF for every URL it lists.
+fn harmony_plate(dir: &Path, folder: &str, index: &str) -> (PathBuf, Vec<u8>) {
+    let source = real_plates().join(folder).join(index);
+    let bytes = std::fs::read(&source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+    let images = dir.join("plate").join("Images");
+    std::fs::create_dir_all(&images).unwrap();
+    std::fs::write(images.join(index), &bytes).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    for url in text.split("<URL>").skip(1).filter_map(|s| s.split("</URL>").next()).filter(|u| !u.is_empty()) {
+        let stack = Stack::from_vec([1, 4, 4], vec![7u16; 16]).unwrap();
+        hcsflow_tiff::write_stack(&images.join(url), &stack, &hcsflow_tiff::WriteOptions::default()).unwrap();
+    }
+    (images.join(index), bytes)
+}
+
+fn names(plate: &Plate) -> Vec<&str> {
+    plate.metadata.channel_names.values().map(String::as_str).collect()
+}
+
+fn no_name_warnings(plate: &Plate) {
+    assert!(!plate.warnings.iter().any(|w| w.contains("disagrees")), "{:?}", plate.warnings);
+}
+
+#[test]
+fn harmony_v7_reads_channels_from_maps_and_timepoints_from_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (index, bytes) = harmony_plate(dir.path(), "harmony-v7-phenix-2024", "Index.xml");
+    let plate = open_plate(&dir.path().join("plate"), None).unwrap();
+    let m = &plate.metadata;
+    assert_eq!(plate.wells(), ["A01"]);
+    assert_eq!((m.timepoints, m.z_planes, m.sites, m.channels), (1, 1, 1, 7));
+    assert!(plate.images.iter().all(|i| i.timepoint == 1));
+    assert_eq!(
+        names(&plate),
+        ["Alexa 488", "Alexa 568", "Alexa 488 Em 650", "405ex, 570-630-em)", "Alexa 647", "HOECHST 33342", "Brightfield"]
+    );
+    let pixel = m.pixel_size_um.unwrap();
+    assert!((pixel - 0.296688132474701).abs() < 1e-9, "{pixel}");
+    assert_eq!((m.image_width, m.image_height, m.bit_depth), (Some(2160), Some(2160), Some(16)));
+    assert_eq!((m.plate_rows, m.plate_columns), (8, 12));
+    no_name_warnings(&plate);
+    assert!(plate.missing.is_empty(), "{:?}", plate.missing);
+    assert_eq!(std::fs::read(index).unwrap(), bytes);
+}
+
+#[test]
+fn harmony_v5_files_keep_their_numbering_and_names() {
+    let cases: [(&str, &[&str], u32, usize); 3] = [
+        ("harmony-v5-phenix-2018", &["A01", "A02"], 1, 2),
+        ("harmony-v5-phenix-2021", &["A01"], 1, 6),
+        ("harmony-v5-phenix-2023", &["A01"], 1, 6),
+    ];
+    for (folder, wells, sites, channels) in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let (index, bytes) = harmony_plate(dir.path(), folder, "Index.idx.xml");
+        let plate = open_plate(&dir.path().join("plate"), None).unwrap();
+        let m = &plate.metadata;
+        assert_eq!(plate.wells(), wells, "{folder}");
+        assert_eq!((m.timepoints, m.sites, m.channels as usize), (1, sites, channels), "{folder}");
+        assert_eq!(m.channel_names.len(), channels, "{folder}: every channel named");
+        assert!(plate.images.iter().all(|i| i.timepoint == 1), "{folder}");
+        assert_eq!(m.bit_depth, Some(16), "{folder}");
+        no_name_warnings(&plate);
+        assert_eq!(std::fs::read(index).unwrap(), bytes);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    harmony_plate(dir.path(), "harmony-v5-phenix-2021", "Index.idx.xml");
+    let plate = open_plate(&dir.path().join("plate"), None).unwrap();
+    let want: BTreeSet<&str> = ["Alexa 647", "Alexa 568", "488 long", "Alexa 488", "HOECHST 33342", "Brightfield"].into();
+    assert_eq!(names(&plate).into_iter().collect::<BTreeSet<_>>(), want);
+}
+
+#[test]
+fn operetta_cls_fields_one_field_width_apart_form_a_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let (index, bytes) = harmony_plate(dir.path(), "harmony-v5-operetta-cls-2022", "Index.idx.xml");
+    let plate = open_plate(&dir.path().join("plate"), None).unwrap();
+    let m = &plate.metadata;
+    assert_eq!(plate.wells(), ["C03"]);
+    assert_eq!((m.sites, m.channels, m.timepoints), (2, 1, 1));
+    assert_eq!(names(&plate), ["Fluorescein (FITC)"]);
+    assert_eq!((m.grid_rows, m.grid_cols), (1, 2));
+    let pixel = m.pixel_size_um.unwrap();
+    assert!((pixel - 1.19595).abs() < 1e-4, "{pixel}");
+    no_name_warnings(&plate);
+    assert_eq!(std::fs::read(index).unwrap(), bytes);
+}
