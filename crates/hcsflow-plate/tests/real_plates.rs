@@ -108,3 +108,82 @@ fn operetta_cls_fields_one_field_width_apart_form_a_row() {
     no_name_warnings(&plate);
     assert_eq!(std::fs::read(index).unwrap(), bytes);
 }
+
+/// A plate folder from an ImageXpress export listing (`FILES.tsv`): the real
+/// HTD byte for byte wherever the listing has one, and a 4×4 TIFF for every
+/// image, byte-identical where the listing's blob ids are equal.
+fn export_plate(dir: &Path, folder: &str) -> PathBuf {
+    let source = real_plates().join(folder);
+    let listing = std::fs::read_to_string(source.join("FILES.tsv")).unwrap();
+    let htd = std::fs::read(source.join("9987.HTD")).unwrap();
+    let root = dir.join(folder);
+    let mut blobs: Vec<String> = Vec::new();
+    for line in listing.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+        let cols: Vec<&str> = line.split('\t').collect();
+        let (path, blob) = (root.join(cols[0]), cols[2].to_string());
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        if cols[0].to_ascii_uppercase().ends_with(".HTD") {
+            std::fs::write(&path, &htd).unwrap();
+            continue;
+        }
+        let n = blobs.iter().position(|b| *b == blob).unwrap_or_else(|| {
+            blobs.push(blob.clone());
+            blobs.len() - 1
+        });
+        let stack = Stack::from_vec([1, 4, 4], vec![100 + n as u16; 16]).unwrap();
+        hcsflow_tiff::write_stack(&path, &stack, &hcsflow_tiff::WriteOptions::default()).unwrap();
+    }
+    root
+}
+
+/// What an export listing must open as.
+struct Export {
+    folder: &'static str,
+    wells: &'static [&'static str],
+    sites: u32,
+    waves: &'static [&'static str],
+    z: u32,
+    t: u32,
+    projections: usize,
+}
+
+#[test]
+fn imagexpress_exports_open_with_their_projections_and_htd_copies() {
+    const FOUR: &[&str] = &["DAPI", "FITC", "Texas Red", "Cy5"];
+    let cases = [
+        Export { folder: "imagexpress-export-9987_Plate_3420", wells: &["B02"], sites: 1, waves: &["DAPI"], z: 1, t: 1, projections: 0 },
+        Export {
+            folder: "imagexpress-export-9987_Plate_3433",
+            wells: &["B02", "B03"],
+            sites: 2,
+            waves: &["DAPI", "FITC"],
+            z: 3,
+            t: 1,
+            projections: 8,
+        },
+        Export { folder: "imagexpress-export-9987_Plate_3434", wells: &["B02", "B03"], sites: 2, waves: FOUR, z: 3, t: 1, projections: 16 },
+        Export { folder: "imagexpress-export-9987_Plate_3435", wells: &["B02", "B03"], sites: 2, waves: FOUR, z: 1, t: 6, projections: 0 },
+    ];
+    for Export { folder, wells, sites, waves, z, t, projections } in cases {
+        let dir = tempfile::tempdir().unwrap();
+        let root = export_plate(dir.path(), folder);
+        let htd = std::fs::read(root.join("9987.HTD")).unwrap();
+        let plate = open_plate(&root, None).unwrap_or_else(|e| panic!("{folder}: {e}"));
+        let m = &plate.metadata;
+        let context = format!("{folder}: {:?}", plate.warnings);
+        assert_eq!(plate.wells(), wells, "{context}");
+        assert_eq!((m.sites, m.z_planes, m.timepoints), (sites, z, t), "{context}");
+        assert_eq!(names(&plate), waves, "{context}");
+        let planes = wells.len() * sites as usize * waves.len() * z as usize * t as usize;
+        assert_eq!(plate.images.len(), planes, "{context}");
+        assert!(plate.missing.is_empty(), "{context}: {:?}", plate.missing);
+        // ZStep_0 holds the projections of an export (one per well, site and wave).
+        assert_eq!(plate.projections.len(), projections, "{context}");
+        assert!(plate.projections.iter().all(|p| p.z_index == 0 && p.path.to_string_lossy().contains("ZStep_0")));
+        // The HTD copies in every folder are the same plate, not competing descriptors.
+        assert_eq!(plate.descriptor, root.join("9987.HTD"));
+        // A Description that is not valid cp1252 (0x82 0x81 line joins) still reads.
+        assert!(m.description.as_deref().is_some_and(|d| !d.is_empty()), "{context}");
+        assert_eq!(std::fs::read(root.join("9987.HTD")).unwrap(), htd);
+    }
+}

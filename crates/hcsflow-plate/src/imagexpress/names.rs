@@ -190,13 +190,18 @@ pub fn parse_image_name(name: &str) -> Option<ImageName> {
     Some(ImageName { prefix, well: well.to_string(), site, wave, timepoint, z, thumb, guid })
 }
 
-/// Index of a numbered folder like `TimePoint_3` (case-insensitive prefix).
+/// Index of a numbered folder like `TimePoint_3` (case-insensitive prefix), from 1.
 pub(crate) fn numbered(name: &str, prefix: &str) -> Option<u32> {
+    numbered_from_zero(name, prefix).filter(|n| *n > 0)
+}
+
+/// [`numbered`], with 0 allowed (`ZStep_0`, a MetaXpress export's projection folder).
+pub(crate) fn numbered_from_zero(name: &str, prefix: &str) -> Option<u32> {
     let head = name.get(..prefix.len())?;
     if !head.eq_ignore_ascii_case(prefix) {
         return None;
     }
-    name.get(prefix.len()..)?.parse().ok().filter(|n| *n > 0)
+    name.get(prefix.len()..)?.parse().ok()
 }
 
 #[cfg(test)]

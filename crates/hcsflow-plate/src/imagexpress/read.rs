@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use rayon::prelude::*;
 
 use super::htd::{parse_htd, HtdInfo};
-use super::names::{numbered, parse_image_name, ImageName, TIMEPOINT_FOLDER, ZSTEP_FOLDER};
+use super::names::{numbered, numbered_from_zero, parse_image_name, ImageName, TIMEPOINT_FOLDER, ZSTEP_FOLDER};
 use crate::well::parse_well;
 use crate::{
     io_err, list_dir, metaseries_props, not_a_regular_file, EntryKind, Format, ImageRecord, MissingImage, Plate, PlateError, PlateMetadata,
@@ -39,7 +39,8 @@ enum FolderZ {
     Flat,
     /// Inside `ZStep_<z>/`: that plane (a disagreeing `_z<Z>` is reported).
     Step(u32),
-    /// Beside `ZStep_<z>/` folders: a projection, unless the name has `_z<Z>`.
+    /// Beside `ZStep_<z>/` folders, or in `ZStep_0/` (where MetaXpress
+    /// exports put it): a projection, unless the name has `_z<Z>`.
     BesideSteps,
 }
 
@@ -229,12 +230,14 @@ fn scan_folders(root: &Path, warnings: &mut Vec<String>) -> Result<FolderScan, P
         let zdirs: Vec<(u32, PathBuf)> = tentries
             .iter()
             .filter(|(_, k)| *k == EntryKind::Dir)
-            .filter_map(|(zn, _)| numbered(zn, ZSTEP_FOLDER).map(|z| (z, tdir.join(zn))))
+            .filter_map(|(zn, _)| numbered_from_zero(zn, ZSTEP_FOLDER).map(|z| (z, tdir.join(zn))))
             .collect();
-        let here_z = if zdirs.is_empty() { FolderZ::Flat } else { FolderZ::BesideSteps };
+        let here_z = if zdirs.iter().any(|(z, _)| *z > 0) { FolderZ::BesideSteps } else { FolderZ::Flat };
         scan.scan_dir(&tdir, t, here_z, warnings)?;
         for (z, zdir) in zdirs {
-            scan.scan_dir(&zdir, t, FolderZ::Step(z), warnings)?;
+            // MetaXpress exports write the projection into `ZStep_0/`.
+            let folder_z = if z == 0 { FolderZ::BesideSteps } else { FolderZ::Step(z) };
+            scan.scan_dir(&zdir, t, folder_z, warnings)?;
         }
     }
     Ok(scan)
@@ -394,7 +397,9 @@ fn classify(htd: &HtdInfo, n_sites: u32, n_channels: usize, found: &[Found], war
         match f.z {
             None => {
                 if !htd.z_projection {
-                    warnings.push(format!("{fname}: image beside ZStep folders but ZProjection is not TRUE; treated as a projection"));
+                    warnings.push(format!(
+                        "{fname}: image beside ZStep folders or in ZStep_0 but ZProjection is not TRUE; treated as a projection"
+                    ));
                 }
                 projections.push(rec(0));
             }
