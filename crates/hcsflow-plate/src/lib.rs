@@ -365,6 +365,7 @@ pub fn detect(path: &Path) -> Result<Format, PlateError> {
         (true, false) => Ok(Format::ImageXpress),
         (false, true) => Ok(Format::OperaPhenix),
         (true, true) => Err(PlateError::AmbiguousFormat { path: path.to_path_buf(), found: "an .HTD file and a Harmony index".into() }),
+        (false, false) if imagexpress::is_database_acquisition(path)? => Ok(Format::ImageXpress),
         (false, false) => Err(PlateError::NoPlateFound { path: path.to_path_buf() }),
     }
 }

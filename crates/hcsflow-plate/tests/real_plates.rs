@@ -187,3 +187,60 @@ fn imagexpress_exports_open_with_their_projections_and_htd_copies() {
         assert_eq!(std::fs::read(root.join("9987.HTD")).unwrap(), htd);
     }
 }
+
+/// A MetaXpress database acquisition folder from a listing whose columns
+/// carry each TIFF's MetaSeries properties: tiny TIFFs under the real names,
+/// each with a MetaSeries description of its listed properties. Returns the
+/// acquisition folder (`<date>/<id>/`).
+fn database_plate(dir: &Path, folder: &str, acquisition: &str) -> PathBuf {
+    let listing = std::fs::read_to_string(real_plates().join(folder).join("FILES.tsv")).unwrap();
+    let mut lines = listing.lines();
+    let header: Vec<&str> = lines.next().unwrap().trim_start_matches("# ").split('\t').collect();
+    let root = dir.join(folder);
+    for line in lines.filter(|l| !l.trim().is_empty()) {
+        let cols: Vec<&str> = line.split('\t').collect();
+        let path = root.join(cols[0]);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let props: String =
+            header.iter().zip(&cols).skip(3).map(|(k, v)| format!("<prop id=\"{k}\" type=\"string\" value=\"{v}\"/>\r\n")).collect();
+        let options =
+            hcsflow_tiff::WriteOptions { description: Some(format!("<MetaData>\r\n{props}</MetaData>\r\n")), ..Default::default() };
+        let stack = Stack::from_vec([1, 4, 4], vec![9u16; 16]).unwrap();
+        hcsflow_tiff::write_stack(&path, &stack, &options).unwrap();
+    }
+    root.join(acquisition)
+}
+
+#[test]
+fn metaxpress_database_folders_open_without_an_htd() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = database_plate(dir.path(), "imagexpress-db-Projection-Mix", "2023-02-21/1334");
+    let plate = open_plate(&root, None).unwrap();
+    let m = &plate.metadata;
+    let context = format!("{:?}", plate.warnings);
+    assert_eq!(plate.format, hcsflow_plate::Format::ImageXpress);
+    assert_eq!(plate.wells(), ["E07", "E08"], "{context}");
+    assert_eq!((m.sites, m.channels, m.z_planes, m.timepoints), (2, 4, 10, 1), "{context}");
+    assert_eq!(names(&plate), ["FITC_05", "FITC_05-2", "FITC_05-3", "FITC_05-4"]);
+    // Waves 1–2: 10 planes; wave 4: one plane in ZStep_1; wave 3: a projection only.
+    assert_eq!(plate.images.len(), 2 * 2 * (2 * 10 + 1), "{context}");
+    assert_eq!(plate.projections.len(), 2 * 2 * 3, "{context}");
+    assert!(plate.images.iter().filter(|i| i.channel == 4).all(|i| i.z_index == 1));
+    assert!(plate.missing.is_empty(), "{:?}", plate.missing);
+    assert!(plate.warnings.iter().any(|w| w.contains("wave 3: a projection only") && w.contains("wave 4: 1 plane(s)")), "{context}");
+    assert!((m.pixel_size_um.unwrap() - 1.3668).abs() < 1e-9);
+    assert_eq!(m.stage_positions.len(), 4, "every site's stage position, {context}");
+    assert_eq!((m.plate_rows, m.plate_columns), (8, 12));
+
+    let dir = tempfile::tempdir().unwrap();
+    let root = database_plate(dir.path(), "imagexpress-db-1well-3C-2S-Zmix-T", "2024-04-22/1697");
+    let plate = open_plate(&root, None).unwrap();
+    let m = &plate.metadata;
+    assert_eq!(plate.wells(), ["C07"]);
+    assert_eq!((m.sites, m.channels, m.z_planes, m.timepoints), (2, 3, 1, 2), "{:?}", plate.warnings);
+    assert_eq!(names(&plate), ["Copy of FITC", "Copy of Cy3", "Copy of Texas Red"]);
+    assert_eq!(plate.images.len(), 2 * 3 * 2);
+    assert!(plate.missing.is_empty(), "{:?}", plate.missing);
+    // The listing's `Thumbs.db` is not an image and no thumbnail is one.
+    assert!(plate.images.iter().all(|i| !i.path.to_string_lossy().contains("thumb")));
+}

@@ -45,5 +45,5 @@ pub use names::{
     htd_file_name, image_file_name, parse_image_name, plane_folder, thumbnail_file_name, GuidSuffix, ImageName, TIMEPOINT_FOLDER,
     ZSTEP_FOLDER,
 };
-pub use read::{find_htd_files, open, MAX_EXPECTED_FLOOR, MAX_EXPECTED_PER_FILE};
+pub use read::{find_htd_files, is_database_acquisition, open, MAX_EXPECTED_FLOOR, MAX_EXPECTED_PER_FILE};
 pub use write::{htd_bytes, metaseries_xml, HtdSpec, MetaSeries};

@@ -113,9 +113,33 @@ fn check_counts(htd: &HtdInfo, htd_path: &Path, found: &[Found], other_files: us
     })
 }
 
-/// Opens an ImageXpress plate (folder or `.HTD` file).
+/// True if `dir` is a MetaXpress database-layout acquisition folder
+/// (`<plate>/<date>/<acquisition id>/`, no HTD): it holds ImageXpress image
+/// names, or `TimePoint_<t>/` / `ZStep_<z>/` folders that do.
+pub fn is_database_acquisition(dir: &Path) -> Result<bool, PlateError> {
+    let holds_images = |entries: &[(String, EntryKind)]| {
+        entries.iter().any(|(n, k)| *k != EntryKind::Dir && parse_image_name(n).is_some_and(|i| !i.thumb))
+    };
+    let entries = list_dir(dir)?;
+    if holds_images(&entries) {
+        return Ok(true);
+    }
+    for (n, k) in &entries {
+        let numbered_folder = numbered(n, TIMEPOINT_FOLDER).is_some() || numbered_from_zero(n, ZSTEP_FOLDER).is_some();
+        if *k == EntryKind::Dir && numbered_folder && holds_images(&list_dir(&dir.join(n))?) {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Opens an ImageXpress plate (folder or `.HTD` file), or a MetaXpress
+/// database acquisition folder, which has no HTD ([`is_database_acquisition`]).
 pub fn open(path: &Path) -> Result<Plate, PlateError> {
-    let (root, htd_path) = find_descriptor(path)?;
+    let (root, htd_path) = match find_descriptor(path) {
+        Err(PlateError::NoPlateFound { .. }) if path.is_dir() && is_database_acquisition(path)? => return open_database(path),
+        other => other?,
+    };
     let htd = read_htd(&htd_path)?;
     let mut warnings = Vec::new();
     for l in &htd.skipped_lines {
@@ -177,6 +201,127 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
     Ok(Plate { format: Format::ImageXpress, root, descriptor: htd_path, metadata, images, projections, missing, warnings })
 }
 
+/// Opens a MetaXpress database acquisition folder: without an HTD, the
+/// plate is what its names and folders say. Wells, sites, waves, z planes
+/// and time points are those found; a wave's planes are expected only at the
+/// z planes some image of that wave has (a wave acquired as one plane in
+/// `ZStep_1`, or only as a projection, is not "missing" its other planes),
+/// so a hole is reported only where other wells, sites or time points have
+/// the plane. Plate size is the smallest standard plate holding the wells;
+/// sites form one row (the grid comes from stage positions, which stitching
+/// reads); channel names are the MetaSeries `image-name` of each wave.
+fn open_database(root: &Path) -> Result<Plate, PlateError> {
+    let root = root.to_path_buf();
+    let mut warnings = vec![format!(
+        "{}: no .HTD; read as a MetaXpress database acquisition folder (wells, sites, waves, z and time points from the files)",
+        root.display()
+    )];
+    let mut scan = scan_folders(&root, &mut warnings)?;
+    scan.report(&mut warnings);
+    let htd = htd_of_files(&scan.found);
+    let prefix = scan.found.iter().find_map(|f| f.name.prefix.clone()).unwrap_or_default();
+    check_naming(&mut scan.found, &prefix, &root, &mut warnings)?;
+    let cells = htd.site_cells();
+    let channels = htd.channels();
+    let Classified { mut images, projections, seen } = classify(&htd, cells.len() as u32, channels.len(), &scan.found, &mut warnings);
+    if images.is_empty() && projections.is_empty() {
+        return Err(PlateError::NoImages {
+            path: root.clone(),
+            detail: format!("{} candidate TIFF(s) parsed; none usable", scan.found.len()),
+        });
+    }
+    images.sort_by_key(|i| i.sort_key());
+    let mut wells: Vec<String> = images.iter().chain(&projections).map(|i| i.well.clone()).collect();
+    wells.sort_by(|a, b| crate::well::cmp_wells(a, b));
+    wells.dedup();
+    let expected = Expected { wells: &wells, cells: &cells, channels: &channels, z_steps: htd.z_steps, timepoints: htd.timepoints };
+    let planes_of: BTreeSet<(u32, u32)> = images.iter().map(|i| (i.channel, i.z_index)).collect();
+    let mut missing = missing_images(&expected, &seen, &scan.not_regular);
+    missing.retain(|m| planes_of.contains(&(m.channel, m.z_index)));
+    wave_planes_note(&images, &projections, &channels, &mut warnings);
+    let mut metadata = PlateMetadata {
+        name: prefix,
+        plate_rows: htd.y_wells,
+        plate_columns: htd.x_wells,
+        acquired_wells: wells,
+        grid_rows: htd.y_sites,
+        grid_cols: htd.x_sites,
+        site_cells: cells.clone(),
+        sites: cells.len() as u32,
+        channels: channels.len() as u32,
+        z_planes: htd.z_steps,
+        timepoints: htd.timepoints,
+        ..PlateMetadata::default()
+    };
+    let all: Vec<ImageRecord> = images.iter().chain(&projections).cloned().collect();
+    header_metadata(&all, &mut metadata, &mut warnings);
+    metadata.channel_names = wave_names(&all);
+    Ok(Plate { format: Format::ImageXpress, root: root.clone(), descriptor: root, metadata, images, projections, missing, warnings })
+}
+
+/// The HTD a database acquisition would have had, from its files.
+fn htd_of_files(found: &[Found]) -> HtdInfo {
+    let max = |f: &dyn Fn(&Found) -> u32| found.iter().map(f).max().unwrap_or(1).max(1);
+    let (rows, cols) = {
+        let wells: Vec<(u32, u32)> = found.iter().filter_map(|f| parse_well(&f.name.well)).collect();
+        let (r, c) = wells.iter().fold((0, 0), |(r, c), (wr, wc)| (r.max(*wr), c.max(*wc)));
+        [(2, 3), (4, 6), (8, 12), (16, 24), (32, 48)].into_iter().find(|(pr, pc)| r <= *pr && c <= *pc).unwrap_or((r, c))
+    };
+    let sites = max(&|f| f.name.site.unwrap_or(1));
+    let waves = max(&|f| f.name.wave.unwrap_or(1));
+    HtdInfo {
+        timepoints: max(&|f| f.t),
+        z_series: found.iter().any(|f| f.z.unwrap_or(1) > 1),
+        z_steps: max(&|f| f.z.unwrap_or(1)),
+        z_projection: found.iter().any(|f| f.z.is_none()),
+        x_wells: cols,
+        y_wells: rows,
+        sites: sites > 1,
+        x_sites: sites,
+        y_sites: 1,
+        waves: waves > 1,
+        n_wavelengths: waves,
+        has_end: true,
+        ..HtdInfo::default()
+    }
+}
+
+/// A warning when waves differ in their planes (MetaXpress acquires some
+/// waves as one plane, or only as a projection).
+fn wave_planes_note(images: &[ImageRecord], projections: &[ImageRecord], channels: &[u32], warnings: &mut Vec<String>) {
+    let planes = |c: u32| images.iter().filter(|i| i.channel == c).map(|i| i.z_index).collect::<BTreeSet<u32>>();
+    let all: Vec<(u32, BTreeSet<u32>)> = channels.iter().map(|&c| (c, planes(c))).collect();
+    if all.windows(2).all(|w| w[0].1 == w[1].1) {
+        return;
+    }
+    let parts: Vec<String> = all
+        .iter()
+        .map(|(c, z)| match (z.len(), projections.iter().any(|p| p.channel == *c)) {
+            (0, true) => format!("wave {c}: a projection only"),
+            (0, false) => format!("wave {c}: no image"),
+            (n, p) => format!("wave {c}: {n} plane(s){}", if p { " and a projection" } else { "" }),
+        })
+        .collect();
+    warnings.push(format!("the waves differ in their planes: {}", parts.join("; ")));
+}
+
+/// Wave number → MetaSeries `image-name` of its first image (in the TIFF's
+/// ImageDescription), where one says.
+fn wave_names(images: &[ImageRecord]) -> BTreeMap<u32, String> {
+    let mut first: BTreeMap<u32, &ImageRecord> = BTreeMap::new();
+    for i in images {
+        first.entry(i.channel).or_insert(i);
+    }
+    first
+        .into_par_iter()
+        .filter_map(|(c, img)| {
+            let description = hcsflow_tiff::read_info(&img.path).ok()?.description?;
+            let name = metaseries_props(&description).into_iter().find(|(k, _)| k == "image-name")?.1;
+            (!name.trim().is_empty()).then(|| (c, name.trim().to_string()))
+        })
+        .collect()
+}
+
 /// The plate folder and its `.HTD` for `path` (a folder holding exactly one, or the file itself).
 fn find_descriptor(path: &Path) -> Result<(PathBuf, PathBuf), PlateError> {
     if path.is_file() {
@@ -220,30 +365,38 @@ struct FolderScan {
 /// folders and their `ZStep_<z>/` folders.
 fn scan_folders(root: &Path, warnings: &mut Vec<String>) -> Result<FolderScan, PlateError> {
     let mut scan = FolderScan::default();
-    let root_entries = scan.scan_dir(root, 1, FolderZ::Flat, warnings)?;
+    // The plate folder is time point 1 with its own `ZStep_<z>/` folders in
+    // a MetaXpress database acquisition without time points.
+    let root_entries = scan.scan_time_point(root, 1, warnings)?;
     for (n, kind) in &root_entries {
         let Some(t) = numbered(n, TIMEPOINT_FOLDER).filter(|_| *kind == EntryKind::Dir) else {
             continue;
         };
-        let tdir = root.join(n);
-        let tentries = list_dir(&tdir)?;
-        let zdirs: Vec<(u32, PathBuf)> = tentries
-            .iter()
-            .filter(|(_, k)| *k == EntryKind::Dir)
-            .filter_map(|(zn, _)| numbered_from_zero(zn, ZSTEP_FOLDER).map(|z| (z, tdir.join(zn))))
-            .collect();
-        let here_z = if zdirs.iter().any(|(z, _)| *z > 0) { FolderZ::BesideSteps } else { FolderZ::Flat };
-        scan.scan_dir(&tdir, t, here_z, warnings)?;
-        for (z, zdir) in zdirs {
-            // MetaXpress exports write the projection into `ZStep_0/`.
-            let folder_z = if z == 0 { FolderZ::BesideSteps } else { FolderZ::Step(z) };
-            scan.scan_dir(&zdir, t, folder_z, warnings)?;
-        }
+        scan.scan_time_point(&root.join(n), t, warnings)?;
     }
     Ok(scan)
 }
 
 impl FolderScan {
+    /// Scans the images of time point `t` in `dir` and in its `ZStep_<z>/`
+    /// folders (images beside those are projections, as are those in
+    /// `ZStep_0/`, where MetaXpress exports put them); returns the entries of `dir`.
+    fn scan_time_point(&mut self, dir: &Path, t: u32, warnings: &mut Vec<String>) -> Result<Vec<(String, EntryKind)>, PlateError> {
+        let entries = list_dir(dir)?;
+        let zdirs: Vec<(u32, PathBuf)> = entries
+            .iter()
+            .filter(|(_, k)| *k == EntryKind::Dir)
+            .filter_map(|(zn, _)| numbered_from_zero(zn, ZSTEP_FOLDER).map(|z| (z, dir.join(zn))))
+            .collect();
+        let here_z = if zdirs.iter().any(|(z, _)| *z > 0) { FolderZ::BesideSteps } else { FolderZ::Flat };
+        self.scan_dir(dir, t, here_z, warnings)?;
+        for (z, zdir) in zdirs {
+            let folder_z = if z == 0 { FolderZ::BesideSteps } else { FolderZ::Step(z) };
+            self.scan_dir(&zdir, t, folder_z, warnings)?;
+        }
+        Ok(entries)
+    }
+
     /// Sorts the TIFF-named entries of `dir` (time point `t`, planes as
     /// `folder_z` says) into the scan; returns every entry of `dir`.
     fn scan_dir(
