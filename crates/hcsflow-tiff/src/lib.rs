@@ -28,6 +28,7 @@
 //! Files are opened without blocking and read only if regular, so a FIFO
 //! named like an image is an error, not a hang.
 
+mod descriptions;
 mod error;
 mod read;
 mod write;

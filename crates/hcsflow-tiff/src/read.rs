@@ -89,8 +89,9 @@ pub struct TiffInfo {
     pub height: usize,
     /// Pixel type of page 0.
     pub dtype: DType,
-    /// The `ImageDescription` tag of page 0. Bytes that are not UTF-8 are
-    /// replaced with U+FFFD; the text ends at the first NUL.
+    /// The `ImageDescription` tag of page 0 — the first, when there are
+    /// several (tifffile appends its own after its caller's). Bytes that are
+    /// not UTF-8 are replaced with U+FFFD; the text ends at the first NUL.
     pub description: Option<String>,
     /// Compression of page 0 in lower case: `none`, `lzw`, `deflate`
     /// (Adobe, code 8), `deflate-old` (code 32946), `packbits`, `jpeg`, … or
@@ -250,7 +251,12 @@ fn decode_files<T: Pixel, P: AsRef<Path> + Sync>(
 pub fn read_info(path: &Path) -> Result<TiffInfo, TiffError> {
     let (mut dec, file_len) = open(path, limits(None))?;
     let first = page_meta(&mut dec, path, 0)?;
-    let description = read_text_tag(&mut dec, path, Tag::ImageDescription, file_len)?;
+    // The first description is the one that holds the metadata (tifffile
+    // appends its own JSON after its caller's); the decoder keeps only the last.
+    let description = match crate::descriptions::page0_descriptions(path).into_iter().next() {
+        Some(first) => Some(first),
+        None => read_text_tag(&mut dec, path, Tag::ImageDescription, file_len)?,
+    };
     let compression = guarded(path, Some(0), || dec.find_tag_unsigned::<u16>(Tag::Compression))?.unwrap_or(1);
     let mut pages = 1;
     while dec.more_images() {
