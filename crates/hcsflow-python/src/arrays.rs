@@ -10,17 +10,11 @@ use crate::errors::{ArrayError, MemoryConversionError};
 
 /// `array` as a numpy array: itself, or, for another library's array on the
 /// CPU (torch, jax, ...), numpy's view of it through DLPack (no copy).
+/// The one implementation is `hcsflow._memory.as_numpy`, which the
+/// pipeline's conversions use too.
 pub fn as_numpy<'py>(array: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    let py = array.py();
-    let numpy = py.import("numpy")?;
-    if array.is_instance(&numpy.getattr("ndarray")?)? || !array.hasattr("__dlpack__")? {
-        return Ok(array.clone());
-    }
-    let array = match array.getattr("detach") {
-        Ok(detach) => detach.call0()?, // a torch tensor that requires grad exports only detached
-        Err(_) => array.clone(),
-    };
-    numpy.call_method1("from_dlpack", (array,)).map_err(|e| ArrayError::new_err(format!("importing the array through DLPack: {e}")))
+    let memory = array.py().import("hcsflow._memory")?;
+    memory.call_method1("as_numpy", (array,)).map_err(|e| ArrayError::new_err(format!("importing the array through DLPack: {e}")))
 }
 
 /// A 3D array as a stack: a numpy array, or another library's CPU array

@@ -27,12 +27,10 @@ pyo3::create_exception!(_hcsflow, ArrayError, HcsflowError, "An array given to h
 /// The Python exception for an engine error, chosen by the error's type.
 pub fn to_py(py: Python<'_>, error: Error) -> PyErr {
     let text = error.to_string();
+    if let Some(c) = conversion_of(&error) {
+        return conversion_error(py, text, c);
+    }
     match &error {
-        Error::Route(c) | Error::ToHost { error: c, .. } => conversion_error(py, text, c),
-        Error::Pipeline(e) if e.conversion().is_some() => match e.conversion() {
-            Some(c) => conversion_error(py, text, c),
-            None => CompileError::new_err(text),
-        },
         Error::Plate { .. } => PlateError::new_err(text),
         Error::Function(_) => FunctionError::new_err(text),
         _ => match error.kind() {
@@ -40,6 +38,15 @@ pub fn to_py(py: Python<'_>, error: Error) -> PyErr {
             ErrorKind::DeviceUnavailable => DeviceUnavailableError::new_err(text),
             _ => HcsflowError::new_err(text),
         },
+    }
+}
+
+/// The conversion an engine error is about, if it is one.
+fn conversion_of(error: &Error) -> Option<&ConversionError> {
+    match error {
+        Error::Route(c) | Error::ToHost { error: c, .. } => Some(c),
+        Error::Pipeline(e) => e.conversion(),
+        _ => None,
     }
 }
 

@@ -27,7 +27,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, OnceLock};
 
 use hcsflow::core::{
-    Array, ConversionPolicy, DTypeConversion, DTypePolicy, Device, DeviceRequest, MemoryType, OutputDType, Runtime, Stack, StackShape,
+    Array, ConversionPolicy, DTypeConversion, DTypePolicy, Device, DeviceRequest, MemoryType, OutputDType, Runtime, StackShape,
 };
 use hcsflow::pipeline::{PipelineSpec, Progress};
 use hcsflow::{DeviceOptions, Engine, Error, RunOptions};
@@ -68,11 +68,7 @@ fn engine_with_python_functions() -> Engine {
 /// (it is copied): what `call` and `hcsflow.functions` do with an input.
 #[pyfunction]
 fn shared_address(array: &Bound<'_, PyAny>) -> Option<usize> {
-    match arrays::shared_stack(&arrays::as_numpy(array).ok()?)? {
-        Stack::U8(a) => Some(a.pixels().as_ptr() as usize),
-        Stack::U16(a) => Some(a.pixels().as_ptr() as usize),
-        Stack::F32(a) => Some(a.pixels().as_ptr() as usize),
-    }
+    arrays::shared_stack(&arrays::as_numpy(array).ok()?).map(|stack| stack.as_bytes().as_ptr() as usize)
 }
 
 /// Registers the Python function `func` under `name` for pipelines, taking

@@ -62,15 +62,21 @@ def describe(array: Any, memory_type: str) -> tuple[list[int], str]:
     return [int(n) for n in array.shape], dtype
 
 
-def _to_numpy(array: Any, source: str) -> np.ndarray:
-    if source == "numpy":
+def as_numpy(array: Any) -> Any:
+    """numpy's view (no copy) of another library's CPU array, through DLPack;
+    a numpy array, or anything without ``__dlpack__``, as it is."""
+    if isinstance(array, np.ndarray) or not hasattr(array, "__dlpack__"):
         return array
-    if source == "torch":
-        return np.from_dlpack(array.detach())
+    if hasattr(array, "detach"):
+        array = array.detach()  # a torch tensor that requires grad exports only detached
+    return np.from_dlpack(array)
+
+
+def _to_numpy(array: Any, source: str) -> np.ndarray:
     if source == "pyclesperanto":
         import pyclesperanto as cle
         return np.asarray(cle.pull(array))
-    return np.from_dlpack(array)
+    return as_numpy(array)
 
 
 def convert(array: Any, source: str, target: str) -> Any:
