@@ -239,26 +239,26 @@ pub fn add_python_converters(py: Python<'_>, conversions: &mut Conversions) {
     let installed = |module: &str| {
         py.import("importlib.util").and_then(|u| u.call_method1("find_spec", (module,))).map(|spec| !spec.is_none()).unwrap_or(false)
     };
-    let available: Vec<(MemoryType, bool, &str)> = LIBRARIES.iter().map(|(m, module)| (*m, installed(module), *module)).collect();
-    for &(m, is_installed, module) in &available {
-        for (a, b) in [(MemoryType::Host, m), (m, MemoryType::Host)] {
-            if m == MemoryType::Cupy {
-                conversions.refuse(a, b, "cupy has no CPU device and this build has no CUDA runtime");
-            } else if is_installed {
-                conversions.register(a, b, Arc::new(PythonConverter { source: a, target: b }));
-            } else {
-                conversions.refuse(a, b, format!("{module} is not installed in this Python environment (pip install {module})"));
-            }
-        }
-        for &(n, other_installed, other) in &available {
-            if m == n || m == MemoryType::Cupy || n == MemoryType::Cupy {
+    // Why each memory type's arrays cannot be made here, if they cannot.
+    let mut unusable: Vec<(MemoryType, Option<String>)> = vec![(MemoryType::Host, None)];
+    for (m, module) in LIBRARIES {
+        let why = if m == MemoryType::Cupy {
+            Some("cupy has no CPU device and this build has no CUDA runtime".to_string())
+        } else if installed(module) {
+            None
+        } else {
+            Some(format!("{module} is not installed in this Python environment (pip install {module})"))
+        };
+        unusable.push((m, why));
+    }
+    for (a, why_a) in &unusable {
+        for (b, why_b) in &unusable {
+            if a == b {
                 continue;
             }
-            if is_installed && other_installed {
-                conversions.register(m, n, Arc::new(PythonConverter { source: m, target: n }));
-            } else {
-                let missing = if is_installed { other } else { module };
-                conversions.refuse(m, n, format!("{missing} is not installed in this Python environment (pip install {missing})"));
+            match why_a.as_ref().or(why_b.as_ref()) {
+                None => conversions.register(*a, *b, Arc::new(PythonConverter { source: *a, target: *b })),
+                Some(reason) => conversions.refuse(*a, *b, reason.clone()),
             }
         }
     }
