@@ -47,6 +47,7 @@ use std::str::FromStr;
 use hcsflow_core::DType;
 use serde::{Deserialize, Serialize};
 
+mod grid;
 pub mod imagexpress;
 pub mod naming;
 pub mod phenix;
@@ -238,6 +239,13 @@ impl Plate {
         w
     }
 
+    /// Channels with an image or a projection, in number order (a wave
+    /// acquired only as a projection is a channel of the plate too).
+    pub fn channels(&self) -> Vec<u32> {
+        let set: std::collections::BTreeSet<u32> = self.images.iter().chain(&self.projections).map(|i| i.channel).collect();
+        set.into_iter().collect()
+    }
+
     /// The image with these components, if present.
     pub fn image(&self, well: &str, site: u32, channel: u32, z: u32, t: u32) -> Option<&ImageRecord> {
         self.images.iter().find(|i| i.well == well && i.site == site && i.channel == channel && i.z_index == z && i.timepoint == t)
@@ -251,8 +259,12 @@ pub enum PlateError {
     NotFound { path: PathBuf },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("{path}: no plate found (no .HTD file, no Index.idx.xml / Index.ref.xml / Index.xml here or in Images/)")]
+    #[error("{path}: no plate found (no .HTD file, no Index.idx.xml / Index.ref.xml / Index.xml here or in Images/, no MetaXpress acquisition folder <date>/<id>/ with images here or below)")]
     NoPlateFound { path: PathBuf },
+    /// A MetaXpress plate folder (`<plate>/<YYYY-MM-DD>/<id>/`) holding
+    /// several acquisitions: which one is meant is the user's choice.
+    #[error("{path}: {} MetaXpress acquisition folders below ({}); point at one of them", .folders.len(), path_list(.folders))]
+    SeveralAcquisitions { path: PathBuf, folders: Vec<PathBuf> },
     #[error("{path}: looks like both an ImageXpress and an Opera Phenix plate ({found}); pass the format explicitly")]
     AmbiguousFormat { path: PathBuf, found: String },
     #[error("{path}: several plate descriptors ({files}); point at one of them")]
@@ -275,6 +287,11 @@ pub enum PlateError {
     /// The descriptor is not a regular file (a FIFO, a device, a folder…).
     #[error("{path}: {reason}; not opened")]
     NotRegularFile { path: PathBuf, reason: String },
+}
+
+/// `a, b, c` of the paths as displayed.
+fn path_list(paths: &[PathBuf]) -> String {
+    paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
 }
 
 pub(crate) fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> PlateError + '_ {
@@ -347,6 +364,10 @@ fn require_exists(path: &Path) -> Result<(), PlateError> {
 /// `Index.idx.xml`, `Index.ref.xml` or `Index.xml`, or a folder with one of
 /// them (or with one in `Images/`), is Opera Phenix. A folder with both is
 /// [`PlateError::AmbiguousFormat`]: guessing would silently read the wrong one.
+/// A folder with neither is ImageXpress when it is a MetaXpress database
+/// acquisition, or a plate or date folder above exactly one
+/// ([`imagexpress::database_acquisition`]; several are
+/// [`PlateError::SeveralAcquisitions`]).
 pub fn detect(path: &Path) -> Result<Format, PlateError> {
     require_exists(path)?;
     if path.is_file() {
@@ -365,7 +386,7 @@ pub fn detect(path: &Path) -> Result<Format, PlateError> {
         (true, false) => Ok(Format::ImageXpress),
         (false, true) => Ok(Format::OperaPhenix),
         (true, true) => Err(PlateError::AmbiguousFormat { path: path.to_path_buf(), found: "an .HTD file and a Harmony index".into() }),
-        (false, false) if imagexpress::is_database_acquisition(path)? => Ok(Format::ImageXpress),
+        (false, false) if imagexpress::database_acquisition(path)?.is_some() => Ok(Format::ImageXpress),
         (false, false) => Err(PlateError::NoPlateFound { path: path.to_path_buf() }),
     }
 }

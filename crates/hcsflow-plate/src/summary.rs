@@ -33,9 +33,9 @@ pub fn summary_text(plate: &Plate) -> String {
         m.acquired_wells.len(),
         if wells.is_empty() { String::new() } else { format!(" ({})", abbreviate(&wells)) }
     );
-    let sites: BTreeSet<u32> = plate.images.iter().map(|i| i.site).collect();
+    let sites: BTreeSet<u32> = plate.images.iter().chain(&plate.projections).map(|i| i.site).collect();
     let _ = writeln!(s, "Sites:       {} (grid {} rows x {} columns)", sites.len(), m.grid_rows, m.grid_cols);
-    let channels: BTreeSet<u32> = plate.images.iter().map(|i| i.channel).collect();
+    let channels = plate.channels();
     let names: Vec<String> = channels
         .iter()
         .map(|c| match m.channel_names.get(c) {

@@ -20,6 +20,14 @@
 //! Sites are numbered 1.. over the TRUE cells of `SiteSelection` in reading
 //! order, which also gives each site's grid cell.
 //!
+//! MetaXpress database acquisitions (`<plate>/<YYYY-MM-DD>/<id>/`, no HTD)
+//! are read from their names and folders alone; the plate or date folder
+//! above one acquisition opens it, above several is
+//! [`PlateError::SeveralAcquisitions`](crate::PlateError::SeveralAcquisitions)
+//! ([`database_acquisition`]). Their site numbers are those found, placed on
+//! the grid their MetaSeries stage positions show (one row, with a warning,
+//! when the TIFFs have none).
+//!
 //! Stage positions are MetaSeries `stage-position-x/y` as written (µm). We
 //! take MetaXpress stage Y to grow with image rows (no flip); no public source
 //! states the sign, and the synthetic generator writes the same convention.
@@ -45,5 +53,5 @@ pub use names::{
     htd_file_name, image_file_name, parse_image_name, plane_folder, thumbnail_file_name, GuidSuffix, ImageName, TIMEPOINT_FOLDER,
     ZSTEP_FOLDER,
 };
-pub use read::{find_htd_files, is_database_acquisition, open, MAX_EXPECTED_FLOOR, MAX_EXPECTED_PER_FILE};
+pub use read::{database_acquisition, find_htd_files, is_database_acquisition, open, MAX_EXPECTED_FLOOR, MAX_EXPECTED_PER_FILE};
 pub use write::{htd_bytes, metaseries_xml, HtdSpec, MetaSeries};

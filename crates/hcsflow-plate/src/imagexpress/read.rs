@@ -8,6 +8,7 @@ use rayon::prelude::*;
 
 use super::htd::{parse_htd, HtdInfo};
 use super::names::{numbered, numbered_from_zero, parse_image_name, ImageName, TIMEPOINT_FOLDER, ZSTEP_FOLDER};
+use crate::grid::grid_cells;
 use crate::well::parse_well;
 use crate::{
     io_err, list_dir, metaseries_props, not_a_regular_file, EntryKind, Format, ImageRecord, MissingImage, Plate, PlateError, PlateMetadata,
@@ -133,11 +134,68 @@ pub fn is_database_acquisition(dir: &Path) -> Result<bool, PlateError> {
     Ok(false)
 }
 
+/// Whether `name` is a MetaXpress database date folder name, `YYYY-MM-DD`.
+fn is_date_folder(name: &str) -> bool {
+    let b = name.as_bytes();
+    b.len() == 10 && b.iter().enumerate().all(|(i, c)| if i == 4 || i == 7 { *c == b'-' } else { c.is_ascii_digit() })
+}
+
+/// The folders directly in `dir` (not symbolic links), full paths, sorted.
+fn sub_folders(dir: &Path) -> Result<Vec<PathBuf>, PlateError> {
+    Ok(list_dir(dir)?.into_iter().filter(|(_, k)| *k == EntryKind::Dir).map(|(n, _)| dir.join(n)).collect())
+}
+
+/// The MetaXpress database acquisition folder that `path` stands for:
+/// `path` itself when it is one ([`is_database_acquisition`]); otherwise the
+/// one acquisition below it when `path` is a plate folder
+/// (`<plate>/<YYYY-MM-DD>/<id>/`: the acquisitions in its date-named folders)
+/// or a date folder (`<YYYY-MM-DD>/<id>/`). `Ok(None)` when there is none;
+/// [`PlateError::SeveralAcquisitions`], listing them, when there are several.
+/// Lists at most the folders two levels down (and their `TimePoint_`/`ZStep_` folders).
+pub fn database_acquisition(path: &Path) -> Result<Option<PathBuf>, PlateError> {
+    if !path.is_dir() {
+        return Ok(None);
+    }
+    if is_database_acquisition(path)? {
+        return Ok(Some(path.to_path_buf()));
+    }
+    let named_date = path.file_name().is_some_and(|n| is_date_folder(&n.to_string_lossy()));
+    let date_folders = if named_date {
+        vec![path.to_path_buf()]
+    } else {
+        sub_folders(path)?.into_iter().filter(|d| d.file_name().is_some_and(|n| is_date_folder(&n.to_string_lossy()))).collect()
+    };
+    let mut found = Vec::new();
+    for date in date_folders {
+        for id in sub_folders(&date)? {
+            if is_database_acquisition(&id)? {
+                found.push(id);
+            }
+        }
+    }
+    match found.len() {
+        0 => Ok(None),
+        1 => Ok(found.pop()),
+        _ => Err(PlateError::SeveralAcquisitions { path: path.to_path_buf(), folders: found }),
+    }
+}
+
 /// Opens an ImageXpress plate (folder or `.HTD` file), or a MetaXpress
-/// database acquisition folder, which has no HTD ([`is_database_acquisition`]).
+/// database acquisition, which has no HTD: its folder, or the plate or date
+/// folder above it when that holds only this one ([`database_acquisition`]).
 pub fn open(path: &Path) -> Result<Plate, PlateError> {
     let (root, htd_path) = match find_descriptor(path) {
-        Err(PlateError::NoPlateFound { .. }) if path.is_dir() && is_database_acquisition(path)? => return open_database(path),
+        Err(PlateError::NoPlateFound { .. }) if path.is_dir() => {
+            let acquisition = database_acquisition(path)?.ok_or_else(|| PlateError::NoPlateFound { path: path.to_path_buf() })?;
+            let mut plate = open_database(&acquisition)?;
+            if acquisition != path {
+                plate.warnings.insert(
+                    0,
+                    format!("{}: opened {}, the only MetaXpress acquisition folder below it", path.display(), acquisition.display()),
+                );
+            }
+            return Ok(plate);
+        }
         other => other?,
     };
     let htd = read_htd(&htd_path)?;
@@ -207,9 +265,10 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
 /// z planes some image of that wave has (a wave acquired as one plane in
 /// `ZStep_1`, or only as a projection, is not "missing" its other planes),
 /// so a hole is reported only where other wells, sites or time points have
-/// the plane. Plate size is the smallest standard plate holding the wells;
-/// sites form one row (the grid comes from stage positions, which stitching
-/// reads); channel names are the MetaSeries `image-name` of each wave.
+/// the plane; the sites are the site numbers found (a site no file has is
+/// not expected). Plate size is the smallest standard plate holding the
+/// wells; the site grid comes from the MetaSeries stage positions
+/// ([`place_sites`]); channel names are the MetaSeries `image-name` of each wave.
 fn open_database(root: &Path) -> Result<Plate, PlateError> {
     let root = root.to_path_buf();
     let mut warnings = vec![format!(
@@ -221,9 +280,10 @@ fn open_database(root: &Path) -> Result<Plate, PlateError> {
     let htd = htd_of_files(&scan.found);
     let prefix = scan.found.iter().find_map(|f| f.name.prefix.clone()).unwrap_or_default();
     check_naming(&mut scan.found, &prefix, &root, &mut warnings)?;
-    let cells = htd.site_cells();
+    let site_numbers: BTreeSet<u32> = scan.found.iter().map(|f| f.name.site.unwrap_or(1)).collect();
+    let cells: Vec<SiteCell> = site_numbers.iter().enumerate().map(|(k, &site)| SiteCell { site, row: 0, col: k as u32 }).collect();
     let channels = htd.channels();
-    let Classified { mut images, projections, seen } = classify(&htd, cells.len() as u32, channels.len(), &scan.found, &mut warnings);
+    let Classified { mut images, projections, seen } = classify(&htd, htd.x_sites, channels.len(), &scan.found, &mut warnings);
     if images.is_empty() && projections.is_empty() {
         return Err(PlateError::NoImages {
             path: root.clone(),
@@ -244,8 +304,8 @@ fn open_database(root: &Path) -> Result<Plate, PlateError> {
         plate_rows: htd.y_wells,
         plate_columns: htd.x_wells,
         acquired_wells: wells,
-        grid_rows: htd.y_sites,
-        grid_cols: htd.x_sites,
+        grid_rows: 1,
+        grid_cols: cells.len() as u32,
         site_cells: cells.clone(),
         sites: cells.len() as u32,
         channels: channels.len() as u32,
@@ -255,8 +315,44 @@ fn open_database(root: &Path) -> Result<Plate, PlateError> {
     };
     let all: Vec<ImageRecord> = images.iter().chain(&projections).cloned().collect();
     header_metadata(&all, &mut metadata, &mut warnings);
+    place_sites(&mut metadata, &mut warnings);
     metadata.channel_names = wave_names(&all);
     Ok(Plate { format: Format::ImageXpress, root: root.clone(), descriptor: root, metadata, images, projections, missing, warnings })
+}
+
+/// Places the sites of a database acquisition (`metadata.site_cells`, one
+/// row in site order on entry) on the grid their MetaSeries stage positions
+/// show: those of the first well, in numeric order, with a position for every
+/// site, clustered by [`grid_cells`] (half a field apart; the field is the
+/// image width and height × the pixel size). Site numbers are kept. Without
+/// such a well or a field size, or when two sites fall into one cell, the
+/// sites stay in one row and a warning says why.
+fn place_sites(metadata: &mut PlateMetadata, warnings: &mut Vec<String>) {
+    let sites: Vec<u32> = metadata.site_cells.iter().map(|c| c.site).collect();
+    if sites.len() <= 1 {
+        return;
+    }
+    let one_row = |why: String| format!("site grid: the {} sites are placed in one row, in site order: {why}", sites.len());
+    let complete = metadata.acquired_wells.iter().find_map(|w| {
+        let positions: Option<Vec<(f64, f64)>> = sites.iter().map(|&s| metadata.stage_position(w, s)).collect();
+        positions.map(|p| (w.clone(), p))
+    });
+    let Some((well, positions)) = complete else {
+        warnings.push(one_row("no well has a MetaSeries stage-position-x/y for every site".into()));
+        return;
+    };
+    let (Some(pixel), Some(w), Some(h)) = (metadata.pixel_size_um, metadata.image_width, metadata.image_height) else {
+        warnings.push(one_row("no pixel size or image size to measure the stage positions in fields".into()));
+        return;
+    };
+    let grid = grid_cells(&positions, pixel * f64::from(w), pixel * f64::from(h));
+    if grid.cells.iter().collect::<BTreeSet<_>>().len() < sites.len() {
+        warnings.push(one_row(format!("in well {well}, some sites are less than half a field apart")));
+        return;
+    }
+    metadata.site_cells = sites.iter().zip(&grid.cells).map(|(&site, &(row, col))| SiteCell { site, row, col }).collect();
+    metadata.grid_rows = grid.rows;
+    metadata.grid_cols = grid.cols;
 }
 
 /// The HTD a database acquisition would have had, from its files.

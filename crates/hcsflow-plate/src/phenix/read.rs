@@ -8,6 +8,7 @@ use hcsflow_core::DType;
 use roxmltree::Node;
 
 use super::names::{parse_phenix_name, INDEX_NAMES};
+use crate::grid::{grid_cells, GridCells};
 use crate::well::well_name;
 use crate::{
     io_err, list_dir, not_a_regular_file, EntryKind, Format, ImageRecord, MissingImage, Plate, PlateError, PlateMetadata, SiteCell,
@@ -118,22 +119,6 @@ fn parse_image(n: Node) -> Result<IndexEntry, String> {
         orientation: text(n, "OrientationMatrix").map(str::to_string),
         id,
     })
-}
-
-/// Groups sorted values into clusters whose consecutive members differ by < `tol`.
-/// Returns the cluster index of every input value (input order).
-fn cluster(values: &[f64], tol: f64) -> (Vec<u32>, u32) {
-    let mut order: Vec<usize> = (0..values.len()).collect();
-    order.sort_by(|&a, &b| values[a].total_cmp(&values[b]));
-    let mut out = vec![0u32; values.len()];
-    let mut k = 0u32;
-    for (i, &idx) in order.iter().enumerate() {
-        if i > 0 && values[idx] - values[order[i - 1]] >= tol {
-            k += 1;
-        }
-        out[idx] = k;
-    }
-    (out, if values.is_empty() { 0 } else { k + 1 })
 }
 
 /// Where an index `<URL>` names a file, or `None` when it points outside
@@ -348,25 +333,24 @@ fn site_grid(entries: &[IndexEntry], sx: f64, sy: f64, warnings: &mut Vec<String
     let size_x = entries.iter().find_map(|e| e.size_x);
     let size_y = entries.iter().find_map(|e| e.size_y);
     let ids: Vec<u32> = sums.keys().copied().collect();
-    let xs: Vec<f64> = sums.values().map(|s| s.0 / f64::from(s.2)).collect();
-    let ys: Vec<f64> = sums.values().map(|s| s.1 / f64::from(s.2)).collect();
+    let positions: Vec<(f64, f64)> = sums.values().map(|s| (s.0 / f64::from(s.2), s.1 / f64::from(s.2))).collect();
     // Two fields are in the same row/column when closer than half a tile.
     let tile_w = resolution.zip(size_x).map(|(r, s)| r * f64::from(s)).unwrap_or(1.0);
     let tile_h = resolution.zip(size_y).map(|(r, s)| r * f64::from(s)).unwrap_or(tile_w);
-    let (rows, nr) = cluster(&ys, tile_h / 2.0);
-    let (cols, nc) = cluster(&xs, tile_w / 2.0);
+    let GridCells { cells, rows, cols } = grid_cells(&positions, tile_w, tile_h);
     let mut order: Vec<usize> = (0..ids.len()).collect();
-    order.sort_by_key(|&i| (rows[i], cols[i], ids[i]));
+    order.sort_by_key(|&i| (cells[i], ids[i]));
     let mut occupied = BTreeSet::new();
     for (k, &i) in order.iter().enumerate() {
         let site = k as u32 + 1;
-        if !occupied.insert((rows[i], cols[i])) {
-            warnings.push(format!("field {} shares grid cell ({}, {}) with another field", ids[i], rows[i], cols[i]));
+        let (row, col) = cells[i];
+        if !occupied.insert((row, col)) {
+            warnings.push(format!("field {} shares grid cell ({row}, {col}) with another field", ids[i]));
         }
         field_to_site.insert(ids[i], site);
-        site_cells.push(SiteCell { site, row: rows[i], col: cols[i] });
+        site_cells.push(SiteCell { site, row, col });
     }
-    SiteGrid { field_to_site, site_cells, rows: nr, cols: nc, fields: fields.len() as u32 }
+    SiteGrid { field_to_site, site_cells, rows, cols, fields: fields.len() as u32 }
 }
 
 /// What the index entries resolve to.
@@ -536,12 +520,5 @@ mod tests {
         assert_eq!(m[1][1], -0.99);
         assert!(parse_orientation("[[a,b]]").is_none());
         assert!(parse_orientation("").is_none());
-    }
-
-    #[test]
-    fn clustering_groups_close_values() {
-        let (c, n) = cluster(&[10.0, 0.2, 5.1, 0.0, 9.8, 5.0], 1.0);
-        assert_eq!(n, 3);
-        assert_eq!(c, [2, 0, 1, 0, 2, 1]);
     }
 }
