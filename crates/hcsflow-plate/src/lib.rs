@@ -37,7 +37,8 @@
 //!   warning; among duplicate images, the one whose prefix is the
 //!   descriptor's name wins.
 //! - [`verify()`] reads every image header (not only one per site) for
-//!   `hcsflow inspect --verify`.
+//!   `hcsflow inspect --verify`, and finds the planes MetaXpress wrote as
+//!   copies of another plane's file.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -57,7 +58,7 @@ pub mod well;
 mod xml;
 
 pub use summary::summary_text;
-pub use verify::{verify, FileProblem, PlaneShape, ProblemKind, VerifyReport};
+pub use verify::{verify, DuplicatePlane, FileProblem, PlaneShape, ProblemKind, VerifyReport};
 pub use well::{cmp_wells, parse_well, well_name};
 
 /// A microscope plate format hcsflow reads.

@@ -19,8 +19,22 @@
 //! plate's metadata says something else — it is taken from the first image
 //! header read (ImageXpress) or from the index (Opera Phenix) — the report
 //! says so in [`VerifyReport::plate_problems`].
+//!
+//! Duplicated planes: MetaXpress fills the planes of a wave it did not
+//! acquire (z steps of a one-plane wave, time points it skipped) with
+//! byte-for-byte copies of the last acquired image. Those files are sound,
+//! but their pixels are not a measurement of their plane, so they are listed
+//! in [`VerifyReport::duplicates`] (not as problems). Cost is bounded by the
+//! headers already read: only images of the same well, site and channel whose
+//! ImageDescription is identical and not empty (a real MetaSeries
+//! description carries the acquisition time and z position) and whose file
+//! lengths are equal are candidates; each candidate is read once to hash it,
+//! and a matching hash is confirmed by comparing the two files byte for byte.
 
+use std::collections::BTreeMap;
 use std::fmt;
+use std::hash::Hasher;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use hcsflow_core::DType;
@@ -28,7 +42,7 @@ use hcsflow_tiff::TiffError;
 use rayon::prelude::*;
 use serde::Serialize;
 
-use crate::{not_a_regular_file, Plate};
+use crate::{not_a_regular_file, ImageRecord, Plate};
 
 /// Width, height and dtype of one plane.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -76,6 +90,27 @@ pub struct FileProblem {
     pub message: String,
 }
 
+/// An image whose file has the same bytes as the file of an earlier plane
+/// of the same well, site and channel: a copy MetaXpress wrote for a plane it
+/// did not acquire (see the module documentation).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DuplicatePlane {
+    /// The copy.
+    pub path: PathBuf,
+    pub well: String,
+    pub site: u32,
+    pub channel: u32,
+    /// The copy's z plane; 0 for a projection.
+    pub z_index: u32,
+    pub timepoint: u32,
+    /// The file it copies: the first plane with these bytes in acquisition
+    /// order (time point, then z, a projection before the planes). Which of
+    /// them the microscope acquired the bytes cannot tell.
+    pub copy_of: PathBuf,
+    /// One line naming both files and the planes.
+    pub message: String,
+}
+
 /// What [`verify`] found.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct VerifyReport {
@@ -97,6 +132,10 @@ pub struct VerifyReport {
     /// Problems of the plate as a whole (e.g. its metadata plane is not the
     /// images' majority plane).
     pub plate_problems: Vec<String>,
+    /// Images whose file is a byte-for-byte copy of another plane's, in plate
+    /// order (images, then projections). Not problems: [`Self::is_clean`]
+    /// does not count them.
+    pub duplicates: Vec<DuplicatePlane>,
 }
 
 impl VerifyReport {
@@ -112,12 +151,14 @@ impl VerifyReport {
 /// decodes pixels, never opens a file that is not a regular file, never
 /// writes. The order of [`VerifyReport::problems`] is the plate's image order.
 pub fn verify(plate: &Plate) -> VerifyReport {
-    let paths: Vec<&Path> = plate.images.iter().chain(&plate.projections).map(|i| i.path.as_path()).collect();
-    let results: Vec<Result<(PlaneShape, usize), FileProblem>> = paths.par_iter().map(|p| check_file(p)).collect();
+    let records: Vec<&ImageRecord> = plate.images.iter().chain(&plate.projections).collect();
+    let paths: Vec<&Path> = records.iter().map(|i| i.path.as_path()).collect();
+    let results: Vec<Result<Header, FileProblem>> = paths.par_iter().map(|p| check_file(p)).collect();
+    let duplicates = duplicated_planes(&records, &results);
 
     // The majority plane; ties go to the plane seen first in plate order.
     let mut counts: Vec<(PlaneShape, usize)> = Vec::new();
-    for (shape, _) in results.iter().flatten() {
+    for Header { shape, .. } in results.iter().flatten() {
         match counts.iter_mut().find(|(s, _)| s == shape) {
             Some((_, n)) => *n += 1,
             None => counts.push((*shape, 1)),
@@ -132,7 +173,7 @@ pub fn verify(plate: &Plate) -> VerifyReport {
     for (path, r) in paths.iter().zip(results) {
         match r {
             Err(p) => problems.push(p),
-            Ok((shape, pages)) => {
+            Ok(Header { shape, pages, .. }) => {
                 if pages > 1 {
                     problems.push(FileProblem {
                         path: path.to_path_buf(),
@@ -191,11 +232,127 @@ pub fn verify(plate: &Plate) -> VerifyReport {
         problems,
         missing: plate.missing.len(),
         plate_problems,
+        duplicates,
     }
 }
 
-/// The plane and page count of one file, or its problem.
-fn check_file(path: &Path) -> Result<(PlaneShape, usize), FileProblem> {
+/// What [`check_file`] reads of a sound file.
+struct Header {
+    shape: PlaneShape,
+    pages: usize,
+    /// The ImageDescription of page 0, if any.
+    description: Option<String>,
+    /// File length in bytes.
+    len: u64,
+}
+
+/// The images (`records`, with their `headers` in the same order) whose file
+/// is a copy of an earlier plane's: candidates are grouped by well, site,
+/// channel, non-empty ImageDescription and length; within a group, in
+/// acquisition order, a file whose hash and then bytes equal an earlier
+/// one's is a copy of it. Files that cannot be read again are left out.
+fn duplicated_planes(records: &[&ImageRecord], headers: &[Result<Header, FileProblem>]) -> Vec<DuplicatePlane> {
+    let mut groups: BTreeMap<(&str, u32, u32, &str, u64), Vec<usize>> = BTreeMap::new();
+    for (i, (r, h)) in records.iter().zip(headers).enumerate() {
+        let Ok(Header { description: Some(d), len, .. }) = h else { continue };
+        if !d.trim().is_empty() {
+            groups.entry((r.well.as_str(), r.site, r.channel, d.as_str(), *len)).or_default().push(i);
+        }
+    }
+    let groups: Vec<Vec<usize>> = groups.into_values().filter(|g| g.len() > 1).collect();
+    let mut copies: Vec<(usize, usize)> = groups.par_iter().flat_map_iter(|g| copies_in_group(records, g)).collect();
+    copies.sort_unstable();
+    copies
+        .into_iter()
+        .map(|(i, of)| {
+            let (r, o) = (records[i], records[of]);
+            DuplicatePlane {
+                path: r.path.clone(),
+                well: r.well.clone(),
+                site: r.site,
+                channel: r.channel,
+                z_index: r.z_index,
+                timepoint: r.timepoint,
+                copy_of: o.path.clone(),
+                message: format!(
+                    "{}: the same bytes as {} (well {} site {} channel {}: z {} t {} is a copy of z {} t {}; z 0 is the projection)",
+                    r.path.display(),
+                    o.path.display(),
+                    r.well,
+                    r.site,
+                    r.channel,
+                    r.z_index,
+                    r.timepoint,
+                    o.z_index,
+                    o.timepoint
+                ),
+            }
+        })
+        .collect()
+}
+
+/// (copy, original) index pairs among the candidate images `group` (indices
+/// into `records`), taken in acquisition order (time point, then z).
+fn copies_in_group(records: &[&ImageRecord], group: &[usize]) -> Vec<(usize, usize)> {
+    let mut order = group.to_vec();
+    order.sort_by_key(|&i| (records[i].timepoint, records[i].z_index, i));
+    let mut originals: Vec<(u64, usize)> = Vec::new();
+    let mut copies = Vec::new();
+    for i in order {
+        let Ok(hash) = file_hash(&records[i].path) else { continue };
+        let same = originals.iter().find(|(h, o)| *h == hash && same_bytes(&records[*o].path, &records[i].path).unwrap_or(false));
+        match same {
+            Some(&(_, o)) => copies.push((i, o)),
+            None => originals.push((hash, i)),
+        }
+    }
+    copies
+}
+
+/// A hash of the file's bytes (not cryptographic: equal hashes are confirmed by [`same_bytes`]).
+fn file_hash(path: &Path) -> std::io::Result<u64> {
+    let mut file = std::fs::File::open(path)?;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok(hasher.finish());
+        }
+        hasher.write(&buf[..n]);
+    }
+}
+
+/// Whether two files hold the same bytes (read in chunks, stopping at the first difference).
+fn same_bytes(a: &Path, b: &Path) -> std::io::Result<bool> {
+    let (mut fa, mut fb) = (std::fs::File::open(a)?, std::fs::File::open(b)?);
+    let (mut ba, mut bb) = (vec![0u8; 1 << 16], vec![0u8; 1 << 16]);
+    loop {
+        let na = read_full(&mut fa, &mut ba)?;
+        let nb = read_full(&mut fb, &mut bb)?;
+        if na != nb || ba[..na] != bb[..nb] {
+            return Ok(false);
+        }
+        if na == 0 {
+            return Ok(true);
+        }
+    }
+}
+
+/// Reads until `buf` is full or the file ends; returns the bytes read.
+fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match file.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// The header of one file, or its problem.
+fn check_file(path: &Path) -> Result<Header, FileProblem> {
     let problem = |kind: ProblemKind, message: String| FileProblem { path: path.to_path_buf(), kind, message };
     if let Some(why) = not_a_regular_file(path) {
         return Err(problem(ProblemKind::NotRegularFile, format!("{} {why}; not opened", path.display())));
@@ -225,5 +382,5 @@ fn check_file(path: &Path) -> Result<(PlaneShape, usize), FileProblem> {
             ));
         }
     }
-    Ok((shape, info.pages))
+    Ok(Header { shape, pages: info.pages, description: info.description, len })
 }

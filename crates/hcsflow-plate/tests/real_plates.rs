@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use hcsflow_core::Stack;
-use hcsflow_plate::{detect, open_plate, Format, Plate, PlateError, SiteCell};
+use hcsflow_plate::{detect, open_plate, verify, Format, Plate, PlateError, SiteCell};
 use hcsflow_testkit::{snapshot, Entry};
 
 /// Every entry below `root` with its length, mtime and (files) bytes.
@@ -139,7 +139,9 @@ fn operetta_cls_fields_one_field_width_apart_form_a_row() {
 
 /// A plate folder from an ImageXpress export listing (`FILES.tsv`): the real
 /// HTD byte for byte wherever the listing has one, and a 4×4 TIFF for every
-/// image, byte-identical where the listing's blob ids are equal.
+/// image, byte-identical where the listing's blob ids are equal and different
+/// where they differ (pixels from the blob's number, a MetaSeries-like
+/// description carrying the blob id as acquisition time).
 fn export_plate(dir: &Path, folder: &str) -> PathBuf {
     let source = real_plates().join(folder);
     let listing = std::fs::read_to_string(source.join("FILES.tsv")).unwrap();
@@ -159,7 +161,9 @@ fn export_plate(dir: &Path, folder: &str) -> PathBuf {
             blobs.len() - 1
         });
         let stack = Stack::from_vec([1, 4, 4], vec![100 + n as u16; 16]).unwrap();
-        hcsflow_tiff::write_stack(&path, &stack, &hcsflow_tiff::WriteOptions::default()).unwrap();
+        let description = format!("<MetaData>\r\n<prop id=\"acquisition-time-local\" type=\"time\" value=\"{blob}\"/>\r\n</MetaData>\r\n");
+        let options = hcsflow_tiff::WriteOptions { description: Some(description), ..Default::default() };
+        hcsflow_tiff::write_stack(&path, &stack, &options).unwrap();
     }
     root
 }
@@ -474,4 +478,76 @@ fn pharmbio_acquisitions_open_despite_pngs_scripts_and_foreign_thumbnail_prefixe
     // A folder of plate folders is not a plate.
     let wide = root.join("MDC Polina Georgiev/exp-WIDE");
     assert!(matches!(unchanged(&root, || open_plate(&wide, None)), Err(PlateError::NoPlateFound { .. })));
+}
+
+/// (well, site, channel, z, t) of a plane; z 0 is the projection.
+type Plane = (String, u32, u32, u32, u32);
+
+/// The duplicated planes `verify` reports for the export listing `folder`,
+/// as (copy, original) planes; asserts the tree unchanged and that every
+/// copy's `copy_of` is its original's file.
+fn reported_copies(folder: &str) -> BTreeSet<(Plane, Plane)> {
+    let dir = tempfile::tempdir().unwrap();
+    let root = export_plate(dir.path(), folder);
+    let plate = open_unchanged(&root, &root);
+    let report = unchanged(&root, || verify(&plate));
+    assert!(report.is_clean(), "{folder}: {:?}", report.problems);
+    let by_path: BTreeMap<&Path, Plane> = plate
+        .images
+        .iter()
+        .chain(&plate.projections)
+        .map(|i| (i.path.as_path(), (i.well.clone(), i.site, i.channel, i.z_index, i.timepoint)))
+        .collect();
+    let copies: BTreeSet<(Plane, Plane)> =
+        report.duplicates.iter().map(|d| (by_path[d.path.as_path()].clone(), by_path[d.copy_of.as_path()].clone())).collect();
+    assert_eq!(copies.len(), report.duplicates.len(), "{folder}: each copy reported once");
+    for d in &report.duplicates {
+        assert_eq!(by_path[d.path.as_path()], (d.well.clone(), d.site, d.channel, d.z_index, d.timepoint));
+        assert!(d.message.contains(&d.path.display().to_string()) && d.message.contains(&d.copy_of.display().to_string()));
+    }
+    copies
+}
+
+/// Every (well, site) of the exports.
+fn export_fields() -> Vec<(String, u32)> {
+    ["B02", "B03"].into_iter().flat_map(|w| [(w.to_string(), 1), (w.to_string(), 2)]).collect()
+}
+
+#[test]
+fn verify_reports_the_planes_metaxpress_wrote_as_copies() {
+    // 3434: FITC (w2) is a projection only, Texas Red (w3) and Cy5 (w4) one
+    // plane each: every ZStep folder holds the same file, ZStep_0's first.
+    let mut want = BTreeSet::new();
+    for (well, site) in export_fields() {
+        for w in 2..=4 {
+            for z in 1..=3 {
+                want.insert(((well.clone(), site, w, z, 1), (well.clone(), site, w, 0, 1)));
+            }
+        }
+    }
+    assert_eq!(want.len(), 36);
+    assert_eq!(reported_copies("imagexpress-export-9987_Plate_3434"), want);
+
+    // 3435: time points forward-filled from the last acquired one: FITC (w2)
+    // at t1 only, Texas Red (w3) at t1 and t6, Cy5 (w4) at t1 and t4.
+    let mut want = BTreeSet::new();
+    for (well, site) in export_fields() {
+        let mut copy = |w: u32, t: u32, of: u32| want.insert(((well.clone(), site, w, 1, t), (well.clone(), site, w, 1, of)));
+        for t in 2..=6 {
+            copy(2, t, 1);
+        }
+        for t in 2..=5 {
+            copy(3, t, 1);
+        }
+        for (t, of) in [(2, 1), (3, 1), (5, 4), (6, 4)] {
+            copy(4, t, of);
+        }
+    }
+    assert_eq!(want.len(), 52);
+    assert_eq!(reported_copies("imagexpress-export-9987_Plate_3435"), want);
+
+    // No blob is repeated in the other two exports.
+    for folder in ["imagexpress-export-9987_Plate_3420", "imagexpress-export-9987_Plate_3433"] {
+        assert!(reported_copies(folder).is_empty(), "{folder}");
+    }
 }

@@ -390,6 +390,37 @@ fn verify_says_when_the_first_image_is_the_odd_one() {
     assert!(msg.starts_with("the plate's plane size 24 x 24 u16 (taken from the first image header read) is not the images' majority 16 x 16 u16 (2 of 3 images)"), "{msg}");
 }
 
+#[test]
+fn verify_confirms_copied_planes_by_their_bytes_not_their_description() {
+    // Synthetic time points share one MetaSeries description per plane (the
+    // acquisition time is fixed), so every time point is a candidate.
+    let d = tempfile::tempdir().unwrap();
+    let plate = synth(d.path(), "v", SynthConfig { timepoints: 4, ..one_well(1) });
+    let opened = open_plate(&plate, None).unwrap();
+    let f = |t: u32| opened.image("A01", 1, 1, 1, t).unwrap().path.clone();
+    let description = |t: u32| hcsflow_tiff::read_info(&f(t)).unwrap().description;
+    assert!(description(1).is_some_and(|d| !d.is_empty()) && (2..=4).all(|t| description(t) == description(1)));
+    assert!(verify(&opened).duplicates.is_empty(), "different pixels are not copies");
+
+    // t3 becomes a copy of t1; t4 differs from t1 in one (uncompressed,
+    // little-endian) pixel.
+    let first = std::fs::read(f(1)).unwrap();
+    std::fs::write(f(3), &first).unwrap();
+    let pixels = hcsflow_tiff::read_stack(&f(1)).unwrap();
+    let at = first.windows(512).position(|w| w == pixels.as_bytes()).expect("the uncompressed pixels in the file");
+    let mut almost = first.clone();
+    almost[at + 2 * 17] ^= 1;
+    std::fs::write(f(4), &almost).unwrap();
+    assert_ne!(hcsflow_tiff::read_stack(&f(4)).unwrap(), hcsflow_tiff::read_stack(&f(1)).unwrap());
+    let before = hcsflow_testkit::snapshot(&plate);
+    let r = verify(&open_plate(&plate, None).unwrap());
+    assert_eq!(hcsflow_testkit::snapshot(&plate), before);
+    let got: Vec<(PathBuf, PathBuf, u32)> = r.duplicates.iter().map(|c| (c.path.clone(), c.copy_of.clone(), c.timepoint)).collect();
+    assert_eq!(got, [(f(3), f(1), 3)]);
+    assert!(r.duplicates[0].message.contains("z 1 t 3 is a copy of z 1 t 1"), "{}", r.duplicates[0].message);
+    assert!(r.is_clean(), "copies are reported, not problems: {r:?}");
+}
+
 /// D17: a plate path that is a symlink loop says so, not "no such file or folder".
 #[cfg(unix)]
 #[test]
