@@ -2,7 +2,9 @@
 //!
 //! With `--verify`, also reads every image's TIFF header (in parallel, no
 //! pixels) and lists each file that would fail or mislead a run; the exit
-//! code is then 1 when anything was found, 0 when the plate is clean.
+//! code is then 1 when anything was found, 0 when the plate is clean. Planes
+//! whose file is a copy of another plane's (MetaXpress fills planes it did
+//! not acquire that way) are listed too, without changing the exit code.
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -64,7 +66,8 @@ pub fn run(a: InspectArgs) -> CliResult {
     }
 }
 
-/// The `--verify` section of the text summary: every problem, one line each.
+/// The `--verify` section of the text summary: every problem, one line
+/// each, then every duplicated plane (not a problem: it does not change the exit code).
 fn verify_text(r: &VerifyReport) -> String {
     let mut s = String::new();
     let plane = match r.plane {
@@ -81,6 +84,17 @@ fn verify_text(r: &VerifyReport) -> String {
     }
     for p in &r.plate_problems {
         let _ = writeln!(s, "  {p}");
+    }
+    if !r.duplicates.is_empty() {
+        let _ = writeln!(
+            s,
+            "Duplicates:  {} image(s) with the same bytes as another plane of their well, site and channel \
+             (MetaXpress writes such copies for planes it did not acquire; not measurements of their plane)",
+            r.duplicates.len()
+        );
+        for d in &r.duplicates {
+            let _ = writeln!(s, "  {}", d.message);
+        }
     }
     s
 }

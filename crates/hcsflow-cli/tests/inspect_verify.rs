@@ -114,6 +114,29 @@ fn verify_says_when_the_plate_size_comes_from_an_odd_first_image() {
 }
 
 #[test]
+fn verify_lists_planes_that_are_copies_of_another_in_text_and_json() {
+    let d = tempfile::tempdir().unwrap();
+    let plate = synth(d.path(), "copies", &["--wells", "A01", "--grid", "1x1", "--channels", "1", "--timepoints", "3"]);
+    let f = |t: u32| plate.join(format!("TimePoint_{t}/Synth_Plate_1_A01.tif"));
+    // What MetaXpress does for a time point it skipped: the last acquired file again.
+    std::fs::copy(f(2), f(3)).unwrap();
+    let p = plate.to_str().unwrap();
+    let o = hcsflow(&["inspect", p, "--verify"]);
+    assert_eq!(o.status.code(), Some(0), "a copy is reported, not a problem: {}", stderr(&o));
+    let out = stdout(&o);
+    assert!(out.contains("Problems:    0\nDuplicates:  1 image(s) with the same bytes as another plane"), "{out}");
+    assert!(out.contains(&format!("  {}: the same bytes as {} (", f(3).display(), f(2).display())), "{out}");
+
+    let o = hcsflow(&["inspect", p, "--verify", "--json"]);
+    assert_eq!(o.status.code(), Some(0));
+    let v: Value = serde_json::from_slice(&o.stdout).unwrap();
+    let copies = v["verify"]["duplicates"].as_array().unwrap();
+    assert_eq!(copies.len(), 1, "{copies:?}");
+    assert_eq!((copies[0]["path"].as_str(), copies[0]["copy_of"].as_str()), (f(3).to_str(), f(2).to_str()));
+    assert_eq!((copies[0]["timepoint"].as_u64(), copies[0]["z_index"].as_u64()), (Some(3), Some(1)));
+}
+
+#[test]
 fn d3_absurd_htd_counts_fail_fast_in_inspect_dry_run_and_run() {
     let d = tempfile::tempdir().unwrap();
     let plate = synth(d.path(), "htd", &["--wells", "A01", "--grid", "1x1", "--channels", "1", "--z", "2"]);
