@@ -204,3 +204,56 @@ fn synth_and_inspect_errors() {
     let o = hcsflow(&["inspect", dir.path().to_str().unwrap(), "--format", "zeiss"]);
     assert_eq!(o.status.code(), Some(2));
 }
+
+/// `hcsflow inspect OUT --json` of a run's output reports the wells, fields
+/// and channels of the planes the run wrote (its `summary.csv`), and
+/// `hcsflow run OUT …` runs a second pipeline on them.
+#[test]
+fn inspect_of_a_runs_output_reports_what_the_run_wrote() {
+    let dir = tempfile::tempdir().unwrap();
+    let plate = dir.path().join("plate");
+    let args = ["--wells", "A01,B03", "--grid", "2x2", "--channels", "2", "--z", "3", "--size", "32", "--pixel-size", "0.5"];
+    ok(hcsflow(&[&["synth", plate.to_str().unwrap()], &args[..]].concat()));
+    let pipeline = dir.path().join("max.toml");
+    std::fs::write(
+        &pipeline,
+        "name = \"max\"\n[[steps]]\nname = \"max_z\"\nfunc = \"max_projection\"\nvariable_components = [\"z_index\"]\nmaterialize = [\"tiff\"]\n",
+    )
+    .unwrap();
+    let out = dir.path().join("out");
+    ok(hcsflow(&["run", plate.to_str().unwrap(), pipeline.to_str().unwrap(), out.to_str().unwrap(), "--device", "cpu"]));
+
+    let before = snapshot(&out);
+    let o = ok(hcsflow(&["inspect", out.to_str().unwrap(), "--json"]));
+    assert_eq!(snapshot(&out), before, "inspect must not touch the output");
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["format"], "hcsflow");
+    let inspected: BTreeSet<(String, u64, u64)> = v["images"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["well"].as_str().unwrap().to_string(), r["site"].as_u64().unwrap(), r["channel"].as_u64().unwrap()))
+        .collect();
+    let summary = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    let written: BTreeSet<(String, u64, u64)> = summary
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            (f[0].to_string(), f[2].parse().unwrap(), f[3].parse().unwrap())
+        })
+        .collect();
+    assert_eq!(inspected, written);
+    assert_eq!(inspected.len(), 2 * 4 * 2);
+    let m = &v["metadata"];
+    assert_eq!((m["sites"].as_u64(), m["channels"].as_u64(), m["z_planes"].as_u64()), (Some(4), Some(2), Some(1)));
+    assert_eq!(m["pixel_size_um"], 0.5);
+
+    // A second pipeline on the first run's output folder.
+    let out2 = dir.path().join("out2");
+    ok(hcsflow(&["run", out.to_str().unwrap(), pipeline.to_str().unwrap(), out2.to_str().unwrap(), "--device", "cpu"]));
+    assert_eq!(snapshot(&out), before, "the second run leaves its input untouched");
+    let o = ok(hcsflow(&["inspect", out2.to_str().unwrap(), "--json"]));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["images"].as_array().unwrap().len(), 2 * 4 * 2);
+}

@@ -295,6 +295,9 @@ pub struct Plan {
     pub digest: String,
     pub plate_root: PathBuf,
     pub plate_name: String,
+    pub plate_format: hcsflow_plate::Format,
+    /// Plate rows and columns (96-well: 8 × 12).
+    pub plate_size: (u32, u32),
     pub out: PathBuf,
     pub device: Device,
     pub device_reason: String,
@@ -316,6 +319,8 @@ pub struct Plan {
     pub stage_positions: BTreeMap<(String, u32), (f64, f64)>,
     /// Grid cell (row, column, 0-based) by site.
     pub site_cells: BTreeMap<u32, (u32, u32)>,
+    /// Site grid rows and columns.
+    pub site_grid: (u32, u32),
 }
 
 /// OUT must be a folder or not exist yet, and then its nearest existing
@@ -424,6 +429,8 @@ pub fn compile(
         digest: spec.digest(),
         plate_root: plate.root.clone(),
         plate_name: plate.metadata.name.clone(),
+        plate_format: plate.format,
+        plate_size: (plate.metadata.plate_rows, plate.metadata.plate_columns),
         out: config.out.clone(),
         device: config.device,
         device_reason: config.device_reason.clone(),
@@ -437,6 +444,7 @@ pub fn compile(
         channel_names: plate.metadata.channel_names.clone(),
         stage_positions: plate.metadata.stage_positions.iter().map(|p| ((p.well.clone(), p.site), (p.x_um, p.y_um))).collect(),
         site_cells: plate.metadata.site_cells.iter().map(|c| (c.site, (c.row, c.col))).collect(),
+        site_grid: (plate.metadata.grid_rows, plate.metadata.grid_cols),
     };
     check_call_shapes(&plan, registry)?;
     Ok(plan)

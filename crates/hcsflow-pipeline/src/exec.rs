@@ -619,6 +619,9 @@ impl EndedRun {
             write_errors.push(e.to_string());
             Vec::new()
         });
+        if let Err(e) = crate::output::plate::write_output_plates(plan, &manifest) {
+            write_errors.push(e.to_string());
+        }
 
         for w in &skipped {
             let record = manifest.wells.get(w);

@@ -52,6 +52,7 @@ mod grid;
 pub mod imagexpress;
 pub mod naming;
 pub mod phenix;
+pub mod run_output;
 mod summary;
 pub mod verify;
 pub mod well;
@@ -70,6 +71,9 @@ pub enum Format {
     ImageXpress,
     /// Revvity (PerkinElmer) Opera Phenix / Operetta: Harmony index XML plus TIFFs.
     OperaPhenix,
+    /// A step's TIFF output of an `hcsflow run`, described by its
+    /// `hcsflow-plate.json` ([`run_output`]).
+    Hcsflow,
 }
 
 impl Format {
@@ -78,6 +82,7 @@ impl Format {
         match self {
             Format::ImageXpress => "imagexpress",
             Format::OperaPhenix => "opera-phenix",
+            Format::Hcsflow => "hcsflow",
         }
     }
 }
@@ -90,7 +95,7 @@ impl fmt::Display for Format {
 
 /// Error for a format name that is not one we read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown plate format '{0}': expected 'imagexpress' or 'opera-phenix'")]
+#[error("unknown plate format '{0}': expected 'imagexpress', 'opera-phenix' or 'hcsflow'")]
 pub struct UnknownFormat(pub String);
 
 impl FromStr for Format {
@@ -99,6 +104,7 @@ impl FromStr for Format {
         match s.to_ascii_lowercase().replace('_', "-").as_str() {
             "imagexpress" | "ixm" | "metaxpress" => Ok(Format::ImageXpress),
             "opera-phenix" | "operaphenix" | "phenix" | "operetta" | "harmony" => Ok(Format::OperaPhenix),
+            "hcsflow" | "hcsflow-output" => Ok(Format::Hcsflow),
             _ => Err(UnknownFormat(s.to_string())),
         }
     }
@@ -276,6 +282,9 @@ pub enum PlateError {
     Xml { path: PathBuf, message: String },
     #[error("{path}: index XML is not a Harmony plate index: {message}")]
     IndexContent { path: PathBuf, message: String },
+    /// An hcsflow output plate's descriptor ([`run_output::DESCRIPTOR_NAME`]) that cannot be used.
+    #[error("{path}: not a valid hcsflow output plate descriptor: {message}")]
+    Descriptor { path: PathBuf, message: String },
     #[error("{path}: mixed image names: {prefixed} has a plate prefix but {bare} starts with the well; all images of a plate must be named one way (rename or move the odd ones)")]
     MixedNaming { path: PathBuf, prefixed: PathBuf, bare: PathBuf },
     #[error("{path}: no images of the plate found ({detail})")]
@@ -361,7 +370,9 @@ fn require_exists(path: &Path) -> Result<(), PlateError> {
 
 /// Which format the folder (or descriptor file) `path` holds.
 ///
-/// A `.HTD`/`.htd` file, or a folder containing one, is ImageXpress; an
+/// An `hcsflow run` output (a step folder with `hcsflow-plate.json`, that
+/// file, or the run's output folder: [`run_output::find_descriptor`]) is
+/// [`Format::Hcsflow`]. A `.HTD`/`.htd` file, or a folder containing one, is ImageXpress; an
 /// `Index.idx.xml`, `Index.ref.xml` or `Index.xml`, or a folder with one of
 /// them (or with one in `Images/`), is Opera Phenix. A folder with both is
 /// [`PlateError::AmbiguousFormat`]: guessing would silently read the wrong one.
@@ -371,6 +382,9 @@ fn require_exists(path: &Path) -> Result<(), PlateError> {
 /// [`PlateError::SeveralAcquisitions`]).
 pub fn detect(path: &Path) -> Result<Format, PlateError> {
     require_exists(path)?;
+    if run_output::find_descriptor(path)?.is_some() {
+        return Ok(Format::Hcsflow);
+    }
     if path.is_file() {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         if name.to_ascii_lowercase().ends_with(".htd") {
@@ -403,6 +417,15 @@ pub fn open_plate(path: &Path, format: Option<Format>) -> Result<Plate, PlateErr
     let mut plate = match format {
         Format::ImageXpress => imagexpress::open(path)?,
         Format::OperaPhenix => phenix::open(path)?,
+        Format::Hcsflow => match run_output::find_descriptor(path)? {
+            Some(descriptor) => run_output::open(&descriptor)?,
+            None => {
+                return Err(PlateError::NoImages {
+                    path: path.to_path_buf(),
+                    detail: format!("not an hcsflow output plate (no {})", run_output::DESCRIPTOR_NAME),
+                })
+            }
+        },
     };
     plate.images.sort_by_key(|i| i.sort_key());
     plate.projections.sort_by_key(|i| i.sort_key());

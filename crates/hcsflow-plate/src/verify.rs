@@ -214,7 +214,7 @@ pub fn verify(plate: &Plate) -> VerifyReport {
         if meta != maj {
             let source = match plate.format {
                 crate::Format::ImageXpress => "taken from the first image header read".to_string(),
-                crate::Format::OperaPhenix => format!("from {}", plate.descriptor.display()),
+                crate::Format::OperaPhenix | crate::Format::Hcsflow => format!("from {}", plate.descriptor.display()),
             };
             let odd = problems.iter().filter(|p| matches!(p.kind, ProblemKind::Mismatch { .. })).count();
             plate_problems.push(format!(

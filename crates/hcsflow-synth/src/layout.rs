@@ -77,7 +77,8 @@ impl<'a> Layout<'a> {
     pub fn stage(&self, well: &WellRc, x: f64, y: f64) -> (f64, f64) {
         let px = self.cfg.pixel_size_um;
         match self.cfg.format {
-            Format::ImageXpress => (f64::from(well.2 - 1) * self.pitch_um + x * px, f64::from(well.1 - 1) * self.pitch_um + y * px),
+            // validate() refuses the formats synth does not write.
+            Format::ImageXpress | Format::Hcsflow => (f64::from(well.2 - 1) * self.pitch_um + x * px, f64::from(well.1 - 1) * self.pitch_um + y * px),
             Format::OperaPhenix => ((x - self.frame_w / 2.0) * px, (y - self.frame_h / 2.0) * px),
         }
     }

@@ -219,6 +219,9 @@ fn validate(cfg: &SynthConfig) -> Result<(u32, u32, Vec<WellRc>), SynthError> {
     if cfg.dtype != DType::U16 {
         return bad(format!("dtype {} is not supported: instruments write u16", cfg.dtype));
     }
+    if !matches!(cfg.format, Format::ImageXpress | Format::OperaPhenix) {
+        return bad(format!("synthetic plates are written as imagexpress or opera-phenix, not {}", cfg.format));
+    }
     if cfg.ix_layout == IxLayout::Flat && (cfg.timepoints > 1 || cfg.z_planes > 1) && cfg.format == Format::ImageXpress {
         return bad("the flat ImageXpress layout holds one time point and one z plane only".into());
     }

@@ -116,7 +116,8 @@ impl PlateWriter<'_> {
         let out = self.layout.out;
         let mut dirs = BTreeSet::new();
         match cfg.format {
-            Format::ImageXpress => {
+            // validate() refuses the formats synth does not write.
+            Format::ImageXpress | Format::Hcsflow => {
                 for t in 1..=cfg.timepoints {
                     for z in 1..=cfg.z_planes {
                         dirs.insert(self.ix_dir(t, Some(z)));
@@ -139,7 +140,8 @@ impl PlateWriter<'_> {
         let cfg = self.cfg();
         let px = cfg.pixel_size_um;
         match cfg.format {
-            Format::ImageXpress => {
+            // validate() refuses the formats synth does not write.
+            Format::ImageXpress | Format::Hcsflow => {
                 let tile = self.tile(job);
                 let guid = self.guid(j, 5);
                 let suffix = match cfg.guid_style {
@@ -248,7 +250,8 @@ impl PlateWriter<'_> {
     /// Writes the `.HTD` (ImageXpress) or the index XML (Phenix).
     pub fn write_descriptor(&self) -> Result<(), SynthError> {
         match self.cfg().format {
-            Format::ImageXpress => self.write_htd(),
+            // validate() refuses the formats synth does not write.
+            Format::ImageXpress | Format::Hcsflow => self.write_htd(),
             Format::OperaPhenix => self.write_index(),
         }
     }

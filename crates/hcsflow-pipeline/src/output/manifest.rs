@@ -147,6 +147,7 @@ impl Manifest {
         for step in &plan.steps {
             files.extend(step.produces.iter().map(|name| rel(&step.out_dir.join(format!("{name}.csv")))));
         }
+        files.extend(crate::output::plate::descriptor_paths(plan).map(|p| rel(&p)));
         Manifest {
             version: 1,
             pipeline: plan.pipeline_name.clone(),

@@ -3,6 +3,7 @@
 //!
 //! - [`manifest`]: `OUT/run_manifest.json`, every well's outcome;
 //! - [`tiff`]: the output planes of steps materialized as TIFF;
+//! - [`plate`]: each such step's `hcsflow-plate.json`, which makes its TIFFs a plate;
 //! - [`tables`]: the per-well artifact CSVs, the joined tables and the
 //!   `summary.csv`/`artifacts.csv` summaries;
 //! - [`zarr`]: the OME-Zarr plates (`hcsflow-zarr` writes their files).
@@ -16,6 +17,7 @@ use hcsflow_io::Durability;
 use crate::PipelineError;
 
 pub(crate) mod manifest;
+pub(crate) mod plate;
 pub(crate) mod tables;
 pub(crate) mod tiff;
 pub(crate) mod zarr;
