@@ -136,9 +136,8 @@ impl Admm<'_> {
             st.temp.par_chunks_mut(PIXEL_CHUNK).enumerate().for_each(|(c, out)| {
                 let p0 = c * PIXEL_CHUNK;
                 out.fill(0.0);
-                for i in 0..n {
+                for (i, &bi) in b.iter().enumerate() {
                     let row = i * p + p0..i * p + p0 + out.len();
-                    let bi = b[i];
                     for ((((o, &imv), &irv), &yv), (&sv, &dv)) in
                         out.iter_mut().zip(&im[row.clone()]).zip(&ir[row.clone()]).zip(&y[row]).zip(s[p0..].iter().zip(&dr[p0..]))
                     {

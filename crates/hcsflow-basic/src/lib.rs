@@ -154,8 +154,9 @@ pub const DARKFIELD_WARNING: &str =
     "dark-field estimation is less stable than the flat-field (BaSiCPy warns the same); check the dark-field, or pass a measured camera offset instead";
 
 /// Fits BaSiC profiles to `stack`: `N ≥ 2` tiles `[N, Y, X]` of one channel
-/// (u8, u16 or f32, finite). Returns flat-field (mean 1) and dark-field at
-/// `Y × X`; see the crate docs for the method and [`BasicParams`] for the defaults.
+/// (u8, u16 or f32, finite). Returns flat-field and dark-field at `Y × X`
+/// (the flat-field has mean 1 at the working size, as BaSiCPy's; bilinear
+/// upsampling moves the mean by well under 1 %); see the crate docs for the method and [`BasicParams`] for the defaults.
 pub fn fit(stack: &Stack, params: &BasicParams) -> Result<BasicFit, BasicError> {
     let [n, h, w] = stack.shape();
     if n < 2 {
