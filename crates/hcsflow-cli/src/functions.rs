@@ -29,6 +29,7 @@ pub fn run(a: FunctionsArgs) -> CliResult {
                 ArgKind::Float { min, max } => range(min.map(|v| v.to_string()), max.map(|v| v.to_string())),
                 ArgKind::Bool => "bool".into(),
                 ArgKind::Choice { choices } => choices.join("|"),
+                ArgKind::Text => "text".into(),
                 ArgKind::FloatList { min, max, .. } => format!("list of {}", range(min.map(|v| v.to_string()), max.map(|v| v.to_string()))),
             };
             outln!("    --arg {}={}  ({range})  {}", arg.name, arg.default, arg.doc)?;

@@ -5,6 +5,7 @@
 //! declares them (spec, contract, arguments) in a [`Registry`]. GPU crates add
 //! their implementations to the same logical functions afterwards.
 
+pub mod basic;
 pub mod clahe;
 pub mod composite;
 pub mod convolve;
@@ -49,4 +50,5 @@ pub fn register(registry: &mut Registry) {
     threshold::register(registry);
     label::register(registry);
     count::register(registry);
+    basic::register(registry);
 }

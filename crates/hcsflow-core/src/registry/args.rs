@@ -30,6 +30,8 @@ pub enum ArgKind {
     Choice {
         choices: Vec<&'static str>,
     },
+    /// Free text, e.g. a file path (empty allowed when it means "none").
+    Text,
     /// A list of numbers, each in the range; on the command line comma-separated
     /// (`0.5,0.3,0.2`, optionally in brackets). The empty list is allowed when
     /// `min_len` is 0.
@@ -49,6 +51,7 @@ impl ArgKind {
             ArgKind::Float { .. } => "a number",
             ArgKind::Bool => "true or false",
             ArgKind::Choice { .. } => "one of the listed choices",
+            ArgKind::Text => "text",
             ArgKind::FloatList { .. } => "a comma-separated list of numbers",
         }
     }
@@ -102,6 +105,9 @@ impl ArgSpec {
     }
     pub fn choice(name: &'static str, default: &'static str, choices: &[&'static str], doc: &'static str) -> Self {
         ArgSpec { name, kind: ArgKind::Choice { choices: choices.to_vec() }, default: ArgValue::Str(default.to_string()), doc }
+    }
+    pub fn text(name: &'static str, default: &'static str, doc: &'static str) -> Self {
+        ArgSpec { name, kind: ArgKind::Text, default: ArgValue::Str(default.to_string()), doc }
     }
 
     pub fn float_list(
@@ -180,6 +186,7 @@ impl ArgSpec {
                     Err(out_of_range(format!("'{s}'"), format!("one of {}", choices.join(", "))))
                 }
             }
+            (ArgKind::Text, ArgValue::Str(s)) => Ok(ArgValue::Str(s)),
             (_, other) => Err(wrong(&other)),
         }
     }
@@ -194,7 +201,7 @@ impl ArgSpec {
                 "false" | "no" | "0" => Some(ArgValue::Bool(false)),
                 _ => None,
             },
-            ArgKind::Choice { .. } => Some(ArgValue::Str(text.to_string())),
+            ArgKind::Choice { .. } | ArgKind::Text => Some(ArgValue::Str(text.to_string())),
             ArgKind::FloatList { .. } => {
                 let t = text.trim();
                 let t = t.strip_prefix('[').and_then(|t| t.strip_suffix(']')).unwrap_or(t).trim();
@@ -450,6 +457,10 @@ impl ArgDecl<bool> {
 impl ArgDecl<String> {
     pub fn choice(name: &'static str, default: &'static str, choices: &[&'static str], doc: &'static str) -> Self {
         ArgDecl::of(ArgSpec::choice(name, default, choices, doc))
+    }
+
+    pub fn text(name: &'static str, default: &'static str, doc: &'static str) -> Self {
+        ArgDecl::of(ArgSpec::text(name, default, doc))
     }
 }
 
