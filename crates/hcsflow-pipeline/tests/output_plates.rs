@@ -17,10 +17,10 @@ use hcsflow_synth::SynthConfig;
 /// Max over z, to TIFF.
 const MAX_Z: &str = "name = \"first\"\n[[steps]]\nname = \"max_z\"\nfunc = \"max_projection\"\nvariable_components = [\"z_index\"]\nmaterialize = [\"tiff\"]\n";
 /// Min over channels, to TIFF.
-const MIN_C: &str = "name = \"second\"\n[[steps]]\nname = \"min_c\"\nfunc = \"min_projection\"\nvariable_components = [\"channel\"]\nmaterialize = [\"tiff\"]\n";
+const MIN_C: &str = "name = \"second\"\n[[steps]]\nname = \"min_c\"\nfunc = \"min_projection\"\nvariable_components = [\"channel\"]\ngroup_by = \"none\"\nmaterialize = [\"tiff\"]\n";
 /// Two steps that both write TIFFs.
 const TWO_STEPS: &str = "name = \"two\"\n[[steps]]\nname = \"max_z\"\nfunc = \"max_projection\"\nvariable_components = [\"z_index\"]\nmaterialize = [\"tiff\"]\n\
-[[steps]]\nname = \"min_c\"\nfunc = \"min_projection\"\nvariable_components = [\"channel\"]\nmaterialize = [\"tiff\"]\n";
+[[steps]]\nname = \"min_c\"\nfunc = \"min_projection\"\nvariable_components = [\"channel\"]\ngroup_by = \"none\"\nmaterialize = [\"tiff\"]\n";
 
 /// Wells A01, B02 × 2×2 sites × 2 channels × 3 z, 32², in `dir/plate`.
 fn plate(dir: &Path, format: Format) -> PathBuf {
