@@ -99,8 +99,7 @@ fn a_runs_tiff_output_opens_as_the_plate_it_wrote_and_a_second_pipeline_runs_on_
         let planes = index(&source);
         assert_eq!(first.images.len(), 2 * 4 * 2);
         for image in &first.images {
-            let inputs: Vec<&Path> =
-                (1..=3).map(|z| planes[&(image.well.clone(), image.site, image.channel, z, 1)].as_path()).collect();
+            let inputs: Vec<&Path> = (1..=3).map(|z| planes[&(image.well.clone(), image.site, image.channel, z, 1)].as_path()).collect();
             assert_eq!(read(&image.path), reduce(&inputs, u16::max), "{}", image.path.display());
         }
 

@@ -74,9 +74,8 @@ fn describe(plan: &Plan, step: &StepPlan, outputs: &[(&str, &OutputRecord)]) -> 
             file: plan.out.join(&o.path).strip_prefix(&step.out_dir).map(Path::to_path_buf).unwrap_or_else(|_| o.path.clone()),
         })
         .collect();
-    images.sort_by(|a, b| {
-        hcsflow_plate::cmp_wells(&a.well, &b.well).then((a.site, a.channel, a.z_index, a.timepoint).cmp(&(b.site, b.channel, b.z_index, b.timepoint)))
-    });
+    let components = |i: &OutputImage| (i.site, i.channel, i.z_index, i.timepoint);
+    images.sort_by(|a, b| hcsflow_plate::cmp_wells(&a.well, &b.well).then(components(a).cmp(&components(b))));
     let reduced = |i: usize| outputs.iter().any(|(_, o)| Slot::of(o.key[i]) == Slot::Collapsed);
     let distinct = |f: fn(&OutputImage) -> u32| images.iter().map(f).collect::<BTreeSet<u32>>();
     let wells: BTreeSet<&str> = images.iter().map(|i| i.well.as_str()).collect();
@@ -89,7 +88,10 @@ fn describe(plan: &Plan, step: &StepPlan, outputs: &[(&str, &OutputRecord)]) -> 
         let positions = wells
             .iter()
             .flat_map(|w| sites.iter().map(move |&s| (*w, s)))
-            .filter_map(|(w, s)| plan.stage_positions.get(&(w.to_string(), s)).map(|&(x_um, y_um)| StagePosition { well: w.to_string(), site: s, x_um, y_um }))
+            .filter_map(|(w, s)| {
+                let (x_um, y_um) = *plan.stage_positions.get(&(w.to_string(), s))?;
+                Some(StagePosition { well: w.to_string(), site: s, x_um, y_um })
+            })
             .collect();
         (plan.site_grid, cells, positions)
     };
