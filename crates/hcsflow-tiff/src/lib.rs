@@ -17,6 +17,8 @@
 //!   a plate does: every page's tags are checked against it before any pixel
 //!   is decoded, and decoding is budgeted to it, so a small file claiming a
 //!   huge image costs nothing.
+//! - [`read_page_expecting`]: one page of a multi-page file (a plane of an
+//!   OME-TIFF), checked and budgeted the same way.
 //! - [`read_info`]: page count, size, dtype, description and compression
 //!   without decoding pixels.
 //! - [`write_stack`]: one page per plane, optionally Deflate-compressed, with
@@ -35,7 +37,8 @@ mod write;
 
 pub use error::TiffError;
 pub use read::{
-    file_kind, read_info, read_stack, read_stack_expecting, read_stacks, read_stacks_expecting, Expected, PlaneFormat, TiffInfo,
+    file_kind, read_info, read_page_expecting, read_stack, read_stack_expecting, read_stacks, read_stacks_expecting, Expected, PlaneFormat,
+    TiffInfo,
 };
 pub use write::{write_stack, Compression, WriteOptions};
 

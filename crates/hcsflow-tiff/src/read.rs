@@ -163,6 +163,38 @@ pub fn read_stacks_expecting<P: AsRef<Path> + Sync>(paths: &[P], expected: Expec
     read_files(paths, true, Some(expected))
 }
 
+/// Reads page `page` (0-based) of the TIFF at `path` as a `[1, Y, X]` stack,
+/// only if it is a `plane`: its tags are checked and decoding budgeted as by
+/// [`read_stack_expecting`], the other pages are neither checked nor
+/// decoded (a multi-page OME-TIFF holds planes of several images). A file
+/// with fewer pages is [`TiffError::Corrupt`] naming the page. Finding the
+/// page walks the IFD chain from the start: reading every page of an
+/// N-page file this way parses O(N²) IFDs, fine for the tens to hundreds of
+/// planes of one field's file.
+pub fn read_page_expecting(path: &Path, page: usize, plane: PlaneFormat) -> Result<Stack, TiffError> {
+    let (mut dec, file_len) = open(path, limits(Some(&Expected::one_plane(plane))))?;
+    if page > 0 {
+        guarded(path, Some(page), || dec.seek_to_image(page))?;
+    }
+    let meta = page_meta(&mut dec, path, page)?;
+    check_page(path, page, &meta, plane)?;
+    check_budget(path, &[meta], file_len)?;
+    let mut stack = match meta.dtype {
+        DType::U8 => Stack::from(decode_page::<u8>(&mut dec, path, page, meta)?),
+        DType::U16 => Stack::from(decode_page::<u16>(&mut dec, path, page, meta)?),
+        DType::F32 => Stack::from(decode_page::<f32>(&mut dec, path, page, meta)?),
+    };
+    undo_white_is_zero(&mut stack, &[meta]);
+    Ok(stack)
+}
+
+/// The decoder's current page (page `page`, described by `meta`) as a one-plane array.
+fn decode_page<T: Pixel>(dec: &mut Dec, path: &Path, page: usize, meta: PageMeta) -> Result<Array3<T>, TiffError> {
+    let mut data = vec![T::zeroed(); meta.height * meta.width];
+    decode_pages(dec, path, page, &[meta], &mut data)?;
+    Array3::from_shape_vec((1, meta.height, meta.width), data).map_err(|e| TiffError::corrupt(path, Some(page), e))
+}
+
 /// A file whose pages have been scanned; the decoder is on page 0.
 type Scanned = (Dec, Vec<PageMeta>);
 
@@ -233,7 +265,7 @@ fn decode_files<T: Pixel, P: AsRef<Path> + Sync>(
         rest = tail;
         jobs.push((path.as_ref(), dec, pages, mine));
     }
-    let decode = |(path, mut dec, pages, out): (&Path, Dec, Vec<PageMeta>, &mut [T])| decode_pages(&mut dec, path, &pages, out);
+    let decode = |(path, mut dec, pages, out): (&Path, Dec, Vec<PageMeta>, &mut [T])| decode_pages(&mut dec, path, 0, &pages, out);
     if parallel {
         jobs.into_par_iter().try_for_each(decode)?;
     } else {
@@ -398,24 +430,9 @@ fn guarded<T>(path: &Path, page: Option<usize>, f: impl FnOnce() -> tiff::TiffRe
 /// page by page, with `expected` (format, codec, page count). Leaves the
 /// decoder on the last page.
 fn scan_pages(dec: &mut Dec, path: &Path, expected: Option<&Expected>) -> Result<Vec<PageMeta>, TiffError> {
-    let check = |meta: &PageMeta, page: usize| -> Result<(), TiffError> {
-        let Some(e) = expected else {
-            return Ok(());
-        };
-        if meta.format() != e.plane {
-            return Err(TiffError::FormatMismatch { path: path.to_path_buf(), page, expected: e.plane, found: meta.format() });
-        }
-        if !STREAMING_CODECS.contains(&meta.compression) {
-            return Err(TiffError::Unsupported {
-                path: path.to_path_buf(),
-                page,
-                what: format!(
-                    "{} compression for an image of known size (only none, LZW, Deflate and PackBits are decoded within its size)",
-                    compression_name(meta.compression)
-                ),
-            });
-        }
-        Ok(())
+    let check = |meta: &PageMeta, page: usize| match expected {
+        Some(e) => check_page(path, page, meta, e.plane),
+        None => Ok(()),
     };
     // The number of pages, counted on from `seen` (IFDs are parsed, no pixel decoded).
     let count_pages = |dec: &mut Dec, seen: usize| -> Result<usize, TiffError> {
@@ -453,6 +470,25 @@ fn scan_pages(dec: &mut Dec, path: &Path, expected: Option<&Expected>) -> Result
         return Err(wrong_count(n, pages.len()));
     }
     Ok(pages)
+}
+
+/// Whether `meta` (page `page` of `path`) is a `plane` whose codec decodes
+/// within its size ([`read_stack_expecting`]'s check).
+fn check_page(path: &Path, page: usize, meta: &PageMeta, plane: PlaneFormat) -> Result<(), TiffError> {
+    if meta.format() != plane {
+        return Err(TiffError::FormatMismatch { path: path.to_path_buf(), page, expected: plane, found: meta.format() });
+    }
+    if !STREAMING_CODECS.contains(&meta.compression) {
+        return Err(TiffError::Unsupported {
+            path: path.to_path_buf(),
+            page,
+            what: format!(
+                "{} compression for an image of known size (only none, LZW, Deflate and PackBits are decoded within its size)",
+                compression_name(meta.compression)
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// The facts of the decoder's current page; errors if it is not a
@@ -533,17 +569,19 @@ fn check_budget(path: &Path, pages: &[PageMeta], file_len: u64) -> Result<(), Ti
     Ok(())
 }
 
-/// Decodes all pages of a file, starting at the decoder's current page
-/// (page 0), into `data` (`pages.len()` planes of page 0's size).
-fn decode_pages<T: Pixel>(dec: &mut Dec, path: &Path, pages: &[PageMeta], data: &mut [T]) -> Result<(), TiffError> {
+/// Decodes `pages.len()` pages of a file, starting at the decoder's current
+/// page (page `first`, named in errors), into `data` (`pages.len()` planes of
+/// the first page's size).
+fn decode_pages<T: Pixel>(dec: &mut Dec, path: &Path, first: usize, pages: &[PageMeta], data: &mut [T]) -> Result<(), TiffError> {
     let (height, width) = (pages[0].height, pages[0].width);
     let plane = height * width;
-    for (z, out) in data.chunks_exact_mut(plane).enumerate() {
-        if z > 0 {
+    for (k, out) in data.chunks_exact_mut(plane).enumerate() {
+        let z = first + k;
+        if k > 0 {
             guarded(path, Some(z), || dec.next_image())?;
         }
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(out);
-        if read_raw_page(dec, path, z, &pages[z], bytes)? {
+        if read_raw_page(dec, path, z, &pages[k], bytes)? {
             continue;
         }
         if dec.get_chunk_type() == ChunkType::Tile {
