@@ -61,6 +61,11 @@ pub enum ZarrError {
     #[error("{path}: invalid JSON metadata: {message}")]
     Json { path: PathBuf, message: String },
 
+    /// An OME-Zarr plate's metadata (or an array's) that cannot be read as
+    /// NGFF says, with what is wrong.
+    #[error("{path}: {message}")]
+    Metadata { path: PathBuf, message: String },
+
     /// An error reported by zarrs (array creation, encoding, storage). When
     /// the store failed with an I/O error (a full disk, say), `io` keeps it,
     /// so a caller tells it apart without reading `message`.

@@ -1,4 +1,5 @@
-//! OME-Zarr HCS plate writer for hcsflow outputs.
+//! OME-Zarr HCS plates: the writer of hcsflow's outputs, and a reader of
+//! any NGFF 0.4/0.5 plate ([`ZarrPlate`], [`read_plane`]) for inputs.
 //!
 //! Writes plate → row → column (well) → field images, each field a multiscale
 //! `[t, c, z, y, x]` image with physical pixel sizes, channel names and a 2×2
@@ -36,11 +37,13 @@
 mod error;
 mod metadata;
 mod pyramid;
+mod reader;
 mod spec;
 mod store;
 mod writer;
 
 pub use error::ZarrError;
+pub use reader::{is_plate, micrometres_per, plane_format, read_plane, Axis, AxisKind, ZarrField, ZarrPlate, ZarrWell};
 pub use spec::{FieldExtent, FieldShape, NgffVersion, PlateSpec, ZarrCompression};
 pub use store::remove_stale_temps;
 pub use writer::PlateWriter;
