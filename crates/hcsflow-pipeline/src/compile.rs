@@ -20,7 +20,7 @@ use hcsflow_core::{
     PlanError, Registry, Route, StackShape,
 };
 use hcsflow_plate::naming::z_reduced_rel;
-use hcsflow_plate::Plate;
+use hcsflow_plate::{ImageError, PlaneAt, Plate};
 use serde::{Deserialize, Serialize};
 
 use crate::output::manifest::MANIFEST_NAME;
@@ -230,7 +230,10 @@ pub struct InputPlane {
     /// is [`Plan::missing_policy`] (under [`MissingPolicy::Fill`] it is filled
     /// with zeros in memory, never on disk, when a step needs it).
     pub path: Option<PathBuf>,
-    /// Path relative to the plate folder: the naming outputs mirror.
+    /// Where the plane is in `path` when that holds several (an OME-Zarr
+    /// array); `None` for a one-plane file.
+    pub at: Option<PlaneAt>,
+    /// The name outputs mirror ([`ImageRecord::rel`](hcsflow_plate::ImageRecord::rel)).
     pub rel: PathBuf,
 }
 
@@ -1182,7 +1185,12 @@ fn well_inputs(plate: &Plate, well: &str) -> Vec<InputPlane> {
         .images
         .iter()
         .filter(|i| i.well == well)
-        .map(|i| InputPlane { key: key_of(i.site, i.channel, i.z_index, i.timepoint), path: Some(i.path.clone()), rel: rel(&i.path) })
+        .map(|i| InputPlane {
+            key: key_of(i.site, i.channel, i.z_index, i.timepoint),
+            path: Some(i.path.clone()),
+            at: i.at.clone(),
+            rel: i.rel(&plate.root),
+        })
         .collect();
     let present: BTreeSet<Key> = v.iter().map(|i| i.key).collect();
     for m in plate.missing.iter().filter(|m| m.well == well) {
@@ -1191,7 +1199,7 @@ fn well_inputs(plate: &Plate, well: &str) -> Vec<InputPlane> {
             continue;
         }
         let name = m.path.as_deref().map(rel).unwrap_or_else(|| m.placeholder_rel());
-        v.push(InputPlane { key, path: None, rel: name });
+        v.push(InputPlane { key, path: None, at: None, rel: name });
     }
     v.sort_by_key(|i| i.key);
     v
@@ -1281,8 +1289,11 @@ fn plane_format(plate: &Plate) -> Result<(usize, usize, DType), PipelineError> {
         message: format!("{}: the plate has no images", plate.root.display()),
         fix: "check the plate folder (`hcsflow inspect`)".into(),
     })?;
-    let info = hcsflow_tiff::read_info(&first.path).map_err(|e| PipelineError::Image { path: first.path.clone(), source: Box::new(e) })?;
-    Ok((info.height, info.width, info.dtype))
+    match hcsflow_plate::image_format(first) {
+        Ok((h, w, dtype, _)) => Ok((h, w, dtype)),
+        Err(ImageError::Tiff(e)) => Err(PipelineError::Image { path: first.path.clone(), source: Box::new(e) }),
+        Err(ImageError::Zarr(e)) => Err(PipelineError::Zarr { path: first.path.clone(), source: Box::new(e) }),
+    }
 }
 
 /// `path` made absolute and resolved as far as it exists (the rest appended).

@@ -20,7 +20,8 @@ pub enum PipelineError {
     /// `OUT/run_manifest.json` is not a run manifest.
     #[error("{path}: not a run manifest: {source}")]
     Manifest { path: PathBuf, source: serde_json::Error },
-    /// The metadata of an OME-Zarr plate could not be written.
+    /// An OME-Zarr plate's metadata could not be written, or an input
+    /// plate's array read (compile reads one for the plane size).
     #[error("{path}: {source}")]
     Zarr { path: PathBuf, source: Box<hcsflow_zarr::ZarrError> },
     #[error("step '{step}': {message}\n    fix: {fix}")]

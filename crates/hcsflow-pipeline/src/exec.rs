@@ -44,6 +44,7 @@ use std::time::Instant;
 
 use hcsflow_core::{Array, CallContext, Conversions, Device, FunctionError, PlaneInfo, Registry, Route, Stack, StackInfo, Table};
 pub use hcsflow_io::peak_rss_bytes;
+use hcsflow_plate::ImageError;
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -267,7 +268,7 @@ pub(crate) enum StepError {
     /// A table could not be written.
     #[error(transparent)]
     Output(Box<PipelineError>),
-    /// An OME-Zarr plane could not be written.
+    /// An OME-Zarr plane could not be read or written.
     #[error("OME-Zarr: {0}")]
     Zarr(#[source] Box<hcsflow_zarr::ZarrError>),
     /// A function of the chain failed; its error keeps its kind (invalid
@@ -768,7 +769,8 @@ fn load<'g>(plan: &Plan, well: &WellPlan, groups: &'g [GroupPlan]) -> Result<Vec
                 .iter()
                 .map(|k| files.get(k).copied().ok_or_else(|| unavailable(k)))
                 .collect::<Result<Vec<&InputPlane>, StepError>>()?;
-            let paths: Option<Vec<&Path>> = inputs.iter().map(|i| i.path.as_deref()).collect();
+            // One read of several files applies to one-plane files only.
+            let paths: Option<Vec<&Path>> = inputs.iter().map(|i| i.path.as_deref().filter(|_| i.at.is_none())).collect();
             let planes = match (&g.action, paths) {
                 (Action::Skip, _) => Vec::new(),
                 (Action::Chain(_), Some(paths)) if paths.len() > 1 => match hcsflow_tiff::read_stacks_expecting(&paths, expected) {
@@ -787,10 +789,10 @@ fn load<'g>(plan: &Plan, well: &WellPlan, groups: &'g [GroupPlan]) -> Result<Vec
 /// Each file must be one page of the plan's plane size and dtype, checked
 /// from its tags before its pixels are decoded (the error names the file and
 /// both sizes and dtypes), so a small file claiming a huge image fails its
-/// well without the memory it claims.
+/// well without the memory it claims; an OME-Zarr array's planes likewise,
+/// from its metadata ([`hcsflow_plate::read_image`]).
 fn read_planes(plan: &Plan, inputs: &[&InputPlane]) -> Result<Vec<Stack>, StepError> {
     let (h, w, dtype) = plan.plane;
-    let expected = hcsflow_tiff::Expected::one_plane(hcsflow_tiff::PlaneFormat::new(h, w, dtype));
     inputs
         .par_iter()
         .map(|input| match &input.path {
@@ -798,11 +800,12 @@ fn read_planes(plan: &Plan, inputs: &[&InputPlane]) -> Result<Vec<Stack>, StepEr
             None => {
                 Err(StepError::Failed(format!("{}: the image is missing (policy --missing {})", input.rel.display(), plan.missing_policy)))
             }
-            Some(p) => hcsflow_tiff::read_stack_expecting(p, expected).map_err(|e| match e {
-                hcsflow_tiff::TiffError::PageCount { path, found, .. } => {
+            Some(p) => hcsflow_plate::read_image(p, input.at.as_ref(), (h, w, dtype)).map_err(|e| match e {
+                ImageError::Tiff(hcsflow_tiff::TiffError::PageCount { path, found, .. }) => {
                     StepError::Failed(format!("{}: {found} pages; plate images have one plane each", path.display()))
                 }
-                e => StepError::from(e),
+                ImageError::Tiff(e) => StepError::from(e),
+                ImageError::Zarr(e) => StepError::Zarr(Box::new(e)),
             }),
         })
         .collect()

@@ -1,6 +1,10 @@
 //! Site grids from stage positions, for every reader whose metadata places
 //! sites by stage position instead of declaring a grid (Harmony fields,
-//! MetaXpress database acquisitions).
+//! MetaXpress database acquisitions, OME-Zarr fields).
+
+use std::collections::BTreeSet;
+
+use crate::{PlateMetadata, SiteCell};
 
 /// Groups values into clusters whose consecutive members (in sorted order)
 /// differ by less than `tol`. Returns the cluster index of every input value
@@ -39,6 +43,42 @@ pub(crate) fn grid_cells(positions: &[(f64, f64)], field_w: f64, field_h: f64) -
     let (rows, nr) = cluster(&ys, field_h / 2.0);
     let (cols, nc) = cluster(&xs, field_w / 2.0);
     GridCells { cells: rows.into_iter().zip(cols).collect(), rows: nr, cols: nc }
+}
+
+/// Places the sites of a plate whose metadata gives stage positions but no
+/// grid (`metadata.site_cells`, one row in site order on entry) on the grid
+/// those positions show: those of the first well, in numeric order, with a
+/// position for every site, clustered by [`grid_cells`] (half a field apart;
+/// the field is the image width and height × the pixel size). Site numbers
+/// are kept. Without such a well or a field size, or when two sites fall into
+/// one cell, the sites stay in one row and a warning says why; `source` names
+/// where positions come from ("a MetaSeries stage-position-x/y").
+pub(crate) fn place_sites(metadata: &mut PlateMetadata, warnings: &mut Vec<String>, source: &str) {
+    let sites: Vec<u32> = metadata.site_cells.iter().map(|c| c.site).collect();
+    if sites.len() <= 1 {
+        return;
+    }
+    let one_row = |why: String| format!("site grid: the {} sites are placed in one row, in site order: {why}", sites.len());
+    let complete = metadata.acquired_wells.iter().find_map(|w| {
+        let positions: Option<Vec<(f64, f64)>> = sites.iter().map(|&s| metadata.stage_position(w, s)).collect();
+        positions.map(|p| (w.clone(), p))
+    });
+    let Some((well, positions)) = complete else {
+        warnings.push(one_row(format!("no well has {source} for every site")));
+        return;
+    };
+    let (Some(pixel), Some(w), Some(h)) = (metadata.pixel_size_um, metadata.image_width, metadata.image_height) else {
+        warnings.push(one_row("no pixel size or image size to measure the stage positions in fields".into()));
+        return;
+    };
+    let grid = grid_cells(&positions, pixel * f64::from(w), pixel * f64::from(h));
+    if grid.cells.iter().collect::<BTreeSet<_>>().len() < sites.len() {
+        warnings.push(one_row(format!("in well {well}, some sites are less than half a field apart")));
+        return;
+    }
+    metadata.site_cells = sites.iter().zip(&grid.cells).map(|(&site, &(row, col))| SiteCell { site, row, col }).collect();
+    metadata.grid_rows = grid.rows;
+    metadata.grid_cols = grid.cols;
 }
 
 #[cfg(test)]

@@ -5,8 +5,10 @@
 //! well name), plus plate metadata (plate size, acquired wells, site grid,
 //! pixel size, stage positions, channel names, image size and dtype).
 //!
-//! Handlers: ImageXpress/MetaXpress (`.HTD`, [`imagexpress`]) and Opera
-//! Phenix/Operetta (Harmony index XML, [`phenix`]). [`detect`] picks one from
+//! Handlers: ImageXpress/MetaXpress (`.HTD`, [`imagexpress`]), Opera
+//! Phenix/Operetta (Harmony index XML, [`phenix`]), OME-Zarr HCS plates
+//! ([`ome_zarr`]), OME-TIFF ([`ome_tiff`]) and hcsflow's own TIFF outputs
+//! ([`run_output`]). [`detect`] picks one from
 //! the metadata files present; [`open_plate`] accepts an explicit override.
 //! Each format module also writes what it reads (names, descriptor, image
 //! metadata), for the synthetic plates of `hcsflow-synth`; [`naming`] holds the
@@ -49,8 +51,11 @@ use hcsflow_core::DType;
 use serde::{Deserialize, Serialize};
 
 mod grid;
+mod image;
 pub mod imagexpress;
 pub mod naming;
+pub mod ome_tiff;
+pub mod ome_zarr;
 pub mod phenix;
 pub mod run_output;
 mod summary;
@@ -58,6 +63,7 @@ pub mod verify;
 pub mod well;
 mod xml;
 
+pub use image::{image_format, read_image, ImageError};
 pub use summary::summary_text;
 pub use verify::{verify, DuplicatePlane, FileProblem, PlaneShape, ProblemKind, VerifyReport};
 pub use well::{cmp_wells, parse_well, well_name};
@@ -74,6 +80,10 @@ pub enum Format {
     /// A step's TIFF output of an `hcsflow run`, described by its
     /// `hcsflow-plate.json` ([`run_output`]).
     Hcsflow,
+    /// An OME-Zarr HCS plate, NGFF 0.4 or 0.5 ([`ome_zarr`]).
+    OmeZarr,
+    /// OME-TIFF files with OME-XML metadata ([`ome_tiff`]).
+    OmeTiff,
 }
 
 impl Format {
@@ -83,6 +93,8 @@ impl Format {
             Format::ImageXpress => "imagexpress",
             Format::OperaPhenix => "opera-phenix",
             Format::Hcsflow => "hcsflow",
+            Format::OmeZarr => "ome-zarr",
+            Format::OmeTiff => "ome-tiff",
         }
     }
 }
@@ -95,7 +107,7 @@ impl fmt::Display for Format {
 
 /// Error for a format name that is not one we read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown plate format '{0}': expected 'imagexpress', 'opera-phenix' or 'hcsflow'")]
+#[error("unknown plate format '{0}': expected 'imagexpress', 'opera-phenix', 'hcsflow', 'ome-zarr' or 'ome-tiff'")]
 pub struct UnknownFormat(pub String);
 
 impl FromStr for Format {
@@ -105,12 +117,26 @@ impl FromStr for Format {
             "imagexpress" | "ixm" | "metaxpress" => Ok(Format::ImageXpress),
             "opera-phenix" | "operaphenix" | "phenix" | "operetta" | "harmony" => Ok(Format::OperaPhenix),
             "hcsflow" | "hcsflow-output" => Ok(Format::Hcsflow),
+            "ome-zarr" | "omezarr" | "zarr" | "ngff" => Ok(Format::OmeZarr),
+            "ome-tiff" | "ometiff" | "ome-tif" => Ok(Format::OmeTiff),
             _ => Err(UnknownFormat(s.to_string())),
         }
     }
 }
 
-/// One image file (one plane) of the plate and its components.
+/// Where an image's plane is inside its container, for plates whose files
+/// hold more than one plane.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum PlaneAt {
+    /// The `y × x` plane at `index` (one index per array dimension; y and x
+    /// are 0) of the Zarr array in the folder [`ImageRecord::path`].
+    Zarr { index: Vec<u64> },
+    /// Page `page` (0-based IFD) of the multi-page TIFF [`ImageRecord::path`].
+    TiffPage { page: u32 },
+}
+
+/// One image (one plane) of the plate and its components.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ImageRecord {
     /// Well name, `A01` .. `AF48` (Opera `r01c01` becomes `A01`).
@@ -123,8 +149,12 @@ pub struct ImageRecord {
     pub z_index: u32,
     /// 1-based time point.
     pub timepoint: u32,
-    /// Absolute path of the file.
+    /// Absolute path of the file (of the array folder, for a Zarr plane).
     pub path: PathBuf,
+    /// Where the plane is in `path`, when that holds several planes;
+    /// `None`: `path` is a one-plane image file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at: Option<PlaneAt>,
 }
 
 impl ImageRecord {
@@ -266,7 +296,7 @@ pub enum PlateError {
     NotFound { path: PathBuf },
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
-    #[error("{path}: no plate found (no .HTD file, no Index.idx.xml / Index.ref.xml / Index.xml here or in Images/, no MetaXpress acquisition folder <date>/<id>/ with images here or below)")]
+    #[error("{path}: no plate found (no .HTD file, no Index.idx.xml / Index.ref.xml / Index.xml here or in Images/, no MetaXpress acquisition folder <date>/<id>/ with images here or below, no OME-Zarr plate here or directly inside, no .ome.tif files)")]
     NoPlateFound { path: PathBuf },
     /// A MetaXpress plate folder (`<plate>/<YYYY-MM-DD>/<id>/`) holding
     /// several acquisitions: which one is meant is the user's choice.
@@ -294,6 +324,13 @@ pub enum PlateError {
     /// [`imagexpress::MAX_EXPECTED_FLOOR`] for the rule.
     #[error("{path}: {key} {value} but the plate folder has {files} image file(s); {detail}; a corrupt HTD?")]
     ImplausibleCount { path: PathBuf, key: String, value: u64, files: usize, detail: String },
+    /// An OME-TIFF file whose OME-XML cannot be read, or describes images
+    /// hcsflow cannot read.
+    #[error("{path}: OME-TIFF: {message}")]
+    OmeXml { path: PathBuf, message: String },
+    /// An OME-Zarr plate whose metadata cannot be read as NGFF says.
+    #[error("{path}: not a readable OME-Zarr plate: {source}")]
+    Zarr { path: PathBuf, source: Box<hcsflow_zarr::ZarrError> },
     /// The descriptor is not a regular file (a FIFO, a device, a folder…).
     #[error("{path}: {reason}; not opened")]
     NotRegularFile { path: PathBuf, reason: String },
@@ -379,11 +416,17 @@ fn require_exists(path: &Path) -> Result<(), PlateError> {
 /// A folder with neither is ImageXpress when it is a MetaXpress database
 /// acquisition, or a plate or date folder above exactly one
 /// ([`imagexpress::database_acquisition`]; several are
-/// [`PlateError::SeveralAcquisitions`]).
+/// [`PlateError::SeveralAcquisitions`]). An OME-Zarr HCS plate (its root
+/// folder, or the one such folder inside `path`, as in a run's output folder)
+/// is [`Format::OmeZarr`]; a `.ome.tif(f)` file, or a folder of them with
+/// none of the above, [`Format::OmeTiff`].
 pub fn detect(path: &Path) -> Result<Format, PlateError> {
     require_exists(path)?;
     if run_output::find_descriptor(path)?.is_some() {
         return Ok(Format::Hcsflow);
+    }
+    if hcsflow_zarr::is_plate(path) {
+        return Ok(Format::OmeZarr);
     }
     if path.is_file() {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
@@ -392,6 +435,9 @@ pub fn detect(path: &Path) -> Result<Format, PlateError> {
         }
         if phenix::INDEX_NAMES.iter().any(|n| n.eq_ignore_ascii_case(&name)) {
             return Ok(Format::OperaPhenix);
+        }
+        if ome_tiff::is_ome_tiff_name(&name) {
+            return Ok(Format::OmeTiff);
         }
         return Err(PlateError::NoPlateFound { path: path.to_path_buf() });
     }
@@ -402,6 +448,8 @@ pub fn detect(path: &Path) -> Result<Format, PlateError> {
         (false, true) => Ok(Format::OperaPhenix),
         (true, true) => Err(PlateError::AmbiguousFormat { path: path.to_path_buf(), found: "an .HTD file and a Harmony index".into() }),
         (false, false) if imagexpress::database_acquisition(path)?.is_some() => Ok(Format::ImageXpress),
+        (false, false) if ome_zarr::find_plate(path)?.is_some() => Ok(Format::OmeZarr),
+        (false, false) if !ome_tiff::find_files(path)?.is_empty() => Ok(Format::OmeTiff),
         (false, false) => Err(PlateError::NoPlateFound { path: path.to_path_buf() }),
     }
 }
@@ -417,6 +465,8 @@ pub fn open_plate(path: &Path, format: Option<Format>) -> Result<Plate, PlateErr
     let mut plate = match format {
         Format::ImageXpress => imagexpress::open(path)?,
         Format::OperaPhenix => phenix::open(path)?,
+        Format::OmeZarr => ome_zarr::open(path)?,
+        Format::OmeTiff => ome_tiff::open(path)?,
         Format::Hcsflow => match run_output::find_descriptor(path)? {
             Some(descriptor) => run_output::open(&descriptor)?,
             None => {

@@ -7,7 +7,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use crate::imagexpress::{ImageName, ZSTEP_FOLDER};
-use crate::MissingImage;
+use crate::{ImageRecord, MissingImage};
 
 /// The output name of a stack reduced over z, from the name `rel` of its
 /// first plane: `rel` without any ImageXpress `ZStep_<z>` folder, so that the
@@ -16,22 +16,40 @@ pub fn z_reduced_rel(rel: &Path) -> PathBuf {
     rel.components().filter(|c| !matches!(c, Component::Normal(s) if s.to_string_lossy().starts_with(ZSTEP_FOLDER))).collect()
 }
 
+/// The prefix-less ImageXpress name with every component,
+/// `A01_s1_w2_z3_t1.tif`: the name of an image that has no file of its own.
+fn component_name(well: &str, site: u32, channel: u32, z: u32, t: u32) -> PathBuf {
+    let name = ImageName {
+        prefix: None,
+        well: well.to_string(),
+        site: Some(site),
+        wave: Some(channel),
+        timepoint: Some(t),
+        z: Some(z),
+        thumb: false,
+        guid: None,
+    };
+    PathBuf::from(format!("{}.tif", name.stem()))
+}
+
 impl MissingImage {
     /// The name that stands for this image when the plate names no file for
-    /// it (e.g. an empty URL in a Harmony index): the prefix-less ImageXpress
-    /// name with every component, `A01_s1_w2_z3_t1.tif`.
+    /// it (e.g. an empty URL in a Harmony index): [`component_name`].
     pub fn placeholder_rel(&self) -> PathBuf {
-        let name = ImageName {
-            prefix: None,
-            well: self.well.clone(),
-            site: Some(self.site),
-            wave: Some(self.channel),
-            timepoint: Some(self.timepoint),
-            z: Some(self.z_index),
-            thumb: false,
-            guid: None,
-        };
-        PathBuf::from(format!("{}.tif", name.stem()))
+        component_name(&self.well, self.site, self.channel, self.z_index, self.timepoint)
+    }
+}
+
+impl ImageRecord {
+    /// The name outputs of this image mirror: its file relative to the plate
+    /// folder `root` (its file name when it is elsewhere, as a symbolic
+    /// link's target may be); for a plane inside a container (a Zarr array),
+    /// which has no file of its own, [`component_name`]: `A01_s1_w2_z3_t1.tif`.
+    pub fn rel(&self, root: &Path) -> PathBuf {
+        if self.at.is_some() {
+            return component_name(&self.well, self.site, self.channel, self.z_index, self.timepoint);
+        }
+        self.path.strip_prefix(root).map(Path::to_path_buf).unwrap_or_else(|_| self.path.file_name().map(PathBuf::from).unwrap_or_default())
     }
 }
 

@@ -69,8 +69,10 @@ pub struct OutputDescriptor {
 /// The descriptor of the output plate at `path`, when `path` is one: the
 /// descriptor file itself, a folder holding it, or a run's output folder
 /// with exactly one step folder holding one. `None` when `path` is none of
-/// these; an error when it is a run's output folder whose images cannot be
-/// chosen (no step wrote TIFFs, or several did: the error lists them).
+/// these, or a run's output folder where no step wrote TIFFs but one
+/// OME-Zarr plate is (that plate is the output plate, [`crate::ome_zarr`]);
+/// an error when it is a run's output folder whose images cannot be chosen
+/// (no step wrote images, or several steps wrote TIFFs: the error lists them).
 pub fn find_descriptor(path: &Path) -> Result<Option<PathBuf>, PlateError> {
     if path.is_file() {
         let named = path.file_name().is_some_and(|n| n == DESCRIPTOR_NAME);
@@ -92,6 +94,8 @@ pub fn find_descriptor(path: &Path) -> Result<Option<PathBuf>, PlateError> {
     }
     match steps.len() {
         1 => Ok(steps.pop()),
+        // Only OME-Zarr output: that plate is the run's output plate (`ome_zarr::find_plate`).
+        0 if crate::ome_zarr::find_plate(path)?.is_some() => Ok(None),
         0 => Err(PlateError::NoImages {
             path: path.to_path_buf(),
             detail: format!(
@@ -146,6 +150,7 @@ pub fn open(descriptor: &Path) -> Result<Plate, PlateError> {
                 z_index: image.z_index,
                 timepoint: image.timepoint,
                 path,
+                at: None,
             }),
             Err((path, reason)) => plate.missing.push(MissingImage {
                 well: image.well,

@@ -153,7 +153,7 @@ impl VerifyReport {
 pub fn verify(plate: &Plate) -> VerifyReport {
     let records: Vec<&ImageRecord> = plate.images.iter().chain(&plate.projections).collect();
     let paths: Vec<&Path> = records.iter().map(|i| i.path.as_path()).collect();
-    let results: Vec<Result<Header, FileProblem>> = paths.par_iter().map(|p| check_file(p)).collect();
+    let results: Vec<Result<Header, FileProblem>> = records.par_iter().map(|r| check_image(r)).collect();
     let duplicates = duplicated_planes(&records, &results);
 
     // The majority plane; ties go to the plane seen first in plate order.
@@ -214,7 +214,9 @@ pub fn verify(plate: &Plate) -> VerifyReport {
         if meta != maj {
             let source = match plate.format {
                 crate::Format::ImageXpress => "taken from the first image header read".to_string(),
-                crate::Format::OperaPhenix | crate::Format::Hcsflow => format!("from {}", plate.descriptor.display()),
+                crate::Format::OperaPhenix | crate::Format::Hcsflow | crate::Format::OmeZarr | crate::Format::OmeTiff => {
+                    format!("from {}", plate.descriptor.display())
+                }
             };
             let odd = problems.iter().filter(|p| matches!(p.kind, ProblemKind::Mismatch { .. })).count();
             plate_problems.push(format!(
@@ -349,6 +351,21 @@ fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize>
         }
     }
     Ok(n)
+}
+
+/// The header of one image, or its problem: a file's ([`check_file`]), or
+/// for a plane of an OME-Zarr array the array's metadata (its chunks are not
+/// decoded; a chunk never written reads as the fill value, which Zarr allows).
+fn check_image(image: &ImageRecord) -> Result<Header, FileProblem> {
+    if image.at.is_none() {
+        return check_file(&image.path);
+    }
+    let (height, width, dtype, pages) = crate::image_format(image).map_err(|e| FileProblem {
+        path: image.path.clone(),
+        kind: ProblemKind::Unreadable,
+        message: e.to_string(),
+    })?;
+    Ok(Header { shape: PlaneShape { width, height, dtype }, pages, description: None, len: 0 })
 }
 
 /// The header of one file, or its problem.

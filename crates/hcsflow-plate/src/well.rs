@@ -76,6 +76,13 @@ pub fn plate_dimensions(wells: u32) -> Option<(u32, u32)> {
     }
 }
 
+/// (rows, columns) of the smallest plate of 6, 24, 96, 384 or 1536 wells
+/// holding a well at 1-based `row` and `col`; `(row, col)` itself when no
+/// such plate does.
+pub fn smallest_plate(row: u32, col: u32) -> (u32, u32) {
+    [(2, 3), (4, 6), (8, 12), (16, 24), (32, 48)].into_iter().find(|(pr, pc)| row <= *pr && col <= *pc).unwrap_or((row, col))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -247,6 +247,31 @@ def test_a_plate_opens_with_its_metadata_and_any_stack_reads_as_an_array(tmp_pat
     assert sorted((p, p.stat().st_mtime_ns) for p in plate_dir.rglob("*")) == before  # nothing written
 
 
+def test_an_ome_zarr_plate_from_ome_zarr_py_opens_and_stacks_read_its_planes(tmp_path):
+    import zarr
+    from ome_zarr.format import FormatV05
+    from ome_zarr.io import parse_url
+    from ome_zarr.writer import write_image, write_plate_metadata, write_well_metadata
+
+    fmt = FormatV05()
+    root = zarr.group(store=parse_url(tmp_path / "p.zarr", mode="w", fmt=fmt).store, zarr_format=3)
+    write_plate_metadata(root, ["A", "B"], ["1", "2", "3"], ["B/3"], fmt=fmt, name="py")
+    well = root.require_group("B").require_group("3")
+    write_well_metadata(well, [{"path": "0"}, {"path": "1"}], fmt=fmt)
+    data = [np.random.default_rng(f).integers(0, 4000, (2, 4, 16, 12), dtype=np.uint16) for f in range(2)]
+    for f in range(2):
+        write_image(data[f], well.require_group(str(f)), axes="czyx", fmt=fmt, scale_factors=(2,))
+    before = sorted((p, p.stat().st_mtime_ns) for p in (tmp_path / "p.zarr").rglob("*"))
+    plate = hcsflow.open_plate(tmp_path / "p.zarr")
+    assert plate.format == "ome-zarr" and plate.wells == ["B03"]
+    assert plate.sites == [1, 2] and list(plate.channels) == [1, 2] and plate.z_indices == [1, 2, 3, 4]
+    assert plate.images[0].at["kind"] == "zarr"
+    # z planes of field 1 (site 2), channel 2; then channels of site 1, z 3.
+    np.testing.assert_array_equal(plate.stack("B03", site=2, channel=2), data[1][1])
+    np.testing.assert_array_equal(plate.stack("B03", site=1, channel=None, z_index=3), data[0][:, 2])
+    assert sorted((p, p.stat().st_mtime_ns) for p in (tmp_path / "p.zarr").rglob("*")) == before
+
+
 def test_engine_log_events_reach_python_logging(tmp_path, caplog):
     plate = tmp_path / "plate"
     hcsflow.synth_plate(plate, wells=["A01"], z=2, size=32)

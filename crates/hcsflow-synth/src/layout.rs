@@ -78,7 +78,7 @@ impl<'a> Layout<'a> {
         let px = self.cfg.pixel_size_um;
         match self.cfg.format {
             // validate() refuses the formats synth does not write.
-            Format::ImageXpress | Format::Hcsflow => {
+            Format::ImageXpress | Format::Hcsflow | Format::OmeZarr | Format::OmeTiff => {
                 (f64::from(well.2 - 1) * self.pitch_um + x * px, f64::from(well.1 - 1) * self.pitch_um + y * px)
             }
             Format::OperaPhenix => ((x - self.frame_w / 2.0) * px, (y - self.frame_h / 2.0) * px),

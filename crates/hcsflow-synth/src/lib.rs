@@ -165,6 +165,9 @@ pub(crate) type WellRc = (String, u32, u32);
 /// Checks the configuration; returns the plate rows, columns and the wells.
 fn validate(cfg: &SynthConfig) -> Result<(u32, u32, Vec<WellRc>), SynthError> {
     let bad = |m: String| Err(SynthError::InvalidConfig(m));
+    if !matches!(cfg.format, Format::ImageXpress | Format::OperaPhenix) {
+        return bad(format!("format {}: synthetic plates are written as imagexpress or opera-phenix", cfg.format));
+    }
     let Some((prow, pcol)) = plate_dimensions(cfg.plate_size).filter(|_| matches!(cfg.plate_size, 96 | 384 | 1536)) else {
         return bad(format!("plate_size must be 96, 384 or 1536, not {}", cfg.plate_size));
     };

@@ -117,7 +117,7 @@ impl PlateWriter<'_> {
         let mut dirs = BTreeSet::new();
         match cfg.format {
             // validate() refuses the formats synth does not write.
-            Format::ImageXpress | Format::Hcsflow => {
+            Format::ImageXpress | Format::Hcsflow | Format::OmeZarr | Format::OmeTiff => {
                 for t in 1..=cfg.timepoints {
                     for z in 1..=cfg.z_planes {
                         dirs.insert(self.ix_dir(t, Some(z)));
@@ -141,7 +141,7 @@ impl PlateWriter<'_> {
         let px = cfg.pixel_size_um;
         match cfg.format {
             // validate() refuses the formats synth does not write.
-            Format::ImageXpress | Format::Hcsflow => {
+            Format::ImageXpress | Format::Hcsflow | Format::OmeZarr | Format::OmeTiff => {
                 let tile = self.tile(job);
                 let guid = self.guid(j, 5);
                 let suffix = match cfg.guid_style {
@@ -251,7 +251,7 @@ impl PlateWriter<'_> {
     pub fn write_descriptor(&self) -> Result<(), SynthError> {
         match self.cfg().format {
             // validate() refuses the formats synth does not write.
-            Format::ImageXpress | Format::Hcsflow => self.write_htd(),
+            Format::ImageXpress | Format::Hcsflow | Format::OmeZarr | Format::OmeTiff => self.write_htd(),
             Format::OperaPhenix => self.write_index(),
         }
     }

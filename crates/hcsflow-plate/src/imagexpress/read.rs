@@ -8,8 +8,8 @@ use rayon::prelude::*;
 
 use super::htd::{parse_htd, HtdInfo};
 use super::names::{numbered, numbered_from_zero, parse_image_name, ImageName, TIMEPOINT_FOLDER, ZSTEP_FOLDER};
-use crate::grid::grid_cells;
-use crate::well::parse_well;
+use crate::grid::place_sites;
+use crate::well::{parse_well, smallest_plate};
 use crate::{
     io_err, list_dir, metaseries_props, not_a_regular_file, EntryKind, Format, ImageRecord, MissingImage, Plate, PlateError, PlateMetadata,
     SiteCell, StagePosition,
@@ -315,44 +315,9 @@ fn open_database(root: &Path) -> Result<Plate, PlateError> {
     };
     let all: Vec<ImageRecord> = images.iter().chain(&projections).cloned().collect();
     header_metadata(&all, &mut metadata, &mut warnings);
-    place_sites(&mut metadata, &mut warnings);
+    place_sites(&mut metadata, &mut warnings, "a MetaSeries stage-position-x/y");
     metadata.channel_names = wave_names(&all);
     Ok(Plate { format: Format::ImageXpress, root: root.clone(), descriptor: root, metadata, images, projections, missing, warnings })
-}
-
-/// Places the sites of a database acquisition (`metadata.site_cells`, one
-/// row in site order on entry) on the grid their MetaSeries stage positions
-/// show: those of the first well, in numeric order, with a position for every
-/// site, clustered by [`grid_cells`] (half a field apart; the field is the
-/// image width and height × the pixel size). Site numbers are kept. Without
-/// such a well or a field size, or when two sites fall into one cell, the
-/// sites stay in one row and a warning says why.
-fn place_sites(metadata: &mut PlateMetadata, warnings: &mut Vec<String>) {
-    let sites: Vec<u32> = metadata.site_cells.iter().map(|c| c.site).collect();
-    if sites.len() <= 1 {
-        return;
-    }
-    let one_row = |why: String| format!("site grid: the {} sites are placed in one row, in site order: {why}", sites.len());
-    let complete = metadata.acquired_wells.iter().find_map(|w| {
-        let positions: Option<Vec<(f64, f64)>> = sites.iter().map(|&s| metadata.stage_position(w, s)).collect();
-        positions.map(|p| (w.clone(), p))
-    });
-    let Some((well, positions)) = complete else {
-        warnings.push(one_row("no well has a MetaSeries stage-position-x/y for every site".into()));
-        return;
-    };
-    let (Some(pixel), Some(w), Some(h)) = (metadata.pixel_size_um, metadata.image_width, metadata.image_height) else {
-        warnings.push(one_row("no pixel size or image size to measure the stage positions in fields".into()));
-        return;
-    };
-    let grid = grid_cells(&positions, pixel * f64::from(w), pixel * f64::from(h));
-    if grid.cells.iter().collect::<BTreeSet<_>>().len() < sites.len() {
-        warnings.push(one_row(format!("in well {well}, some sites are less than half a field apart")));
-        return;
-    }
-    metadata.site_cells = sites.iter().zip(&grid.cells).map(|(&site, &(row, col))| SiteCell { site, row, col }).collect();
-    metadata.grid_rows = grid.rows;
-    metadata.grid_cols = grid.cols;
 }
 
 /// The HTD a database acquisition would have had, from its files.
@@ -361,7 +326,7 @@ fn htd_of_files(found: &[Found]) -> HtdInfo {
     let (rows, cols) = {
         let wells: Vec<(u32, u32)> = found.iter().filter_map(|f| parse_well(&f.name.well)).collect();
         let (r, c) = wells.iter().fold((0, 0), |(r, c), (wr, wc)| (r.max(*wr), c.max(*wc)));
-        [(2, 3), (4, 6), (8, 12), (16, 24), (32, 48)].into_iter().find(|(pr, pc)| r <= *pr && c <= *pc).unwrap_or((r, c))
+        smallest_plate(r, c)
     };
     let sites = max(&|f| f.name.site.unwrap_or(1));
     let waves = max(&|f| f.name.wave.unwrap_or(1));
@@ -642,7 +607,8 @@ fn classify(htd: &HtdInfo, n_sites: u32, n_channels: usize, found: &[Found], war
         if f.t > htd.timepoints {
             warnings.push(format!("{fname}: time point {} beyond the HTD's TimePoints {}", f.t, htd.timepoints));
         }
-        let rec = |z: u32| ImageRecord { well: f.name.well.clone(), site, channel, z_index: z, timepoint: f.t, path: f.path.clone() };
+        let rec =
+            |z: u32| ImageRecord { well: f.name.well.clone(), site, channel, z_index: z, timepoint: f.t, path: f.path.clone(), at: None };
         match f.z {
             None => {
                 if !htd.z_projection {

@@ -406,7 +406,7 @@ fn resolve_images(
         };
         match entry_file(loc, e, warnings) {
             Ok(file) => {
-                found.images.push(ImageRecord { well, site, channel: e.channel, z_index: e.plane, timepoint: t, path: file });
+                found.images.push(ImageRecord { well, site, channel: e.channel, z_index: e.plane, timepoint: t, path: file, at: None });
             }
             Err((path, reason)) => found.missing.push(miss(path, &reason)),
         }

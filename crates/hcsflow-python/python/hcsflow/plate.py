@@ -1,5 +1,6 @@
 """Plates from Python: :func:`open_plate` reads a plate folder's metadata as
-the engine does (ImageXpress or Opera Phenix; the folder is never written),
+the engine does (ImageXpress, Opera Phenix, OME-Zarr, OME-TIFF or an hcsflow
+run's output; nothing is ever written),
 and :meth:`Plate.stack` reads any stack of its images into a numpy array."""
 
 from __future__ import annotations
@@ -18,13 +19,17 @@ COMPONENTS = ("site", "channel", "z_index", "timepoint")
 
 @dataclass(frozen=True)
 class Image:
-    """One image file (one plane) and its components (all 1-based)."""
+    """One image (one plane) and its components (all 1-based). ``path`` is its
+    file (an OME-Zarr array's folder); ``at`` where the plane is in it when it
+    holds several (``{"kind": "tiff-page", "page": 3}``, ``{"kind": "zarr",
+    "index": [0, 1, 2, 0, 0]}``), else ``None``."""
     well: str
     site: int
     channel: int
     z_index: int
     timepoint: int
     path: str
+    at: dict[str, Any] | None = None
 
 
 class Plate:
@@ -38,8 +43,8 @@ class Plate:
         self.root: str = data["root"]
         self.descriptor: str = data["descriptor"]
         self.metadata: dict[str, Any] = data["metadata"]
-        self.images = [Image(**{k: i[k] for k in ("well", "site", "channel", "z_index", "timepoint", "path")})
-                       for i in data["images"]]
+        self.images = [Image(**{k: i[k] for k in ("well", "site", "channel", "z_index", "timepoint", "path")},
+                             at=i.get("at")) for i in data["images"]]
         self.missing: list[dict[str, Any]] = data["missing"]
         self.warnings: list[str] = data["warnings"]
 
@@ -109,10 +114,12 @@ class Plate:
         if absent or not chosen:
             where = ", ".join(f"{c} {v}" for c, v in fixed.items() if v is not None)
             raise PlateError(f"{self.root}: well {well}, {where}: no image for {axis} {absent or list(expected)}")
-        return _hcsflow.read_stack([i.path for i in chosen])
+        return _hcsflow.read_stack([i.path for i in chosen],
+                                   [json.dumps(i.at) if i.at is not None else None for i in chosen])
 
 
 def open_plate(path: str | os.PathLike[str], format: str | None = None) -> Plate:
-    """Reads the plate folder at ``path`` (``format``: ``"imagexpress"``,
-    ``"operaphenix"``, or ``None`` to detect it)."""
+    """Reads the plate at ``path`` (``format``: ``"imagexpress"``,
+    ``"opera-phenix"``, ``"ome-zarr"``, ``"ome-tiff"``, ``"hcsflow"``, or
+    ``None`` to detect it)."""
     return Plate(json.loads(_hcsflow.plate_json(os.fspath(path), format)))
