@@ -7,8 +7,7 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use hcsflow::builtin;
 use hcsflow_core::{DType, Stack};
@@ -23,15 +22,6 @@ const MAX_Z_BOTH: &str = "name = \"first\"\n[[steps]]\nname = \"max_z\"\nfunc = 
 const MAX_Z_ZARR: &str = "name = \"zonly\"\n[[steps]]\nname = \"max_z\"\nfunc = \"max_projection\"\nvariable_components = [\"z_index\"]\nmaterialize = [\"zarr\"]\n";
 /// Min over channels, to TIFF.
 const MIN_C: &str = "name = \"second\"\n[[steps]]\nname = \"min_c\"\nfunc = \"min_projection\"\nvariable_components = [\"channel\"]\ngroup_by = \"none\"\nmaterialize = [\"tiff\"]\n";
-
-/// Every file below `root` with its bytes and modification time.
-fn contents(root: &Path) -> BTreeMap<PathBuf, (Vec<u8>, std::time::SystemTime)> {
-    hcsflow_testkit::snapshot(root)
-        .into_iter()
-        .filter(|(p, _)| p.is_file())
-        .map(|(p, e)| (p.clone(), (std::fs::read(&p).expect("read"), e.modified)))
-        .collect()
-}
 
 fn run(plate: &Plate, toml: &str, out: &Path, version: NgffVersion) -> RunSummary {
     let plan = common::compile_text(plate, toml, out).expect("compile");
@@ -74,7 +64,7 @@ fn our_ome_zarr_output_opens_as_the_plate_the_run_wrote_and_a_second_pipeline_ru
         let summary = run(&source, MAX_Z_BOTH, &out1, version);
         let [root] = &summary.zarr_plates[..] else { panic!("one OME-Zarr plate: {:?}", summary.zarr_plates) };
 
-        let before = contents(root);
+        let before = hcsflow_testkit::contents(root);
         let zarr = open_plate(root, None).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
         let tiffs = open_plate(&out1.join("max_z"), None).expect("the TIFF output");
         assert_eq!(zarr.format, Format::OmeZarr);
@@ -86,6 +76,10 @@ fn our_ome_zarr_output_opens_as_the_plate_the_run_wrote_and_a_second_pipeline_ru
         assert_eq!((m.image_width, m.image_height, m.dtype), (Some(32), Some(32), Some(DType::U16)));
         // The plate lists only rows A, B and columns 1, 2: the smallest plate holding them.
         assert_eq!((m.plate_rows, m.plate_columns), (2, 3));
+        // The sites' stage positions travel as the fields' NGFF translations: same positions, same grid.
+        assert_eq!(m.stage_positions, s.stage_positions, "{version}");
+        assert_eq!((m.grid_rows, m.grid_cols, &m.site_cells), (s.grid_rows, s.grid_cols, &s.site_cells), "{:?}", zarr.warnings);
+        assert!(zarr.warnings.is_empty(), "{:?}", zarr.warnings);
         assert!(zarr.missing.is_empty(), "{:?}", zarr.missing);
         assert_eq!(zarr.images.len(), 2 * 4 * 2);
         assert!(zarr.images.iter().all(|i| matches!(i.at, Some(PlaneAt::Zarr { .. }))));
@@ -117,7 +111,7 @@ fn our_ome_zarr_output_opens_as_the_plate_the_run_wrote_and_a_second_pipeline_ru
             let name = i.path.file_name().unwrap().to_string_lossy().into_owned();
             assert_eq!(name, format!("{}_s{}_w1_z1_t1.tif", i.well, i.site));
         }
-        assert!(contents(root) == before, "{version}: the OME-Zarr input was modified");
+        assert!(hcsflow_testkit::contents(root) == before, "{version}: the OME-Zarr input was modified");
     }
 }
 
@@ -170,7 +164,7 @@ fn ome_zarr_py_plates_open_and_a_pipeline_runs_on_them() {
     let expected: Value = serde_json::from_slice(&std::fs::read(dir.path().join("expected.json")).expect("expected.json")).expect("json");
     for (name, want) in expected.as_object().expect("object") {
         let root = dir.path().join(name);
-        let before = contents(&root);
+        let before = hcsflow_testkit::contents(&root);
         let plate = open_plate(&root, None).unwrap_or_else(|e| panic!("{name}: {e}"));
         let m = &plate.metadata;
         assert_eq!(plate.format, Format::OmeZarr, "{name}");
@@ -199,6 +193,6 @@ fn ome_zarr_py_plates_open_and_a_pipeline_runs_on_them() {
         let report = python.run([script.as_os_str(), "check".as_ref(), root.as_os_str(), out.join("max_z").as_os_str()]);
         println!("{name}: {report}");
         assert!(report.contains("ZARR INPUT ORACLE OK"), "{name}: {report}");
-        assert!(contents(&root) == before, "{name}: the input plate was modified");
+        assert!(hcsflow_testkit::contents(&root) == before, "{name}: the input plate was modified");
     }
 }

@@ -44,15 +44,6 @@ fn run(plate: &Plate, toml: &str, out: &Path) -> RunSummary {
     summary
 }
 
-/// Every file below `root` with its bytes and modification time.
-fn contents(root: &Path) -> BTreeMap<PathBuf, (Vec<u8>, std::time::SystemTime)> {
-    hcsflow_testkit::snapshot(root)
-        .into_iter()
-        .filter(|(p, _)| p.is_file())
-        .map(|(p, e)| (p.clone(), (std::fs::read(&p).expect("read"), e.modified)))
-        .collect()
-}
-
 /// The u16 pixels of the one-plane TIFF at `path`.
 fn read(path: &Path) -> Vec<u16> {
     match hcsflow_tiff::read_stack(path).unwrap_or_else(|e| panic!("{}: {e}", path.display())) {
@@ -77,7 +68,7 @@ fn a_runs_tiff_output_opens_as_the_plate_it_wrote_and_a_second_pipeline_runs_on_
     for format in [Format::ImageXpress, Format::OperaPhenix] {
         let dir = tempfile::tempdir().expect("tempdir");
         let source = common::open(&plate(dir.path(), format));
-        let before = contents(&source.root);
+        let before = hcsflow_testkit::contents(&source.root);
         let out1 = dir.path().join("out1");
         run(&source, MAX_Z, &out1);
 
@@ -104,7 +95,7 @@ fn a_runs_tiff_output_opens_as_the_plate_it_wrote_and_a_second_pipeline_runs_on_
         }
 
         // A second pipeline on the first's output folder: min over channels.
-        let first_files = contents(&out1);
+        let first_files = hcsflow_testkit::contents(&out1);
         let out2 = dir.path().join("out2");
         run(&first, MIN_C, &out2);
         let second = open_plate(&out2, None).expect("open the second run's output");
@@ -117,8 +108,8 @@ fn a_runs_tiff_output_opens_as_the_plate_it_wrote_and_a_second_pipeline_runs_on_
             let inputs: Vec<&Path> = (1..=2).map(|c| maxima[&(image.well.clone(), image.site, c, 1, 1)].as_path()).collect();
             assert_eq!(read(&image.path), reduce(&inputs, u16::min));
         }
-        assert!(contents(&out1) == first_files, "the first run's output is the second run's input: untouched");
-        assert!(contents(&source.root) == before, "the plate is untouched");
+        assert!(hcsflow_testkit::contents(&out1) == first_files, "the first run's output is the second run's input: untouched");
+        assert!(hcsflow_testkit::contents(&source.root) == before, "the plate is untouched");
     }
 }
 

@@ -7,7 +7,7 @@
 //! files are never touched.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use hcsflow_core::{DType, Stack};
 use hcsflow_plate::{open_plate, read_image, Format, PlaneAt, Plate};
@@ -73,19 +73,10 @@ fn ome(body: &str) -> String {
     )
 }
 
-/// Every file below `root` with its bytes and modification time.
-fn contents(root: &Path) -> BTreeMap<PathBuf, (Vec<u8>, std::time::SystemTime)> {
-    hcsflow_testkit::snapshot(root)
-        .into_iter()
-        .filter(|(p, _)| p.is_file())
-        .map(|(p, e)| (p.clone(), (std::fs::read(&p).expect("read"), e.modified)))
-        .collect()
-}
-
 fn open_unchanged(root: &Path, path: &Path) -> Plate {
-    let before = contents(root);
+    let before = hcsflow_testkit::contents(root);
     let plate = open_plate(path, None).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert!(contents(root) == before, "opening changed the files");
+    assert!(hcsflow_testkit::contents(root) == before, "opening changed the files");
     plate
 }
 

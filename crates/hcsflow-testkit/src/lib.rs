@@ -174,3 +174,20 @@ pub fn snapshot(root: &Path) -> BTreeMap<PathBuf, Entry> {
     }
     out
 }
+
+/// Every file below `root` with its bytes and modification time: two equal
+/// results mean no file was added, removed, rewritten or touched (a
+/// stronger [`snapshot`], for inputs that must stay byte-identical).
+///
+/// # Panics
+/// If the tree cannot be read: this is for tests.
+pub fn contents(root: &Path) -> BTreeMap<PathBuf, (Vec<u8>, SystemTime)> {
+    snapshot(root)
+        .into_iter()
+        .filter(|(_, e)| !e.is_dir)
+        .map(|(p, e)| {
+            let bytes = std::fs::read(&p).unwrap_or_else(|err| panic!("{}: {err}", p.display()));
+            (p, (bytes, e.modified))
+        })
+        .collect()
+}

@@ -90,6 +90,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                     version: NgffVersion::V05,
                     compression,
                     extent: FieldExtent::Fixed,
+                    field_positions_um: Vec::new(),
                 };
                 let start = Instant::now();
                 let writer = PlateWriter::create(&root, spec)?;

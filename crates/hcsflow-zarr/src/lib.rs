@@ -44,6 +44,6 @@ mod writer;
 
 pub use error::ZarrError;
 pub use reader::{is_plate, micrometres_per, plane_format, read_plane, Axis, AxisKind, ZarrField, ZarrPlate, ZarrWell};
-pub use spec::{FieldExtent, FieldShape, NgffVersion, PlateSpec, ZarrCompression};
+pub use spec::{FieldExtent, FieldPosition, FieldShape, NgffVersion, PlateSpec, ZarrCompression};
 pub use store::remove_stale_temps;
 pub use writer::PlateWriter;

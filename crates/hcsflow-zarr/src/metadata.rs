@@ -124,13 +124,14 @@ pub(crate) fn well(fields: &[usize]) -> Map<String, Value> {
 /// Default display colours per channel (blue, green, red, magenta, cyan, yellow, grey).
 const COLORS: [&str; 7] = ["0000FF", "00FF00", "FF0000", "FF00FF", "00FFFF", "FFFF00", "FFFFFF"];
 
-/// `multiscales` and `omero` of one field image.
+/// `multiscales` and `omero` of one field image, placed at `position`
+/// (y, x in µm) when given.
 ///
 /// Scales: t and c 1; z `z_step_um` (or 1); y, x `pixel_size × 2^level` (or
 /// `2^level`). Units only where the size is known. Windows span the dtype's
 /// range for integers and [0, 1] for f32 (the data range is not known when the
 /// field is created).
-pub(crate) fn image(spec: &PlateSpec, name: &str) -> Map<String, Value> {
+pub(crate) fn image(spec: &PlateSpec, name: &str, position: Option<(f64, f64)>) -> Map<String, Value> {
     let space = |known: bool, name: &str| {
         if known {
             json!({"name": name, "type": "space", "unit": "micrometer"})
@@ -147,13 +148,17 @@ pub(crate) fn image(spec: &PlateSpec, name: &str) -> Map<String, Value> {
     ];
     let (py, px) = spec.pixel_size_um.unwrap_or((1.0, 1.0));
     let pz = spec.z_step_um.unwrap_or(1.0);
+    // A translation only where the position and the pixel size (the unit) are known.
+    let position = position.filter(|_| spec.pixel_size_um.is_some());
     let datasets: Vec<Value> = (0..spec.pyramid_levels)
         .map(|k| {
             let f = (1u64 << k) as f64;
-            json!({
-                "path": k.to_string(),
-                "coordinateTransformations": [{"type": "scale", "scale": [1.0, 1.0, pz, py * f, px * f]}],
-            })
+            let mut transforms = vec![json!({"type": "scale", "scale": [1.0, 1.0, pz, py * f, px * f]})];
+            if let Some((y, x)) = position {
+                let centre = (f - 1.0) / 2.0;
+                transforms.push(json!({"type": "translation", "translation": [0.0, 0.0, 0.0, y + centre * py, x + centre * px]}));
+            }
+            json!({"path": k.to_string(), "coordinateTransformations": transforms})
         })
         .collect();
     let (lo, hi) = match spec.dtype {

@@ -156,6 +156,25 @@ pub struct PlateSpec {
     /// `Fixed` when absent (plates written before this field existed).
     #[serde(default)]
     pub extent: FieldExtent,
+    /// Where fields are on the stage (e.g. the plate's stage positions), in
+    /// µm. A field listed here gets an NGFF `translation` after its `scale`
+    /// on every level (level k also shifted by (2^k − 1)/2 pixels, the
+    /// centre of its 2^k block), so viewers place the fields as imaged and
+    /// readers recover the positions. Needs `pixel_size_um` (a translation in
+    /// µm of axes without a unit would mean nothing); ignored without it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub field_positions_um: Vec<FieldPosition>,
+}
+
+/// The stage position of one field of one well (level-0 top-left pixel), in µm.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FieldPosition {
+    /// A well of [`PlateSpec::wells`], as named there.
+    pub well: String,
+    /// 0-based field.
+    pub field: usize,
+    pub y_um: f64,
+    pub x_um: f64,
 }
 
 impl Default for PlateSpec {
@@ -177,6 +196,7 @@ impl Default for PlateSpec {
             version: NgffVersion::V05,
             compression: ZarrCompression::default(),
             extent: FieldExtent::Fixed,
+            field_positions_um: Vec::new(),
         }
     }
 }

@@ -329,7 +329,9 @@ impl PlateWriter {
         };
         let levels = self.level_arrays(&field_key, yx)?;
         let name = format!("{} {} field {}", self.spec.name, self.spec.wells[wi], field);
-        metadata::write_group(&field_dir, self.spec.version, metadata::image(&self.spec, &name), Map::new())?;
+        let well = &self.spec.wells[wi];
+        let position = self.spec.field_positions_um.iter().find(|p| &p.well == well && p.field == field).map(|p| (p.y_um, p.x_um));
+        metadata::write_group(&field_dir, self.spec.version, metadata::image(&self.spec, &name, position), Map::new())?;
         let levels = Arc::new(levels);
         fields.insert((wi, field), Field { levels: levels.clone(), yx });
         Ok(levels)

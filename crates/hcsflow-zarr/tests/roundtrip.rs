@@ -196,6 +196,7 @@ fn odd_sizes_other_dtypes_uncompressed() {
             version,
             compression: ZarrCompression::None,
             extent: FieldExtent::Fixed,
+            field_positions_um: Vec::new(),
         };
         write_plate(&root, &spec);
         check_pixels(&root, &spec, "A/12", "a12", 0);

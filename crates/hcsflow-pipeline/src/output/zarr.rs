@@ -3,7 +3,8 @@
 //! The layout is decided at compile time from the step's output keys over
 //! all wells: fields are the distinct sites (numeric order), `c` the distinct
 //! channels, `z` the distinct z planes (1 when a projection collapsed z), `t`
-//! the timepoints. The y × x extent is taken from the planes themselves
+//! the timepoints. Fields that are plate sites carry their stage positions
+//! as NGFF translations, so the plate re-opens with its site grid. The y × x extent is taken from the planes themselves
 //! ([`FieldExtent::Grow`], chunked by the plate's field size), because a
 //! step's output size is known only when it runs: a step that keeps the field
 //! size writes field-sized images, and a step whose planes are whole-well
@@ -20,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
 use hcsflow_core::{DType, Stack};
-use hcsflow_zarr::{FieldExtent, FieldShape, NgffVersion, PlateSpec, PlateWriter};
+use hcsflow_zarr::{FieldExtent, FieldPosition, FieldShape, NgffVersion, PlateSpec, PlateWriter};
 
 use crate::compile::{Key, Plan, Slot};
 use crate::exec::StepError;
@@ -87,6 +88,17 @@ pub(crate) fn layouts(plan: &Plan, channel_names: &BTreeMap<u32, String>, versio
             let (h, w, dtype) = plan.plane;
             let dtype: DType = step.dtype.output.resolve(dtype);
             let name = if zarr_steps.len() == 1 { format!("{plate}.ome.zarr") } else { format!("{plate}_{}.ome.zarr", step.name) };
+            // Fields that are sites of the plate keep their stage positions (a
+            // reduced site, a mosaic, has none).
+            let field_positions_um = plan
+                .wells
+                .iter()
+                .flat_map(|w| index[0].iter().map(move |(&site, &field)| (w, site, field)))
+                .filter_map(|(w, site, field)| {
+                    let &(x_um, y_um) = plan.stage_positions.get(&(w.well.clone(), site))?;
+                    Some(FieldPosition { well: w.well.clone(), field, y_um, x_um })
+                })
+                .collect();
             let spec = PlateSpec {
                 name: plate.clone(),
                 rows: rows.iter().filter_map(|&r| hcsflow_plate::well::row_letters(r)).collect(),
@@ -99,6 +111,7 @@ pub(crate) fn layouts(plan: &Plan, channel_names: &BTreeMap<u32, String>, versio
                 shape: FieldShape { t: count(3), c: count(1), z: count(2), y: h, x: w },
                 version,
                 extent: FieldExtent::Grow,
+                field_positions_um,
                 ..PlateSpec::default()
             };
             ZarrLayout { step: si, root: plan.out.join(name), spec, index }

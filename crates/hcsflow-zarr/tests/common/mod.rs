@@ -28,6 +28,7 @@ pub fn small_spec(version: NgffVersion) -> PlateSpec {
         version,
         compression: ZarrCompression::Zstd(3),
         extent: FieldExtent::Fixed,
+        field_positions_um: Vec::new(),
     }
 }
 
