@@ -7,6 +7,7 @@
 #   scripts/bench-vs-peers.sh zproj,gaussian       # rows whose name contains one of these
 #   scripts/bench-vs-peers.sh stitch               # the ASHLAR tile grids only
 #   scripts/bench-vs-peers.sh pipeline             # the end-to-end pipeline against OpenHCS only
+#   PEERS_HEAVY=1 scripts/bench-vs-peers.sh basicpy  # BaSiC fit, fit with dark-field, correction against BaSiCPy
 #
 # WORK (default /tmp/hcsflow-peerbench) holds one virtualenv per peer (created on first use, from
 # PyPI), the cached inputs ($WORK/data) and the results ($WORK/results/bench-vs-peers.{md,json}).

@@ -79,6 +79,14 @@ class Venvs:
         return py
 
 
+def package_versions(py, packages):
+    """The installed versions of `packages` in the interpreter `py` (absent ones left out)."""
+    code = ("import importlib.metadata as m, json, sys\nv = {}\nfor p in sys.argv[1:]:\n"
+            "    try: v[p] = m.version(p)\n    except m.PackageNotFoundError: pass\nprint(json.dumps(v))")
+    p = subprocess.run([py, "-c", code, *packages], capture_output=True, text=True)
+    return last_json(p.stdout) or {"error": p.stderr[-200:]}
+
+
 def run_peer(py, peer_dir, script, op, env=None, extra=()):
     """One peer op in its own interpreter; returns (its JSON line or an error, process CPU s)."""
     c0 = children_cpu()
@@ -121,6 +129,44 @@ def accuracy(ours_path, peer_path):
     return f"max abs Δ {d.max():.3g} ({d.max() / scale:.1e} rel){' on the u16 scale (peer × 65535)' if scaled else ''}"
 
 
+# ---------------------------------------------------------------- BaSiC
+def basic_tiles(common):
+    """The tiles bench_basicpy.py fits (its cached basic_<N>x1024.npz, made here if absent, from the same
+    seeds), saved as .npy for `hcsflow bench op`; returns (path, tiles, true flat-field)."""
+    import bench_basicpy  # numpy only at import; its generator needs no torch
+    imgs, flat = bench_basicpy.synth_fields()
+    path = os.path.join(common.DATA, f"basic_{imgs.shape[0]}x{imgs.shape[1]}.npy")
+    if not os.path.exists(path):
+        np.save(path + ".tmp.npy", imgs)
+        os.replace(path + ".tmp.npy", path)
+    return path, imgs, flat
+
+
+def basic_profiles(a, tiles):
+    """Profile TIFFs (flat-field, dark-field) from our own basic_fit of the BaSiC tiles, made once per run."""
+    import tifffile
+    ffp, dfp = (os.path.join(a.work, f"basic_{k}.tif") for k in ("flatfield", "darkfield"))
+    if not (os.path.exists(ffp) and os.path.exists(dfp)):
+        out = os.path.join(a.work, "basic_profiles.npy")
+        subprocess.run([a.hcsflow, "bench", "op", "basic_fit", "--input", tiles, "--dtype", "f32", "--repeats", "1",
+                        "--warmup", "0", "--save-output", out], capture_output=True, text=True, check=True)
+        planes = np.load(out)
+        tifffile.imwrite(ffp, planes[0].astype(np.float32))
+        tifffile.imwrite(dfp, planes[1].astype(np.float32))
+        os.remove(out)
+    return {"basic_flatfield": ffp, "basic_darkfield": dfp}
+
+
+def basic_flat_accuracy(ours_path, peer_result, true_flat):
+    """Each side's flat-field against the true one, with bench_basicpy.py's metric (RMS and max of the
+    difference of the mean-1 profiles); the peer's numbers are those its own run printed."""
+    import bench_basicpy
+    rms, mx = bench_basicpy._flat_err(np.load(ours_path)[0], true_flat)
+    m = re.search(r"flat_rms_err=([0-9.]+) flat_max_err=([0-9.]+)", (peer_result or {}).get("note", ""))
+    peer = f"BaSiCPy rms {float(m.group(1)):.4f} / max {float(m.group(2)):.4f}, " if m else ""
+    return f"flat-field vs truth: {peer}hcsflow rms {rms:.4f} / max {mx:.4f}"
+
+
 def peer_library(script, op):
     """The peer library an op measures (the peer scripts name ops after what they call)."""
     by_script = {"bench_basicpy.py": "BaSiCPy", "bench_n2v.py": "CAREamics", "bench_ashlar.py": "ASHLAR",
@@ -134,16 +180,24 @@ def peer_library(script, op):
 
 
 def run_ops(a, suite, venvs, registered, common, rows):
-    ops = [o for o in suite["ops"] if selected(a, o["peer_op"])]
+    ops = [o for o in suite["ops"]
+           if selected(a, o["peer_op"]) or selected(a, f"{peer_library(o['peer_script'], o['peer_op'])} {o['peer_op']}")]
     if not ops:
         return
-    common.cells_image()
-    common.z_stack()
-    inputs = {
-        "image": os.path.join(common.DATA, "cells_2048x2048_s0.npy"),
-        "stack": os.path.join(common.DATA, "zstack_30x2048x2048_s0.npy"),
-    }
-    sums = {k: sha256(np.load(p)) for k, p in inputs.items()}
+    wanted = {o.get("input", "image") for o in ops}
+    inputs, sums = {}, {}
+    if wanted & {"image", "stack"}:
+        common.cells_image()
+        common.z_stack()
+        inputs["image"] = os.path.join(common.DATA, "cells_2048x2048_s0.npy")
+        inputs["stack"] = os.path.join(common.DATA, "zstack_30x2048x2048_s0.npy")
+        sums = {k: sha256(np.load(p)) for k, p in inputs.items()}
+    true_flat = None
+    if "basic" in wanted:
+        # The peer loads these same tiles from bench_basicpy.py's cache: its input checksum is theirs.
+        inputs["basic"], tiles, true_flat = basic_tiles(common)
+        sums["basic"] = sha256(tiles)
+        del tiles
     for o in ops:
         venv = o.get("venv", "main")
         lib = peer_library(o["peer_script"], o["peer_op"])
@@ -155,31 +209,44 @@ def run_ops(a, suite, venvs, registered, common, rows):
             row["ours"] = {"error": f"not implemented (no function `{o['function']}`)"}
             row["notes"] = o.get("what", "")
         if venvs.available(venv):
+            if venv != "main" and venv not in rows.meta.setdefault("peer_versions", {}):
+                rows.meta["peer_versions"][venv] = package_versions(venvs.python(venv), suite["venvs"][venv] + ["torch"])
             res, _ = run_peer(venvs.python(venv), a.peer_dir, o["peer_script"], o["peer_op"])
             row["peer_result"] = res
             if "error" not in res and res.get("median_s") is not None:
                 row["peer_time"] = timing(res)
-                if venv == "main":
+                if venv == "main" or o.get("input") == "basic":
                     row["input_sha256_peer"] = sums[o["input"]]
             else:
                 row["peer_error"] = res.get("error", "no timing")
         else:
             row["peer_error"] = f"not run (its venv `{venv}` needs torch; PEERS_HEAVY=1 runs it)"
         if implemented:
-            run_our_op(a, o, inputs, row)
+            run_our_op(a, o, inputs, row, true_flat)
         rows.add(row)
 
 
-def run_our_op(a, o, inputs, row):
+def run_our_op(a, o, inputs, row, true_flat=None):
     ref = os.path.join(a.work, o["peer_op"] + ".peer.npy")
-    r = subprocess.run([sys.executable, "-W", "ignore", __file__, "--peer-dir", a.peer_dir, "--hcsflow", a.hcsflow,
-                        "--suite", a.suite, "--work", a.work, "--reference", o["peer_script"], o["peer_op"], ref],
-                       capture_output=True, text=True)
-    saved = (last_json(r.stdout) or {}).get("saved")
+    kind = o.get("accuracy", "outputs")
+    saved = None
+    if kind == "outputs":  # the peer's output, for the accuracy column
+        r = subprocess.run([sys.executable, "-W", "ignore", __file__, "--peer-dir", a.peer_dir, "--hcsflow", a.hcsflow,
+                            "--suite", a.suite, "--work", a.work, "--reference", o["peer_script"], o["peer_op"], ref],
+                           capture_output=True, text=True)
+        saved = (last_json(r.stdout) or {}).get("saved")
     ours_out = os.path.join(a.work, o["peer_op"] + ".ours.npy")
     cmd = [a.hcsflow, "bench", "op", o["function"], "--input", inputs[o["input"]], "--dtype", o.get("dtype", "input"),
            "--repeats", str(a.repeats), "--save-output", ours_out, "--label", o["peer_op"]]
-    for arg in o.get("args", []):
+    args = o.get("args", [])
+    if any("{basic_" in arg for arg in args):
+        try:
+            paths = basic_profiles(a, inputs["basic"])
+        except subprocess.CalledProcessError as e:
+            row["ours"] = {"error": f"basic_fit for the profiles failed: {e.stderr[-300:].strip()}"}
+            return
+        args = [arg.format(**paths) for arg in args]
+    for arg in args:
         cmd += ["--arg", arg]
     q = subprocess.run(cmd, capture_output=True, text=True)
     res = last_json(q.stdout)
@@ -191,6 +258,10 @@ def run_our_op(a, o, inputs, row):
     row["input_sha256_ours"] = res["input_sha256"]
     if saved and os.path.exists(ours_out):
         row["accuracy"] = accuracy(ours_out, saved)
+    elif kind == "basic_flat" and os.path.exists(ours_out) and true_flat is not None:
+        row["accuracy"] = basic_flat_accuracy(ours_out, row.get("peer_result"), true_flat)
+    elif kind == "none":
+        row["accuracy"] = "– (timing only)"
     for p in (ref, ours_out):  # up to 250 MB each: keep the results folder small
         if os.path.exists(p):
             os.remove(p)
@@ -424,7 +495,8 @@ class Results:
 
 
 def selected(a, name):
-    return not a.only or any(s in name for s in a.only.split(","))
+    """No --only, or one of its comma-separated words is in `name` (case-insensitive)."""
+    return not a.only or any(s.lower() in name.lower() for s in a.only.split(","))
 
 
 def main():

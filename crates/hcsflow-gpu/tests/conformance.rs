@@ -1,8 +1,9 @@
 //! Every wgpu implementation the engine registers ([`hcsflow::builtin`])
 //! against the host implementation of the same function, on lavapipe in CI:
-//! default arguments, u8/u16/f32 test stacks, each function within the
-//! agreement its family is held to in `gpu_vs_host.rs` (and `focus_gpu.rs`,
-//! `assemble_gpu.rs`). A new kernel is covered the moment it is registered;
+//! default arguments (plus the files a function reads: `arguments`),
+//! u8/u16/f32 test stacks, each function within the agreement its family is
+//! held to in `gpu_vs_host.rs` (and `focus_gpu.rs`, `assemble_gpu.rs`,
+//! `basic_gpu.rs`). A new kernel is covered the moment it is registered;
 //! a function without a tolerance here fails the test until one is chosen.
 //! One shared device per test process (GpuContext caches it).
 
@@ -10,7 +11,10 @@ mod common;
 
 use common::{gpu, random_stack};
 
+use std::path::Path;
+
 use hcsflow_core::{Array, ConversionPolicy, Conversions, DType, Device, MemoryType, Registry, Stack};
+use ndarray::Axis;
 
 /// Odd plane sizes exercise the word padding of packed u8/u16 planes; 4
 /// planes make a square tile grid (`assemble`'s default `grid_cols = 0`) and
@@ -43,6 +47,9 @@ fn agreement(function: &str, dtype: DType) -> Agreement {
         "stack_equalize_histogram" if integer => Agreement::Exact,
         "stack_equalize_histogram" => Agreement::Close { atol: 2e-6, rtol: 0.0, scaled: false },
         "gaussian_blur" | "sharpen" | "composite" => Agreement::Close { atol: 1e-6, rtol: 0.0, scaled: true },
+        // `I·(1/F) − (D + offset)/F`: bit-exact unless the driver fuses it into an FMA,
+        // then within an ulp of I/F (1/F ≤ 2 here); basic_gpu.rs holds each value to that ulp.
+        "basic_correct" => Agreement::Close { atol: 1e-6, rtol: 0.0, scaled: true },
         "focus_stack" => Agreement::MostPixels,
         "assemble" if integer => Agreement::Close { atol: 1.0, rtol: 0.0, scaled: false },
         "assemble" => Agreement::Close { atol: 1e-6, rtol: 0.0, scaled: true },
@@ -50,9 +57,27 @@ fn agreement(function: &str, dtype: DType) -> Agreement {
     }
 }
 
-/// Runs `function` with default arguments on `device`; the result back on the host.
-fn run(registry: &Registry, conversions: &Conversions, function: &str, stack: &Stack, device: Device) -> Stack {
-    let args = registry.get(function).unwrap().validate_args(vec![]).unwrap();
+/// The arguments `function` needs besides its defaults for a stack of `shape`:
+/// the files it reads, written into `dir` (basic_correct's profiles, with a
+/// dark-field and a camera offset so that every term is exercised).
+fn arguments(function: &str, shape: [usize; 3], dir: &Path) -> Vec<String> {
+    match function {
+        "basic_correct" => {
+            let [_, h, w] = shape;
+            let flat = random_stack(DType::F32, [1, h, w], 77).to_f32().index_axis_move(Axis(0), 0).mapv(|v| 1.0 + v / 2000.0);
+            let dark = random_stack(DType::F32, [1, h, w], 78).to_f32().index_axis_move(Axis(0), 0).mapv(|v| 20.0 + v / 100.0);
+            let (ffp, dfp) = (dir.join(format!("flat_{h}x{w}.tif")), dir.join(format!("dark_{h}x{w}.tif")));
+            hcsflow_basic::write_profile(&ffp, &flat).unwrap();
+            hcsflow_basic::write_profile(&dfp, &dark).unwrap();
+            vec![format!("flatfield={}", ffp.display()), format!("darkfield={}", dfp.display()), "camera_offset=3.25".into()]
+        }
+        _ => vec![],
+    }
+}
+
+/// Runs `function` with `args` (defaults for the rest) on `device`; the result back on the host.
+fn run(registry: &Registry, conversions: &Conversions, function: &str, args: &[String], stack: &Stack, device: Device) -> Stack {
+    let args = registry.get(function).unwrap().parse_args(args).unwrap();
     let plan = registry.plan_call(function, args, MemoryType::Host, device, conversions, ConversionPolicy::default()).unwrap();
     let expected = if device == Device::Cpu { MemoryType::Host } else { MemoryType::Wgpu };
     assert_eq!(plan.implementation.memory_in, expected, "{function} on {device}");
@@ -87,6 +112,7 @@ fn assert_agrees(gpu: &Stack, host: &Stack, input: &Stack, agreement: Agreement,
 fn every_wgpu_implementation_agrees_with_the_host() {
     let Some(dev) = gpu() else { return };
     let (registry, conversions) = hcsflow::builtin();
+    let dir = tempfile::tempdir().unwrap();
     let mut checked = Vec::new();
     for function in registry.functions().filter(|f| f.memory_types().contains(&MemoryType::Wgpu)) {
         let name = function.spec.name;
@@ -95,8 +121,9 @@ fn every_wgpu_implementation_agrees_with_the_host() {
             let agreement = agreement(name, dtype);
             for (i, shape) in SHAPES.iter().enumerate() {
                 let input = random_stack(dtype, *shape, 900 + i as u64);
-                let host = run(&registry, &conversions, name, &input, Device::Cpu);
-                let gpu = run(&registry, &conversions, name, &input, dev);
+                let args = arguments(name, *shape, dir.path());
+                let host = run(&registry, &conversions, name, &args, &input, Device::Cpu);
+                let gpu = run(&registry, &conversions, name, &args, &input, dev);
                 assert_agrees(&gpu, &host, &input, agreement, &format!("{name} {dtype} {shape:?}"));
             }
         }

@@ -116,8 +116,9 @@ pub fn basic_fit(stack: &Stack, args: &BasicFitArgs, context: &mut CallContext) 
     ndarray::stack(ndarray::Axis(0), &planes).map(Stack::from).map_err(|e| FunctionError::failed(name, e))
 }
 
-/// The profiles `args` name, for images of `shape` (`(height, width)`).
-fn load_profiles(args: &BasicCorrectArgs, shape: (usize, usize)) -> Result<hcsflow_basic::Profiles, hcsflow_basic::BasicError> {
+/// The profiles `args` name, for images of `shape` (`(height, width)`): what
+/// every implementation of `basic_correct` (host and GPU) reads.
+pub fn load_profiles(args: &BasicCorrectArgs, shape: (usize, usize)) -> Result<hcsflow_basic::Profiles, hcsflow_basic::BasicError> {
     let dark = (!args.darkfield.is_empty()).then(|| Path::new(&args.darkfield));
     profiles::read_ffp_dfp(Path::new(&args.flatfield), dark, usize::try_from(args.channel).unwrap_or(usize::MAX), shape)
 }
