@@ -696,7 +696,11 @@ fn resolve_plate_source(
     let consumed = matches!(consumer.action, Action::Chain(ci)
         if consumer.step.chains[ci].calls.iter().any(|c| c.artifacts.consumes.iter().any(|d| d.name == input.name)));
     let (step, well) = (consumer.step, consumer.well);
-    let scope = plate_scope_text(&context.plate.metadata.channel_names, &consumer.scope);
+    // What the producer groups by, as the consumer has it ("channel 2 (GFP)").
+    let scope = match producer_step.group_by {
+        Some(c) => format!("{c} {}", describe_values(context.plate, c, &BTreeSet::from([consumer.scope[c.index()]]))),
+        None => plate_scope_text(&context.plate.metadata.channel_names, &consumer.scope),
+    };
     let error = match candidates.as_slice() {
         [one] => return Some(*one),
         _ if !consumed => return None,
