@@ -43,6 +43,9 @@ use crate::PipelineError;
 /// The results of the plate-wide steps by (step index, group index).
 pub(crate) type PlateResults = BTreeMap<(usize, usize), Arc<Stack>>;
 
+/// A table a group produced, with the (well, plane) of each sampled plane its rows index.
+pub(crate) type SampledTable = (Table, Vec<(String, Key)>);
+
 /// What one group of a plate-wide step produced.
 struct GroupOutcome {
     result: Stack,
@@ -134,7 +137,7 @@ fn run_plate_step(
     let mut results = Vec::new();
     let mut outputs = Vec::new();
     let mut notes = Vec::new();
-    let mut tables: BTreeMap<String, Vec<(Table, Vec<(String, Key)>)>> = BTreeMap::new();
+    let mut tables: BTreeMap<String, Vec<SampledTable>> = BTreeMap::new();
     for (gi, g) in ps.groups.iter().enumerate() {
         let Action::Chain(ci) = g.action else { continue };
         let scope = plate_scope_text(&plan.channel_names, &g.scope);

@@ -56,8 +56,11 @@ pub struct PlaneReduction {
     /// What it does, for the plan (e.g. "resized to 128×128, BaSiC's working size").
     pub what: String,
     /// One plane `[1, H, W]` in, one plane `[1, size.0, size.1]` out.
-    pub reduce: Arc<dyn Fn(&Stack) -> Result<Stack, FunctionError> + Send + Sync>,
+    pub reduce: ReducePlane,
 }
+
+/// The function of a [`PlaneReduction`]: one plane in, its reduction out.
+pub type ReducePlane = Arc<dyn Fn(&Stack) -> Result<Stack, FunctionError> + Send + Sync>;
 
 impl fmt::Debug for PlaneReduction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::compile::{Key, Plan, Slot};
+use crate::compile::{Plan, Slot};
 use crate::exec::{Produced, StepError};
 use crate::output::manifest::{ArtifactRecord, Manifest, WellRecord, WellStatus};
 use crate::output::write_atomic;
@@ -76,7 +76,7 @@ pub(crate) fn write_plate_artifact(
     plan: &Plan,
     step: &str,
     name: &str,
-    tables: &[(hcsflow_core::Table, Vec<(String, Key)>)],
+    tables: &[crate::plate_run::SampledTable],
 ) -> Result<ArtifactRecord, PipelineError> {
     let columns = tables.first().map(|(t, _)| t.columns.clone()).unwrap_or_default();
     let mut csv = String::from(ARTIFACT_KEY_COLUMNS);
