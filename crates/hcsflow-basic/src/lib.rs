@@ -157,6 +157,7 @@ pub const DARKFIELD_WARNING: &str =
 /// (u8, u16 or f32, finite). Returns flat-field and dark-field at `Y × X`
 /// (the flat-field has mean 1 at the working size, as BaSiCPy's; bilinear
 /// upsampling moves the mean by well under 1 %); see the crate docs for the method and [`BasicParams`] for the defaults.
+/// The same as [`to_working_size`] on every tile, then [`fit_downsampled`].
 pub fn fit(stack: &Stack, params: &BasicParams) -> Result<BasicFit, BasicError> {
     let [n, h, w] = stack.shape();
     if n < 2 {
@@ -168,9 +169,36 @@ pub fn fit(stack: &Stack, params: &BasicParams) -> Result<BasicFit, BasicError> 
     if h == 0 || w == 0 {
         return Err(BasicError::Shape { reason: format!("the images are {h}x{w}") });
     }
+    let small = to_working_size(stack, params.working_size);
+    fit_downsampled(&small, n, (h, w), params)
+}
+
+/// Every plane of `stack` resized to `working_size`² as [`fit`] does it
+/// (torch's antialiased bilinear), `depth × working_size²` f32 values. Applied
+/// one tile at a time as tiles are read, it lets a fit over many tiles hold
+/// only the small copies ([`fit_downsampled`]).
+pub fn to_working_size(stack: &Stack, working_size: usize) -> Vec<f32> {
+    let [_, h, w] = stack.shape();
+    Resampler::new((h, w), (working_size, working_size), Interpolation::Antialiased).resize_stack(stack)
+}
+
+/// [`fit`] on tiles already at the working size: `small` holds `n` planes of
+/// `params.working_size`² values ([`to_working_size`] of each tile); the
+/// profiles are returned at `full = (height, width)`, the tiles' size. Equal
+/// to [`fit`] on the full tiles.
+pub fn fit_downsampled(small: &[f32], n: usize, full: (usize, usize), params: &BasicParams) -> Result<BasicFit, BasicError> {
+    let (h, w) = full;
+    if n < 2 {
+        return Err(BasicError::TooFewImages { got: n });
+    }
+    if params.working_size < 2 {
+        return Err(BasicError::WorkingSize(params.working_size));
+    }
+    if h == 0 || w == 0 {
+        return Err(BasicError::Shape { reason: format!("the images are {h}x{w}") });
+    }
     let ws = params.working_size;
-    let small = Resampler::new((h, w), (ws, ws), Interpolation::Antialiased).resize_stack(stack);
-    let working = fit_working(&small, n, ws, ws, params)?;
+    let working = fit_working(small, n, ws, ws, params)?;
     let up = Resampler::new((ws, ws), (h, w), Interpolation::AlignCorners);
     let upsample = |v: &[f32]| {
         let mut out = vec![0f32; h * w];

@@ -18,8 +18,11 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::Arc;
 
 use serde::Serialize;
+
+use crate::stack::Stack;
 
 /// One value of a table.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -222,13 +225,22 @@ pub struct CallContext {
     pub stack: StackInfo,
     /// Consumed artifacts by name, rows indexed to this call's planes.
     pub inputs: BTreeMap<String, Table>,
+    /// Consumed [`ArtifactKind::Planes`] artifacts by name: the result stack
+    /// of the producing plate-wide step for this call's group (e.g. BaSiC's
+    /// `[flat-field, dark-field]` of this channel). Shared, never copied per plane.
+    pub planes: BTreeMap<String, Arc<Stack>>,
+    /// Set when the stack's planes were reduced as they were read (a
+    /// function's [`PlaneReduction`](crate::PlaneReduction), applied to a
+    /// plate-wide sample): the `(height, width)` of the planes before, which
+    /// the function's result must have.
+    pub reduced_from: Option<(usize, usize)>,
     outputs: Vec<(String, Table)>,
     notes: Vec<String>,
 }
 
 impl CallContext {
     pub fn new(stack: StackInfo, inputs: BTreeMap<String, Table>) -> CallContext {
-        CallContext { stack, inputs, outputs: Vec::new(), notes: Vec::new() }
+        CallContext { stack, inputs, ..CallContext::default() }
     }
 
     /// The context of a per-plane call on plane `z`: that plane's metadata
@@ -241,6 +253,8 @@ impl CallContext {
                 pixel_size_um: self.stack.pixel_size_um,
             },
             inputs: self.inputs.iter().map(|(n, t)| (n.clone(), t.of_plane(z))).collect(),
+            planes: self.planes.clone(),
+            reduced_from: self.reduced_from,
             outputs: Vec::new(),
             notes: Vec::new(),
         }
@@ -271,6 +285,20 @@ impl CallContext {
     }
 }
 
+/// What an artifact is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ArtifactKind {
+    /// A [`Table`] the function records in its [`CallContext`] (written as CSV).
+    #[default]
+    Table,
+    /// The result stack of the producing call itself (e.g. BaSiC's
+    /// `[flat-field, dark-field]`), produced by a plate-wide step and given
+    /// to consumers in [`CallContext::planes`], the one whose group matches
+    /// theirs (same channel). Written as the producing step's TIFFs.
+    Planes,
+}
+
 /// One artifact a function produces or consumes.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ArtifactDecl {
@@ -280,6 +308,31 @@ pub struct ArtifactDecl {
     /// For consumed artifacts: the function works without it (e.g. `assemble`
     /// registers the tiles itself when no earlier step computed positions).
     pub optional: bool,
+    /// A table (the default) or the producer's result planes.
+    pub kind: ArtifactKind,
+    /// For consumed artifacts: the text argument that stands in for it
+    /// (`basic_correct`'s `flatfield` file instead of a plate-wide fit). The
+    /// pipeline compiler then requires exactly one of the two: the artifact
+    /// wired from an earlier step, or the argument given (non-empty).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instead: Option<&'static str>,
+}
+
+impl ArtifactDecl {
+    /// A required table artifact.
+    pub const fn table(name: &'static str, doc: &'static str) -> ArtifactDecl {
+        ArtifactDecl { name, doc, optional: false, kind: ArtifactKind::Table, instead: None }
+    }
+
+    /// A planes artifact ([`ArtifactKind::Planes`]).
+    pub const fn planes(name: &'static str, doc: &'static str) -> ArtifactDecl {
+        ArtifactDecl { name, doc, optional: false, kind: ArtifactKind::Planes, instead: None }
+    }
+
+    /// Consumed optionally, or else through the text argument `arg` (see [`ArtifactDecl::instead`]).
+    pub const fn or_argument(self, arg: &'static str) -> ArtifactDecl {
+        ArtifactDecl { optional: true, instead: Some(arg), ..self }
+    }
 }
 
 /// The artifacts a function produces and consumes.

@@ -26,14 +26,15 @@ pub mod slices;
 pub mod stack;
 
 pub use adapter::{select_device, AdapterInfo, AdapterKind, DeviceChoice, DeviceError};
-pub use artifact::{ArtifactDecl, Artifacts, CallContext, Cell, PlaneInfo, Row, StackInfo, Table};
+pub use artifact::{ArtifactDecl, ArtifactKind, Artifacts, CallContext, Cell, PlaneInfo, Row, StackInfo, Table};
 pub use call::CallError;
 pub use convert::{plan_route, ConversionError, ConversionPolicy, Conversions, Route, RouteKind};
 pub use dtype::{DType, DTypeConversion, DTypePolicy, OutputDType};
 pub use memory::{Array, BadDevice, Device, DeviceBuffer, DeviceRequest, MemorySpace, MemoryType, Runtime};
 pub use registry::{
     one_plane, same_shape, ArgCheck, ArgDecl, ArgError, ArgProblem, ArgSpec, ArgType, ArgValue, Args, Binding, CallPlan, Contract,
-    FunctionArgs, FunctionDecl, FunctionError, FunctionSpec, HostWork, Implementation, NoArgs, PlanError, Registry, ShapeRule, StackShape,
+    FunctionArgs, FunctionDecl, FunctionError, FunctionSpec, HostWork, Implementation, NoArgs, PlanError, PlaneReduction, Registry,
+    ShapeRule, StackShape,
 };
 pub use slices::{stack_slices, unstack_slices, SliceError};
 pub use stack::{HostArray, Pixel, SharedPixels, Stack, StackArray};

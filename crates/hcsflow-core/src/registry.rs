@@ -32,7 +32,10 @@ pub use args::{
     NoArgs, ShapeRule, StackShape,
 };
 pub use call::{CallPlan, PlanError};
-pub use catalogue::{Binding, DeclaredCheck, DeclaredShapeRule, Function, FunctionDecl, FunctionSpec, Registry};
+pub use catalogue::{
+    Binding, DeclaredCheck, DeclaredReduction, DeclaredShapeRule, Function, FunctionDecl, FunctionSpec, PlaneReduction, ReductionRule,
+    Registry,
+};
 pub use implementation::{ArrayKernel, HostKernel, HostWork, Implementation};
 
 /// How a function treats the stack axis.

@@ -10,7 +10,7 @@ use hcsflow_core::{
 use ndarray::Array3;
 
 fn decl(name: &'static str) -> ArtifactDecl {
-    ArtifactDecl { name, doc: "test", optional: false }
+    ArtifactDecl::table(name, "test")
 }
 
 /// `count` (pure 2D): one `counts` row per plane = plane sum plus the consumed

@@ -588,8 +588,8 @@ pub static COUNT_CELLS: FunctionDecl<CountCellsArgs> = FunctionDecl::new(
     "Cell counting per plane: skimage blob_log (scale-space LoG) or threshold + label + area filter; returns the u16 label image, counts and objects as artifacts.",
 )
 .with_produces(&[
-    ArtifactDecl { name: COUNTS, doc: "per image: count", optional: false },
-    ArtifactDecl { name: OBJECTS, doc: "per object: label, y, x (centroid or blob centre, px), area (px), mean_intensity, sigma (blob_log)", optional: false },
+    ArtifactDecl::table(COUNTS, "per image: count"),
+    ArtifactDecl::table(OBJECTS, "per object: label, y, x (centroid or blob centre, px), area (px), mean_intensity, sigma (blob_log)"),
 ])
 .with_check(check_count);
 

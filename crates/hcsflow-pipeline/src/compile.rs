@@ -25,7 +25,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::output::manifest::MANIFEST_NAME;
 use crate::output::tables::{ARTIFACTS_NAME, SUMMARY_NAME};
-use crate::spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, StepSpec};
+use crate::scope::{covered_text, plan_plate_step, plate_covers, plate_scope_text, PlateSampling, PlateStepPlan};
+use crate::spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, Scope, StepSpec, DEFAULT_SAMPLE};
 use crate::PipelineError;
 
 /// Components of one plane: `[site, channel, z_index, timepoint]`, indexed by
@@ -220,6 +221,10 @@ pub struct StepPlan {
     pub produces: Vec<String>,
     /// Artifacts the step's functions consume, wired to their producer step.
     pub consumes: Vec<ArtifactInput>,
+    /// `Some` for a plate-wide step (`scope = "plate"`): it runs once, before
+    /// the wells, on a sample of the plate ([`Plan::plate_steps`]), and has no
+    /// stacks in the wells.
+    pub plate: Option<PlateSampling>,
 }
 
 /// One plane of the plate a well reads.
@@ -266,7 +271,8 @@ pub struct GroupPlan {
     /// Output planes in stack order (empty for [`Action::Skip`]).
     pub outputs: Vec<OutPlane>,
     /// Per [`StepPlan::consumes`] entry: the producing group, as an index into
-    /// the producer step's [`WellStepPlan::groups`] of the same well.
+    /// the producer step's [`WellStepPlan::groups`] of the same well, or, when
+    /// the producer is a plate-wide step, into its [`PlateStepPlan::groups`].
     pub sources: Vec<Option<usize>>,
 }
 
@@ -305,6 +311,9 @@ pub struct Plan {
     pub device: Device,
     pub device_reason: String,
     pub steps: Vec<StepPlan>,
+    /// The plate-wide steps (`scope = "plate"`), in pipeline order: each runs
+    /// once, before any well.
+    pub plate_steps: Vec<PlateStepPlan>,
     /// Names of disabled steps (listed by the dry run, not run).
     pub disabled: Vec<String>,
     pub wells: Vec<WellPlan>,
@@ -377,6 +386,7 @@ pub fn compile(
     let mut disabled = Vec::new();
     // Per enabled step: the resolved func, for grouping below.
     let mut funcs: Vec<ResolvedFunc> = Vec::new();
+    let mut well_step_before = false;
     for step in &spec.steps {
         if !names.insert(step.name.clone()) {
             errors.push(PipelineError::step(
@@ -389,8 +399,12 @@ pub fn compile(
             disabled.push(step.name.clone());
             continue;
         }
-        match compile_step(step, plate, registry, conversions, config) {
+        match compile_step(step, plate, registry, conversions, config).and_then(|(plan, func)| {
+            check_plate_step(step, &plan, well_step_before)?;
+            Ok((plan, func))
+        }) {
             Ok((plan, func)) => {
+                well_step_before |= plan.plate.is_none();
                 steps.push(plan);
                 funcs.push(func);
             }
@@ -410,15 +424,32 @@ pub fn compile(
     let plane = plane_format(plate)?;
     let plane_bytes = (plane.0 * plane.1 * plane.2.size_bytes()) as u64;
 
-    // Per well: the starting planes, then each step's stacks, simulated on keys.
-    let mut wells = Vec::new();
+    // Per well: the starting planes; the plate-wide steps' samples of them;
+    // then each well's stacks, simulated on keys.
     let mut found = GroupsFound::new(steps.len());
     let mut missing = Vec::new();
-    for well in plate.wells() {
-        let inputs = well_inputs(plate, &well);
-        missing.extend(missing_planes(plate, &well, &inputs));
-        wells.push(plan_well(well, inputs, &steps, &funcs, plane_bytes, &mut found));
+    let well_planes: Vec<(String, Vec<InputPlane>)> = plate
+        .wells()
+        .into_iter()
+        .map(|well| {
+            let inputs = well_inputs(plate, &well);
+            missing.extend(missing_planes(plate, &well, &inputs));
+            (well, inputs)
+        })
+        .collect();
+    let mut plate_steps = Vec::new();
+    for (si, (step, func)) in steps.iter().zip(&funcs).enumerate() {
+        let Some(sampling) = step.plate else { continue };
+        match plan_plate_step(si, step, func, sampling, plate, &well_planes, (plane.0, plane.1), registry, &spec.digest(), &mut found) {
+            Ok(ps) => plate_steps.push(ps),
+            Err(e) => errors.push(e),
+        }
     }
+    if !errors.is_empty() {
+        return Err(flatten(errors));
+    }
+    let context = WellContext { plate, steps: &steps, funcs: &funcs, plate_steps: &plate_steps, plane_bytes };
+    let wells: Vec<WellPlan> = well_planes.into_iter().map(|(well, inputs)| plan_well(well, inputs, &context, &mut found)).collect();
     errors.extend(found.wiring_errors.into_values());
     check_group_maps(plate, &steps, &found.seen, &found.unmapped, &mut errors);
     if !errors.is_empty() {
@@ -438,6 +469,7 @@ pub fn compile(
         device: config.device,
         device_reason: config.device_reason.clone(),
         steps,
+        plate_steps,
         disabled,
         wells,
         plane,
@@ -455,13 +487,22 @@ pub fn compile(
 
 /// What compile learns about the steps' stacks across the plate's wells, for
 /// the checks that need all of them.
-struct GroupsFound {
+pub(crate) struct GroupsFound {
     /// Per step: the group values seen across the plate.
-    seen: Vec<BTreeSet<u32>>,
+    pub(crate) seen: Vec<BTreeSet<u32>>,
     /// Per step: the group values lacking a func map entry.
-    unmapped: Vec<BTreeSet<u32>>,
+    pub(crate) unmapped: Vec<BTreeSet<u32>>,
     /// Per (step, consumed artifact): the first wiring problem found.
     wiring_errors: BTreeMap<(usize, String), PipelineError>,
+}
+
+/// What [`plan_well`] plans a well against.
+struct WellContext<'a> {
+    plate: &'a Plate,
+    steps: &'a [StepPlan],
+    funcs: &'a [ResolvedFunc],
+    plate_steps: &'a [PlateStepPlan],
+    plane_bytes: u64,
 }
 
 impl GroupsFound {
@@ -473,19 +514,17 @@ impl GroupsFound {
 /// The plan of one well: starting from its `inputs`, each step's stacks,
 /// simulated on keys (grouping, the chain or map entry of each stack, its
 /// output planes, the producer stack of each artifact it consumes).
-fn plan_well(
-    well: String,
-    inputs: Vec<InputPlane>,
-    steps: &[StepPlan],
-    funcs: &[ResolvedFunc],
-    plane_bytes: u64,
-    found: &mut GroupsFound,
-) -> WellPlan {
+fn plan_well(well: String, inputs: Vec<InputPlane>, context: &WellContext<'_>, found: &mut GroupsFound) -> WellPlan {
+    let (steps, plane_bytes) = (context.steps, context.plane_bytes);
     let start: Vec<Flow> = inputs.iter().map(|i| Flow { key: i.key, rel: i.rel.clone() }).collect();
     let mut current = start.clone();
     let mut well_steps: Vec<WellStepPlan> = Vec::new();
     let mut peak_planes = start.len();
-    for (si, (step, func)) in steps.iter().zip(funcs).enumerate() {
+    for (si, (step, func)) in steps.iter().zip(context.funcs).enumerate() {
+        if step.plate.is_some() {
+            // Runs before the wells, on the plate; the wells' flow passes it by.
+            continue;
+        }
         let input = match step.input_source {
             InputSource::PipelineStart => start.clone(),
             InputSource::Previous => current,
@@ -515,7 +554,14 @@ fn plan_well(
                 Action::Chain(_) => members.clone(),
             };
             let consumer = Consumer { step_index: si, step, action, scope, well: &well };
-            let sources = step.consumes.iter().map(|input| resolve_artifact_source(&consumer, input, steps, &well_steps, found)).collect();
+            let sources = step
+                .consumes
+                .iter()
+                .map(|input| match input.from_step.and_then(|from| context.plate_steps.iter().find(|p| p.step == from)) {
+                    Some(producer) => resolve_plate_source(&consumer, input, context, producer, found),
+                    None => resolve_artifact_source(&consumer, input, steps, &well_steps, found),
+                })
+                .collect();
             groups.push(GroupPlan {
                 scope,
                 sources,
@@ -544,7 +590,7 @@ fn plan_well(
 
 /// What a stack of `step` with group value `value` goes through; a value
 /// without a func map entry is added to `unmapped`.
-fn choose_action(step: &StepPlan, func: &ResolvedFunc, value: Option<u32>, unmapped: &mut BTreeSet<u32>) -> Action {
+pub(crate) fn choose_action(step: &StepPlan, func: &ResolvedFunc, value: Option<u32>, unmapped: &mut BTreeSet<u32>) -> Action {
     match (func, value) {
         (ResolvedFunc::Single, _) => Action::Chain(0),
         (ResolvedFunc::Map(map), Some(v)) => match map.get(&v) {
@@ -621,6 +667,74 @@ fn resolve_artifact_source(
                 input.name
             ),
             "make the producer step's stacks cover this step's (e.g. the same group_by)",
+        ),
+    };
+    found.wiring_errors.entry((consumer.step_index, input.name.clone())).or_insert(error);
+    None
+}
+
+/// The plate-wide group (an index into `producer`'s groups) whose result the
+/// `consumer` stack gets as its `input` planes artifact: the one group that
+/// [covers](plate_covers) the stack (same channel). None or several is a
+/// wiring error naming the channel and what the producer covers.
+fn resolve_plate_source(
+    consumer: &Consumer<'_>,
+    input: &ArtifactInput,
+    context: &WellContext<'_>,
+    producer: &PlateStepPlan,
+    found: &mut GroupsFound,
+) -> Option<usize> {
+    let producer_step = &context.steps[producer.step];
+    let produces = |a: &Action| match a {
+        Action::Chain(ci) => producer_step.chains[*ci].produces().any(|p| p == input.name),
+        _ => false,
+    };
+    let candidates: Vec<usize> = producer
+        .groups
+        .iter()
+        .enumerate()
+        .filter(|(_, g)| produces(&g.action) && plate_covers(&g.scope, &consumer.scope))
+        .map(|(i, _)| i)
+        .collect();
+    let consumed = matches!(consumer.action, Action::Chain(ci)
+        if consumer.step.chains[ci].calls.iter().any(|c| c.artifacts.consumes.iter().any(|d| d.name == input.name)));
+    let (step, well) = (consumer.step, consumer.well);
+    // What the producer groups by, as the consumer has it ("channel 2 (GFP)").
+    let scope = match producer_step.group_by {
+        Some(c) => format!("{c} {}", describe_values(context.plate, c, &BTreeSet::from([consumer.scope[c.index()]]))),
+        None => plate_scope_text(&context.plate.metadata.channel_names, &consumer.scope),
+    };
+    let error = match candidates.as_slice() {
+        [one] => return Some(*one),
+        _ if !consumed => return None,
+        [] => PipelineError::step(
+            &step.name,
+            format!(
+                "the plate-wide step '{}' has no '{}' for {scope} (the stack at {} of well {well}); it has results for: {}",
+                producer_step.name,
+                input.name,
+                scope_text(&consumer.scope),
+                covered_text(context.plate, producer, producer_step.group_by)
+            ),
+            format!(
+                "make step '{}' fit {scope} too (its func map or missing_groups), or group this step as that step (group_by = \"{}\")",
+                producer_step.name,
+                producer_step.group_by.map(|c| c.name()).unwrap_or("none")
+            ),
+        ),
+        _ => PipelineError::step(
+            &step.name,
+            format!(
+                "{} results of the plate-wide step '{}' could serve the stack at {} of well {well}: a stack gets one",
+                candidates.len(),
+                producer_step.name,
+                scope_text(&consumer.scope)
+            ),
+            format!(
+                "give this step stacks of one {} (group_by and variable_components as step '{}')",
+                producer_step.group_by.map(|c| c.name()).unwrap_or("group"),
+                producer_step.name
+            ),
         ),
     };
     found.wiring_errors.entry((consumer.step_index, input.name.clone())).or_insert(error);
@@ -755,8 +869,18 @@ fn wire_artifacts(spec: &PipelineSpec, registry: &Registry, steps: &mut [StepPla
                         continue;
                     }
                 },
+                // An argument standing in for the artifact, given: no default wiring.
+                None if instead_given(&steps[si], &name) => None,
                 None => producers_of(&name, si, steps).last().copied(),
             };
+            if let Err(e) = check_artifact_kind(&steps[si], &name, from, steps) {
+                errors.push(e);
+                continue;
+            }
+            if let Err(e) = check_instead(&steps[si], &name, from.map(|f| steps[f].name.as_str()), &all_producers(&name)) {
+                errors.push(e);
+                continue;
+            }
             if from.is_none() && !optional {
                 errors.push(PipelineError::step(
                     &steps[si].name,
@@ -777,7 +901,89 @@ fn wire_artifacts(spec: &PipelineSpec, registry: &Registry, steps: &mut [StepPla
     }
 }
 
-fn flatten(mut errors: Vec<PipelineError>) -> PipelineError {
+/// The calls of `step` consuming artifact `name`, with their declaration of it.
+fn consuming<'a>(
+    step: &'a StepPlan,
+    name: &'a str,
+) -> impl Iterator<Item = (&'a hcsflow_core::CallPlan, &'a hcsflow_core::ArtifactDecl)> + 'a {
+    step.chains
+        .iter()
+        .flat_map(|c| &c.calls)
+        .flat_map(move |call| call.artifacts.consumes.iter().filter(move |d| d.name == name).map(move |d| (call, d)))
+}
+
+/// The text argument that stands in for artifact `name` in `call`, if the call gives it.
+fn instead_value<'a>(call: &'a hcsflow_core::CallPlan, decl: &hcsflow_core::ArtifactDecl) -> Option<(&'static str, &'a str)> {
+    let arg = decl.instead?;
+    match call.args.get(arg) {
+        Some(hcsflow_core::ArgValue::Str(v)) if !v.is_empty() => Some((arg, v.as_str())),
+        _ => None,
+    }
+}
+
+/// True when every call of `step` consuming `name` gives the argument that stands in for it.
+fn instead_given(step: &StepPlan, name: &str) -> bool {
+    let mut calls = consuming(step, name).peekable();
+    calls.peek().is_some() && calls.all(|(call, decl)| instead_value(call, decl).is_some())
+}
+
+/// A planes artifact comes from a plate-wide step, and a plate-wide step's
+/// tables are not consumed by the wells.
+fn check_artifact_kind(step: &StepPlan, name: &str, from: Option<usize>, steps: &[StepPlan]) -> Result<(), PipelineError> {
+    let Some(producer) = from.map(|f| &steps[f]) else { return Ok(()) };
+    let planes = consuming(step, name).any(|(_, d)| d.kind == hcsflow_core::ArtifactKind::Planes);
+    match (planes, producer.plate.is_some()) {
+        (true, false) => Err(PipelineError::step(
+            &step.name,
+            format!(
+                "'{name}' is the result of step '{}', which runs per well; such a result reaches the wells from a plate-wide step",
+                producer.name
+            ),
+            format!("set scope = \"plate\" on step '{}' (one result per group across the plate)", producer.name),
+        )),
+        (false, true) => Err(PipelineError::step(
+            &step.name,
+            format!(
+                "step '{}' is plate-wide: its '{name}' table is written under OUT/{}/ but does not reach the wells",
+                producer.name, producer.name
+            ),
+            format!("run step '{}' per well (remove scope = \"plate\") to consume its '{name}' here", producer.name),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// For an artifact an argument can stand in for (`basic_correct`'s
+/// `flatfield` file for the `basic_profiles` of a plate-wide fit): exactly one
+/// of the two per call. `from`: the producer step wired, if any.
+fn check_instead(step: &StepPlan, name: &str, from: Option<&str>, producers: &[&str]) -> Result<(), PipelineError> {
+    for (call, decl) in consuming(step, name) {
+        let Some(arg) = decl.instead else { continue };
+        match (from, instead_value(call, decl)) {
+            (Some(producer), Some((_, value))) => {
+                return Err(PipelineError::step(
+                    &step.name,
+                    format!("{} gets '{name}' from step '{producer}' and also {arg} = '{value}'; it takes one of the two", call.function),
+                    format!("remove the {arg} argument, or remove artifacts_from = {{ {name} = \"{producer}\" }} to use the file"),
+                ))
+            }
+            (None, None) => {
+                return Err(PipelineError::step(
+                    &step.name,
+                    format!("{} needs '{name}' from an earlier plate-wide step, or the argument {arg}, and has neither", call.function),
+                    format!(
+                        "add an earlier step with scope = \"plate\" and a function producing '{name}' ({}), or pass {arg} = \"<file>\"",
+                        producers.join(", ")
+                    ),
+                ))
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn flatten(mut errors: Vec<PipelineError>) -> PipelineError {
     if errors.len() == 1 {
         errors.remove(0)
     } else {
@@ -786,7 +992,7 @@ fn flatten(mut errors: Vec<PipelineError>) -> PipelineError {
 }
 
 /// How a step's `func` selects chains.
-enum ResolvedFunc {
+pub(crate) enum ResolvedFunc {
     /// One chain for every stack.
     Single,
     /// Group value → index into `StepPlan::chains`.
@@ -829,7 +1035,11 @@ fn compile_step(
         PipelineError::step(name, format!("dtype: {e}"), "dtype = \"input\", \"u8\", \"u16\" or \"f32\"")
     })?;
     let dtype = DTypePolicy { output, conversion: if step.stretch { DTypeConversion::Stretch } else { DTypeConversion::Clip } };
-    let materialize: BTreeSet<Materialize> = step.materialize.iter().copied().collect();
+    // A plate-wide step's results are always written (as TIFF, under OUT/<step>/), outside the wells' outputs.
+    let materialize: BTreeSet<Materialize> = match step.scope {
+        Scope::Well => step.materialize.iter().copied().collect(),
+        Scope::Plate => BTreeSet::new(),
+    };
     // `device = "cpu"` pins a step to the host (functions without a GPU
     // implementation in a GPU run): explicit in the file and in the plan,
     // never a silent fallback.
@@ -925,9 +1135,73 @@ fn compile_step(
             materialize,
             dtype,
             out_dir: config.out.join(name),
+            plate: match step.scope {
+                Scope::Well => None,
+                Scope::Plate => Some(PlateSampling {
+                    sample: usize::try_from(step.sample.unwrap_or(DEFAULT_SAMPLE)).unwrap_or(usize::MAX),
+                    seed: step.seed.unwrap_or(0),
+                }),
+            },
         },
         resolved,
     ))
+}
+
+/// What a plate-wide step (`scope = "plate"`) cannot be, and the keys that
+/// only plate-wide steps take. `well_step_before`: an enabled per-well step
+/// comes earlier in the pipeline.
+fn check_plate_step(spec: &StepSpec, step: &StepPlan, well_step_before: bool) -> Result<(), PipelineError> {
+    let name = spec.name.as_str();
+    if step.plate.is_none() {
+        if spec.sample.is_some() || spec.seed.is_some() {
+            return Err(PipelineError::step(
+                name,
+                "`sample` and `seed` choose the planes of a plate-wide step, and this step runs per well",
+                "add scope = \"plate\" to fit on a sample of the whole plate, or remove sample and seed",
+            ));
+        }
+        return Ok(());
+    }
+    if spec.sample == Some(0) {
+        return Err(PipelineError::step(name, "sample = 0 samples no plane", "sample at least 1 plane per group (default 200)"));
+    }
+    for call in step.chains.iter().flat_map(|c| &c.calls) {
+        if call.per_plane() {
+            return Err(PipelineError::step(
+                name,
+                format!(
+                    "{} ({}) works plane by plane: on a plate-wide sample it would only process the sampled planes, which no well uses",
+                    call.function, call.contract
+                ),
+                "run it per well (remove scope = \"plate\"); plate-wide steps take functions of the whole stack (pure_3d, volumetric_to_slice), e.g. basic_fit",
+            ));
+        }
+        if let Some(d) = call.artifacts.consumes.first() {
+            return Err(PipelineError::step(
+                name,
+                format!(
+                    "{} consumes the '{}' artifact; a plate-wide step runs before the wells and cannot consume one",
+                    call.function, d.name
+                ),
+                "run it per well (remove scope = \"plate\")",
+            ));
+        }
+    }
+    if spec.materialize.contains(&Materialize::Zarr) {
+        return Err(PipelineError::step(
+            name,
+            "a plate-wide step's results are not images of wells and cannot go into the OME-Zarr plate",
+            "remove \"zarr\" from materialize (its results are always written as TIFF under OUT/<step>/)",
+        ));
+    }
+    if spec.input_source == InputSource::Previous && well_step_before {
+        return Err(PipelineError::step(
+            name,
+            "a plate-wide step runs before the wells and reads the plate's original images, not the previous step's output",
+            "set input_source = \"pipeline_start\" (or move the step before the per-well steps)",
+        ));
+    }
+    Ok(())
 }
 
 /// A step name names its output folder `OUT/<name>`: it must be one plain
@@ -1153,7 +1427,7 @@ fn plate_values(plate: &Plate, component: Component) -> BTreeSet<u32> {
 }
 
 /// "1 (DAPI), 2 (GFP)" for channels; plain numbers otherwise; "collapsed" for 0.
-fn describe_values(plate: &Plate, component: Component, values: &BTreeSet<u32>) -> String {
+pub(crate) fn describe_values(plate: &Plate, component: Component, values: &BTreeSet<u32>) -> String {
     let v: Vec<String> = values
         .iter()
         .map(|&v| match (v, component) {

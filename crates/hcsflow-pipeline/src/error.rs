@@ -37,6 +37,11 @@ pub enum PipelineError {
     /// A configuration problem not tied to a step (output folder inside the plate, …).
     #[error("{message}\n    fix: {fix}")]
     Config { message: String, fix: String },
+    /// A plate-wide step failed (an image of its sample could not be read,
+    /// its function failed…); no well was started, since their consumers need
+    /// its result. `--resume` runs it again.
+    #[error("plate-wide step '{step}' failed, so no well was run: {message}")]
+    PlateStep { step: String, message: String },
     #[error(transparent)]
     Plate(#[from] PlateError),
 }

@@ -31,9 +31,14 @@
 //!   so no half-written file is ever visible under its final name. A write
 //!   that fails removes its temporary.
 //! - Nothing is written inside the input plate (compile refuses such outputs).
+//! - Plate-wide steps (`scope = "plate"`) run first, once, before any well
+//!   ([`crate::plate_run`]: bounded memory, results written and recorded,
+//!   re-read under `--resume`); each well's consumers get the result of their
+//!   group. A plate-wide step that fails stops the run before any well starts.
 //! - `execute` returns `Err` only for problems found before any well starts
 //!   (OUT not writable or locked by another run, another run's outputs, the
-//!   first manifest write); everything later is in the [`RunSummary`].
+//!   first manifest write, a plate-wide step that failed); everything later
+//!   is in the [`RunSummary`].
 
 use std::collections::{BTreeMap, VecDeque};
 use std::panic::AssertUnwindSafe;
@@ -42,7 +47,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
-use hcsflow_core::{Array, CallContext, Conversions, Device, FunctionError, PlaneInfo, Registry, Route, Stack, StackInfo, Table};
+use hcsflow_core::{
+    Array, ArtifactKind, CallContext, Conversions, Device, FunctionError, PlaneInfo, Registry, Route, Stack, StackInfo, Table,
+};
 pub use hcsflow_io::peak_rss_bytes;
 use hcsflow_plate::ImageError;
 use rayon::prelude::*;
@@ -54,6 +61,7 @@ use crate::output::manifest::{ArtifactRecord, Manifest, ManifestState, Note, Out
 use crate::output::tables::{write_artifact_tables, write_summary_csv, write_well_artifact};
 use crate::output::zarr::ZarrOutput;
 use crate::output::{self};
+use crate::plate_run::{run_plate_steps, PlateResults};
 use crate::spec::Component;
 use crate::spec::{InputSource, Materialize};
 use crate::PipelineError;
@@ -328,7 +336,9 @@ pub fn execute(
     progress: &(dyn Fn(Progress<'_>) + Sync),
 ) -> Result<RunSummary, PipelineError> {
     let started = Instant::now();
-    let (_lock, manifest, zarr) = prepare_out(plan, options)?;
+    let (_lock, mut manifest, zarr) = prepare_out(plan, options)?;
+    let plate = run_plate_steps(plan, registry, conversions, options, &mut manifest)?;
+    let plate_notes: Vec<Note> = manifest.plate_steps.values().flat_map(|r| r.notes.iter().cloned()).collect();
     let on_disk = manifest.wells.iter().map(|(w, r)| (w.clone(), r.status)).collect();
 
     let mut skipped = Vec::new();
@@ -349,6 +359,7 @@ pub fn execute(
         options,
         progress,
         zarr: &zarr,
+        plate: &plate,
         queue: Mutex::new(queue),
         budget: MemoryBudget::new(options.max_memory),
         manifest: Mutex::new(ManifestState { manifest, on_disk, error: None }),
@@ -367,7 +378,7 @@ pub fn execute(
     let wells = reports.into_inner().unwrap_or_else(|p| p.into_inner());
     let not_started: Vec<String> =
         queue.into_inner().unwrap_or_else(|p| p.into_inner()).into_iter().map(|i| plan.wells[i].well.clone()).collect();
-    let ended = EndedRun { workers, started, skipped, not_started, stopped, wells };
+    let ended = EndedRun { workers, started, skipped, not_started, stopped, wells, plate_notes };
     Ok(ended.finish(plan, options, state, zarr))
 }
 
@@ -394,6 +405,7 @@ fn prepare_out(plan: &Plan, options: &RunOptions) -> Result<(outdir::OutputLock,
     let mut manifest = Manifest::new(plan, &zarr_roots);
     if let (true, Some(previous)) = (options.resume, previous) {
         manifest.wells = previous.wells.into_iter().filter(|(_, r)| r.status == WellStatus::Complete).collect();
+        manifest.plate_steps = previous.plate_steps.into_iter().filter(|(_, r)| r.status == WellStatus::Complete).collect();
     }
     manifest.write(&plan.out)?;
     let zarr = ZarrOutput::open(layouts)?;
@@ -451,6 +463,8 @@ struct Run<'a> {
     options: &'a RunOptions,
     progress: &'a (dyn Fn(Progress<'_>) + Sync),
     zarr: &'a ZarrOutput,
+    /// The plate-wide steps' results, for the wells' consumers.
+    plate: &'a PlateResults,
     /// Wells not started yet, as indices into [`Plan::wells`].
     queue: Mutex<VecDeque<usize>>,
     budget: MemoryBudget,
@@ -511,7 +525,7 @@ impl Run<'_> {
         // Trace spans (`hcsflow run --trace`): well > step > read | stack > call | conversion, and write.
         let span = tracing::info_span!("well", well = %well.well);
         std::panic::catch_unwind(AssertUnwindSafe(|| {
-            span.in_scope(|| run_well(self.plan, well, self.registry, self.conversions, self.zarr, self.progress))
+            span.in_scope(|| run_well(self.plan, well, self.registry, self.conversions, self.zarr, self.plate, self.progress))
         }))
         .unwrap_or_else(|p| {
             let msg = p
@@ -586,6 +600,8 @@ struct EndedRun {
     stopped: Option<String>,
     /// Reports of the wells that ran.
     wells: Vec<WellReport>,
+    /// What the plate-wide steps' functions said (this run's or, resumed, an earlier one's).
+    plate_notes: Vec<Note>,
 }
 
 impl EndedRun {
@@ -593,7 +609,7 @@ impl EndedRun {
     /// plate-level outputs (OME-Zarr metadata, summaries, joined tables) and
     /// assembles the summary and its report.
     fn finish(self, plan: &Plan, options: &RunOptions, mut state: ManifestState, zarr: ZarrOutput) -> RunSummary {
-        let EndedRun { workers, started, skipped, not_started, stopped, mut wells } = self;
+        let EndedRun { workers, started, skipped, not_started, stopped, mut wells, plate_notes } = self;
         // Every well's outcome is in the manifest, the wells never started too.
         let why_not = match &stopped {
             Some(reason) => format!("not started: {reason}"),
@@ -637,7 +653,8 @@ impl EndedRun {
         wells.sort_by_key(|w| order.get(w.well.as_str()).copied().unwrap_or(usize::MAX));
         let completed: Vec<String> = wells.iter().filter(|w| w.status == WellStatus::Complete).map(|w| w.well.clone()).collect();
         let run = RunOutcome { workers, seconds: started.elapsed().as_secs_f64(), stopped, manifest_error, write_errors };
-        let report = RunReport::from_wells(plan, options, wells, &run);
+        let mut report = RunReport::from_wells(plan, options, wells, &run);
+        report.notes.splice(0..0, plate_notes);
         RunSummary {
             total: plan.wells.len(),
             completed,
@@ -858,12 +875,14 @@ struct GroupResult {
     notes: Vec<String>,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_well(
     plan: &Plan,
     well: &WellPlan,
     registry: &Registry,
     conversions: &Conversions,
     zarr: &ZarrOutput,
+    plate: &PlateResults,
     progress: &(dyn Fn(Progress<'_>) + Sync),
 ) -> WellResult {
     let mut timings: Vec<StepTiming> = Vec::new();
@@ -899,7 +918,8 @@ fn run_well(
                 // Rayon threads: the step is the explicit parent.
                 let _in_stack =
                     tracing::info_span!(parent: &step_span, "stack", planes = planes.iter().map(Stack::depth).sum::<usize>()).entered();
-                run_group(plan, &well.well, ws.step, g, planes, registry, conversions, &produced)
+                let sources = Sources { produced: &produced, plate };
+                run_group(plan, &well.well, ws.step, g, planes, registry, conversions, &sources)
             })
             .collect();
         let mut out = Planes::new();
@@ -953,9 +973,17 @@ fn run_well(
     Ok(WellOutcome { outputs, artifacts, notes, timings })
 }
 
+/// Where a stack's consumed artifacts come from: the well's earlier steps,
+/// and the plate-wide steps.
+struct Sources<'a> {
+    produced: &'a ProducedByGroup,
+    plate: &'a PlateResults,
+}
+
 /// Runs one stack through its chain and splits the result into output planes.
 /// Each call gets a context: the metadata of the planes it sees and the
-/// artifacts it consumes, rows re-indexed to those planes.
+/// artifacts it consumes, table rows re-indexed to those planes, planes
+/// artifacts as the plate-wide result of the stack's group.
 #[allow(clippy::too_many_arguments)]
 fn run_group(
     plan: &Plan,
@@ -965,7 +993,7 @@ fn run_group(
     planes: Vec<Stack>,
     registry: &Registry,
     conversions: &Conversions,
-    produced: &ProducedByGroup,
+    sources: &Sources<'_>,
 ) -> Result<GroupResult, StepError> {
     let step = &plan.steps[step_index];
     let chain = match group.action {
@@ -995,15 +1023,25 @@ fn run_group(
             pixel_size_um: plan.pixel_size_um,
         };
         let mut inputs = BTreeMap::new();
+        let mut plate_planes = BTreeMap::new();
         for d in &call.artifacts.consumes {
             let Some(idx) = step.consumes.iter().position(|c| c.name == d.name) else { continue };
             let (Some(from), Some(Some(source))) = (step.consumes[idx].from_step, group.sources.get(idx)) else { continue };
-            let table = produced.get(&(from, *source)).and_then(|list| list.iter().find(|p| p.name == d.name)).ok_or_else(|| {
-                StepError::Failed(format!("stack at {first}: the '{}' artifact of step '{}' is missing", d.name, plan.steps[from].name))
-            })?;
+            if d.kind == ArtifactKind::Planes {
+                let result = sources.plate.get(&(from, *source)).ok_or_else(|| {
+                    StepError::Failed(format!("stack at {first}: the result of plate-wide step '{}' is missing", plan.steps[from].name))
+                })?;
+                plate_planes.insert(d.name.to_string(), Arc::clone(result));
+                continue;
+            }
+            let table =
+                sources.produced.get(&(from, *source)).and_then(|list| list.iter().find(|p| p.name == d.name)).ok_or_else(|| {
+                    StepError::Failed(format!("stack at {first}: the '{}' artifact of step '{}' is missing", d.name, plan.steps[from].name))
+                })?;
             inputs.insert(d.name.to_string(), reindex(&table.table, &table.keys, &plan.steps[from].variable, &keys));
         }
         let mut context = CallContext::new(info, inputs);
+        context.planes = plate_planes;
         // The conversion into the call (`route_in`, e.g. an upload) runs inside
         // Registry::execute_in: a "conversion" span inside this one.
         let _in_call = tracing::info_span!("call", function = %call.function, device = %call.device, route_in = %call.route_in).entered();
@@ -1034,7 +1072,7 @@ fn run_group(
 }
 
 /// The metadata of the plane with components `key` in `well`.
-fn plane_info(plan: &Plan, well: &str, key: &Key) -> PlaneInfo {
+pub(crate) fn plane_info(plan: &Plan, well: &str, key: &Key) -> PlaneInfo {
     let site = key[Component::Site.index()];
     let known = Slot::of(site) != Slot::Collapsed;
     PlaneInfo {

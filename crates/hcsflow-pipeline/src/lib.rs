@@ -24,6 +24,8 @@ mod error;
 mod exec;
 mod outdir;
 mod output;
+mod plate_run;
+mod scope;
 pub mod spec;
 
 pub use compile::{
@@ -33,8 +35,11 @@ pub use compile::{
 pub use error::PipelineError;
 pub use exec::{execute, peak_rss_bytes, Progress, RunOptions, RunReport, RunSummary, WellReport};
 pub use outdir::LOCK_NAME;
-pub use output::manifest::{ArtifactRecord, Manifest, Note, OutputRecord, WellRecord, WellStatus, MANIFEST_NAME};
+pub use output::manifest::{
+    ArtifactRecord, Manifest, Note, OutputRecord, PlateOutputRecord, PlateStepRecord, WellRecord, WellStatus, MANIFEST_NAME,
+};
 pub use output::tables::{ARTIFACTS_NAME, SUMMARY_NAME};
-pub use spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, StepSpec};
+pub use scope::{plate_scope_text, PlateGroupPlan, PlatePlane, PlateSampling, PlateStepPlan};
+pub use spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, Scope, StepSpec, DEFAULT_SAMPLE};
 
 pub use hcsflow_zarr::NgffVersion;

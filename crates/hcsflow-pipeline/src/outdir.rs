@@ -199,8 +199,8 @@ fn below(out: &Path, rel: &Path) -> Option<PathBuf> {
 }
 
 /// Removes what the manifest `previous` records in OUT (the outputs and
-/// artifact tables of its wells, its plate-level tables and summaries, its
-/// OME-Zarr plates), then the folders this leaves empty. Never a file the
+/// artifact tables of its wells and of its plate-wide steps, its plate-level
+/// tables and summaries, its OME-Zarr plates), then the folders this leaves empty. Never a file the
 /// manifest does not list, nothing outside OUT, nothing inside `plate`.
 /// Returns how many files and plates were removed.
 pub(crate) fn remove_recorded(out: &Path, previous: &Manifest, plate: &Path) -> Result<usize, PipelineError> {
@@ -209,6 +209,10 @@ pub(crate) fn remove_recorded(out: &Path, previous: &Manifest, plate: &Path) -> 
     let mut files: Vec<&Path> = vec![Path::new(SUMMARY_NAME), Path::new(ARTIFACTS_NAME)];
     files.extend(previous.files.iter().map(PathBuf::as_path));
     for record in previous.wells.values() {
+        files.extend(record.outputs.iter().map(|o| o.path.as_path()));
+        files.extend(record.artifacts.iter().map(|a| a.path.as_path()));
+    }
+    for record in previous.plate_steps.values() {
         files.extend(record.outputs.iter().map(|o| o.path.as_path()));
         files.extend(record.artifacts.iter().map(|a| a.path.as_path()));
     }

@@ -17,6 +17,10 @@
 //! device = "cpu"                       # pin this step to the host in a --device gpu run
 //! artifacts_from = { positions = "positions" }  # which earlier step's artifact to consume
 //!                                      # (default: the latest earlier step producing it)
+//! scope = "well"                       # or "plate": run once, before the wells, on a
+//!                                      # sample of the whole plate (e.g. basic_fit)
+//! sample = 200                         # plate scope: at most this many planes per group
+//! seed = 0                             # plate scope: which planes are sampled
 //!
 //! # (b) func = { name = "mean_projection", args = { ... } }
 //! # (c) func = ["max_projection", { name = "...", args = { ... } }]   a chain
@@ -84,6 +88,42 @@ pub struct StepSpec {
     /// (for functions that have no GPU implementation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub device: Option<String>,
+    /// Where the step runs: in every well (default), or once on a sample of
+    /// the whole plate, before the wells ([`Scope::Plate`]).
+    #[serde(default, skip_serializing_if = "Scope::is_well")]
+    pub scope: Scope,
+    /// `scope = "plate"`: at most this many planes per group across the
+    /// plate (default [`DEFAULT_SAMPLE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample: Option<u64>,
+    /// `scope = "plate"`: the seed choosing the sampled planes (default 0).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seed: Option<u64>,
+}
+
+/// The planes a plate-wide step samples per group when `sample` is not
+/// given: BaSiCPy fits a few hundred tiles at most, and a fit at the working
+/// size holds `sample × working_size² × 4` bytes (200 × 128² × 4 = 13 MB).
+pub const DEFAULT_SAMPLE: u64 = 200;
+
+/// Where a step runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// In every well, on that well's stacks.
+    #[default]
+    Well,
+    /// Once, before the wells, on a sample of the whole plate: its groups
+    /// span every well (e.g. one BaSiC fit per channel); its results reach
+    /// each well's consumers through a planes artifact, the one whose group
+    /// matches theirs.
+    Plate,
+}
+
+impl Scope {
+    fn is_well(&self) -> bool {
+        *self == Scope::Well
+    }
 }
 
 fn default_variable_components() -> Vec<String> {

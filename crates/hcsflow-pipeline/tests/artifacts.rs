@@ -198,7 +198,7 @@ fn registry_with_consumer() -> (hcsflow_core::Registry, hcsflow_core::Conversion
     let (mut r, c) = builtin();
     r.register_with_artifacts(
         FunctionSpec { name: "needs_labels", doc: "test only", contract: Contract::Pure3d, args: vec![] },
-        Artifacts { produces: vec![], consumes: vec![ArtifactDecl { name: "labels", doc: "test", optional: false }] },
+        Artifacts { produces: vec![], consumes: vec![ArtifactDecl::table("labels", "test")] },
         Implementation::host(|s, _, _| Ok(s.clone())),
     );
     (r, c)

@@ -150,8 +150,8 @@ pub static TILE_POSITIONS: FunctionDecl<TilePositionsArgs> = FunctionDecl::new(
     "Sub-pixel tile positions of a grid (strip FFT correlation, Gauss-Newton refinement, global least squares); returns the tiles unchanged, positions and edges as artifacts.",
 )
 .with_produces(&[
-    ArtifactDecl { name: POSITIONS, doc: "per tile: grid_row, grid_col, x_px, y_px (registered top-left), stage_x_px, stage_y_px, stage_only", optional: false },
-    ArtifactDecl { name: EDGES, doc: "per overlap: tile_a, tile_b (1-based planes), site_a, site_b, predicted and measured dx, dy (px), score, status, residual (px)", optional: false },
+    ArtifactDecl::table(POSITIONS, "per tile: grid_row, grid_col, x_px, y_px (registered top-left), stage_x_px, stage_y_px, stage_only"),
+    ArtifactDecl::table(EDGES, "per overlap: tile_a, tile_b (1-based planes), site_a, site_b, predicted and measured dx, dy (px), score, status, residual (px)"),
 ]);
 
 pub static ASSEMBLE: FunctionDecl<AssembleArgs> = FunctionDecl::new(
@@ -163,6 +163,7 @@ pub static ASSEMBLE: FunctionDecl<AssembleArgs> = FunctionDecl::new(
     name: POSITIONS,
     doc: "tile positions (x_px, y_px per tile); without it, assemble registers the tiles itself",
     optional: true,
+    ..ArtifactDecl::table(POSITIONS, "")
 }]);
 
 /// Columns of the `positions` artifact: one row per tile (plane).

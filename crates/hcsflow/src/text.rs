@@ -6,12 +6,15 @@
 use std::collections::BTreeSet;
 use std::fmt::{self, Write as _};
 
-use hcsflow_pipeline::{Action, InputSource, MissingPolicy, Plan, RunSummary, MANIFEST_NAME, SUMMARY_NAME};
+use hcsflow_pipeline::{plate_scope_text, Action, InputSource, MissingPolicy, Plan, RunSummary, MANIFEST_NAME, SUMMARY_NAME};
 
 /// The plan as a person reads it (`hcsflow run --dry-run`): plate, missing
 /// images, device and output folder; per step the function chain with
 /// contracts, memory types, routes and devices, the artifacts it produces and
-/// consumes, and per well the number of stacks; then the disabled steps.
+/// consumes, and per well the number of stacks (for a plate-wide step: its
+/// sample size and seed, the reduction applied as planes are read, and per
+/// group the planes sampled of those available and the result's file); then
+/// the disabled steps.
 ///
 /// ```
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -102,6 +105,13 @@ pub fn plan_text(plan: &Plan) -> String {
         }
         for a in &step.consumes {
             match a.from_step {
+                Some(from) if plan.steps[from].plate.is_some() => {
+                    let _ = writeln!(
+                        s,
+                        "  consumes '{}' from the plate-wide step '{}': each stack gets the result of its own group",
+                        a.name, plan.steps[from].name
+                    );
+                }
                 Some(from) => {
                     let _ = writeln!(s, "  consumes '{}' from step '{}'", a.name, plan.steps[from].name);
                 }
@@ -110,7 +120,10 @@ pub fn plan_text(plan: &Plan) -> String {
                 }
             }
         }
-        s.push_str(&stacks_text(plan, i));
+        match step.plate {
+            Some(_) => s.push_str(&plate_text(plan, i)),
+            None => s.push_str(&stacks_text(plan, i)),
+        }
     }
     for d in &plan.disabled {
         let _ = writeln!(s, "step '{d}': disabled");
@@ -137,6 +150,49 @@ fn stacks_text(plan: &Plan, i: usize) -> String {
     let _ = writeln!(s, "  stacks per well: {}", counts.join(", "));
     if pass + skip > 0 {
         let _ = writeln!(s, "  groups without a map entry: {pass} passed through, {skip} skipped");
+    }
+    s
+}
+
+/// The plan's lines on plate-wide step `i`: sample size, seed, reduction,
+/// and per group the planes sampled of those available and the result's file.
+fn plate_text(plan: &Plan, i: usize) -> String {
+    let mut s = String::new();
+    let Some(ps) = plan.plate_steps.iter().find(|p| p.step == i) else { return s };
+    let _ = writeln!(
+        s,
+        "  plate-wide: runs once before the wells, on a sample of at most {} plane(s) per group across all wells (seed {})",
+        ps.sampling.sample, ps.sampling.seed
+    );
+    match &ps.reduction {
+        Some(r) => {
+            let _ = writeln!(s, "  reads only the sampled planes; {}", r.what);
+        }
+        None => {
+            let _ = writeln!(s, "  reads only the sampled planes, at full size");
+        }
+    }
+    let (h, w, dtype) = plan.plane;
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let _ = writeln!(
+        s,
+        "  memory: at most {:.1} MB held for the largest group (its sample, plus one full plane per reading thread)",
+        ps.estimate_bytes((h, w), dtype.size_bytes(), threads) as f64 / 1e6
+    );
+    for g in &ps.groups {
+        let scope = plate_scope_text(&plan.channel_names, &g.scope);
+        if g.action == Action::Skip {
+            let _ = writeln!(s, "  group {scope}: skipped (no func map entry)");
+            continue;
+        }
+        let _ = writeln!(
+            s,
+            "  group {scope}: sampled {} of {} plane(s) from {} well(s) → {}",
+            g.inputs.len(),
+            g.available,
+            g.wells,
+            g.output.display()
+        );
     }
     s
 }
@@ -220,7 +276,11 @@ pub fn summary_text(plan: &Plan, summary: &RunSummary) -> String {
     // What functions said about their results (e.g. stitching fell back to
     // stage positions) and the planes filled with zeros.
     for n in &r.notes {
-        let _ = writeln!(s, "note: well {}, step '{}': {}", n.well, n.step, n.text);
+        if n.well.is_empty() {
+            let _ = writeln!(s, "note: plate-wide step '{}': {}", n.step, n.text);
+        } else {
+            let _ = writeln!(s, "note: well {}, step '{}': {}", n.well, n.step, n.text);
+        }
     }
     s
 }

@@ -44,7 +44,7 @@ pub struct CallPlan {
 
 impl CallPlan {
     /// True when the call runs one plane at a time.
-    fn per_plane(&self) -> bool {
+    pub fn per_plane(&self) -> bool {
         self.contract == Contract::Pure2d || (self.contract == Contract::Flexible && self.args.flag(SLICE_BY_SLICE))
     }
 }
@@ -228,7 +228,8 @@ fn check_produced(plan: &CallPlan, outputs: &[(String, Table)]) -> Result<(), Fu
             return Err(FunctionError::failed(plan.function, format!("produced the undeclared artifact '{p}'")));
         }
     }
-    for d in &plan.artifacts.produces {
+    // A planes artifact is the call's result itself, not a recorded table.
+    for d in plan.artifacts.produces.iter().filter(|d| d.kind == crate::ArtifactKind::Table) {
         if !produced.contains(&d.name) {
             return Err(FunctionError::failed(plan.function, format!("did not produce its artifact '{}'", d.name)));
         }

@@ -39,9 +39,48 @@ pub struct Function {
     pub check: Option<ArgCheck>,
     /// The output shape, when it differs from the contract's default ([`FunctionDecl::output_shape`]).
     pub shape_rule: Option<ShapeRule>,
+    /// How each plane may be reduced as it is read when the function runs on
+    /// a plate-wide sample ([`FunctionDecl::with_plane_reduction`]).
+    pub reduction: Option<ReductionRule>,
 }
 
+/// A reduction of every plane as it is read, declared by a function that runs
+/// on a plate-wide sample and needs less than the full planes (BaSiC fits at a
+/// working size): the pipeline never holds the sample at full size, only one
+/// full plane per reading thread. The function receives the reduced planes and
+/// [`CallContext::reduced_from`] (the full size its result must have).
+#[derive(Clone)]
+pub struct PlaneReduction {
+    /// `(height, width)` of a reduced plane.
+    pub size: (usize, usize),
+    /// What it does, for the plan (e.g. "resized to 128×128, BaSiC's working size").
+    pub what: String,
+    /// One plane `[1, H, W]` in, one plane `[1, size.0, size.1]` out.
+    pub reduce: ReducePlane,
+}
+
+/// The function of a [`PlaneReduction`]: one plane in, its reduction out.
+pub type ReducePlane = Arc<dyn Fn(&Stack) -> Result<Stack, FunctionError> + Send + Sync>;
+
+impl fmt::Debug for PlaneReduction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PlaneReduction").field("size", &self.size).field("what", &self.what).finish()
+    }
+}
+
+/// A function's [`PlaneReduction`] for its arguments and the full plane
+/// `(height, width)`; `None`: the planes are used as they are.
+pub type ReductionRule = Arc<dyn Fn(&Args, (usize, usize)) -> Option<PlaneReduction> + Send + Sync>;
+/// A declared function's [`ReductionRule`] on its typed arguments.
+pub type DeclaredReduction<A> = fn(&A, (usize, usize)) -> Option<PlaneReduction>;
+
 impl Function {
+    /// The reduction of planes of `plane` = `(height, width)` this call
+    /// wants when it runs on a plate-wide sample, if any.
+    pub fn plane_reduction(&self, args: &Args, plane: (usize, usize)) -> Option<PlaneReduction> {
+        self.reduction.as_ref().and_then(|rule| rule(args, plane))
+    }
+
     /// True when a call with these arguments receives one plane at a time.
     pub fn per_plane(&self, args: &Args) -> bool {
         self.spec.contract == Contract::Pure2d || (self.spec.contract == Contract::Flexible && args.flag(SLICE_BY_SLICE))
@@ -136,6 +175,7 @@ impl fmt::Debug for Function {
             .field("implementations", &self.implementations)
             .field("check", &self.check.is_some())
             .field("shape_rule", &self.shape_rule.is_some())
+            .field("reduction", &self.reduction.is_some())
             .finish()
     }
 }
@@ -184,12 +224,14 @@ pub struct FunctionDecl<A> {
     pub check: Option<DeclaredCheck<A>>,
     /// The output shape, when it differs from the contract's default (see [`ShapeRule`]).
     pub output_shape: Option<DeclaredShapeRule<A>>,
+    /// The reduction of each plane as it is read for a plate-wide sample (see [`PlaneReduction`]).
+    pub reduction: Option<DeclaredReduction<A>>,
 }
 
 impl<A> FunctionDecl<A> {
     /// A declaration without artifacts, checks or shape rule.
     pub const fn new(name: &'static str, contract: Contract, doc: &'static str) -> Self {
-        FunctionDecl { name, doc, contract, produces: &[], consumes: &[], check: None, output_shape: None }
+        FunctionDecl { name, doc, contract, produces: &[], consumes: &[], check: None, output_shape: None, reduction: None }
     }
 
     /// With the artifacts it produces.
@@ -210,6 +252,11 @@ impl<A> FunctionDecl<A> {
     /// With its output-shape rule.
     pub const fn with_output_shape(self, rule: DeclaredShapeRule<A>) -> Self {
         FunctionDecl { output_shape: Some(rule), ..self }
+    }
+
+    /// With the reduction of each plane read for a plate-wide sample.
+    pub const fn with_plane_reduction(self, rule: DeclaredReduction<A>) -> Self {
+        FunctionDecl { reduction: Some(rule), ..self }
     }
 }
 
@@ -252,6 +299,9 @@ impl<A: FunctionArgs> FunctionDecl<A> {
         let shape_rule = self
             .output_shape
             .map(|rule| -> ShapeRule { Arc::new(move |args: &Args, shape: &StackShape| rule(&A::from_args(args), shape)) });
+        let reduction = self
+            .reduction
+            .map(|rule| -> ReductionRule { Arc::new(move |args: &Args, plane: (usize, usize)| rule(&A::from_args(args), plane)) });
         Binding {
             declaration: Function {
                 spec: self.spec(),
@@ -259,6 +309,7 @@ impl<A: FunctionArgs> FunctionDecl<A> {
                 implementations: Vec::new(),
                 check,
                 shape_rule,
+                reduction,
             },
             implementation,
         }
@@ -318,6 +369,7 @@ impl Registry {
             implementations: Vec::new(),
             check: None,
             shape_rule: None,
+            reduction: None,
         });
         entry.implementations.retain(|i| i.memory_in != implementation.memory_in);
         entry.implementations.push(implementation);

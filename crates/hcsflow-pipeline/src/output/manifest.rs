@@ -123,6 +123,41 @@ impl WellRecord {
     }
 }
 
+/// One result of a plate-wide step: a group's planes, `OUT/<step>/<group>.tif`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlateOutputRecord {
+    /// The group's fixed components (`4294967295` = varied over, as in the plan).
+    pub scope: Key,
+    /// Relative to OUT.
+    pub path: PathBuf,
+    /// Planes sampled, and planes the plate has for the group.
+    pub sampled: usize,
+    pub available: usize,
+    /// Size and 64-bit FNV-1a of the file as written: `--resume` re-reads it
+    /// only if both still match.
+    pub bytes: u64,
+    pub checksum: String,
+}
+
+/// A plate-wide step in the manifest.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlateStepRecord {
+    /// Complete or failed.
+    pub status: WellStatus,
+    /// The plan's digest of the step and its sample ([`PlateStepPlan::digest`](crate::PlateStepPlan)).
+    pub digest: String,
+    pub seconds: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub outputs: Vec<PlateOutputRecord>,
+    /// Its tables (e.g. `basic_baseline.csv`, one row per sampled plane).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub artifacts: Vec<ArtifactRecord>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub notes: Vec<Note>,
+}
+
 /// `OUT/run_manifest.json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
@@ -137,6 +172,9 @@ pub struct Manifest {
     /// OME-Zarr plates the run writes, relative to OUT.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub zarr_plates: Vec<PathBuf>,
+    /// Plate-wide steps by name: run once before the wells.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub plate_steps: BTreeMap<String, PlateStepRecord>,
     pub wells: BTreeMap<String, WellRecord>,
 }
 
@@ -147,6 +185,11 @@ impl Manifest {
         for step in &plan.steps {
             files.extend(step.produces.iter().map(|name| rel(&step.out_dir.join(format!("{name}.csv")))));
         }
+        // Plate-wide results, listed before they are written: `--overwrite`
+        // removes them even when a run stopped before recording them.
+        files.extend(
+            plan.plate_steps.iter().flat_map(|ps| ps.groups.iter()).filter(|g| !g.output.as_os_str().is_empty()).map(|g| rel(&g.output)),
+        );
         files.extend(crate::output::plate::descriptor_paths(plan).map(|p| rel(&p)));
         Manifest {
             version: 1,
@@ -155,6 +198,7 @@ impl Manifest {
             plate: plan.plate_root.clone(),
             files,
             zarr_plates: zarr_plates.iter().map(|p| rel(p)).collect(),
+            plate_steps: BTreeMap::new(),
             wells: BTreeMap::new(),
         }
     }
@@ -241,6 +285,7 @@ mod tests {
             plate: PathBuf::from("/plate"),
             files: Vec::new(),
             zarr_plates: Vec::new(),
+            plate_steps: BTreeMap::new(),
             wells: [
                 ("A01".to_string(), record(WellStatus::Complete)),
                 ("A02".to_string(), record(WellStatus::Failed)),

@@ -68,6 +68,52 @@ pub(crate) fn write_well_artifact(
     })
 }
 
+/// Writes the tables of artifact `name` of the plate-wide step `step` to
+/// `OUT/<step>/<name>.csv` (atomically): the key columns, each row's well and
+/// components from the sampled plane it belongs to (`tables`: each group's
+/// table with its sampled planes), then the table's columns.
+pub(crate) fn write_plate_artifact(
+    plan: &Plan,
+    step: &str,
+    name: &str,
+    tables: &[crate::plate_run::SampledTable],
+) -> Result<ArtifactRecord, PipelineError> {
+    let columns = tables.first().map(|(t, _)| t.columns.clone()).unwrap_or_default();
+    let mut csv = String::from(ARTIFACT_KEY_COLUMNS);
+    for c in &columns {
+        csv.push(',');
+        csv.push_str(&hcsflow_core::Cell::Text(c.clone()).to_string());
+    }
+    csv.push('\n');
+    let cell = |v: u32| Slot::of(v).value().map(|v| v.to_string()).unwrap_or_default();
+    let mut rows = 0;
+    for (table, planes) in tables {
+        for row in &table.rows {
+            let (well, key) = match row.plane.and_then(|i| planes.get(i)) {
+                Some((well, key)) => (well.as_str(), *key),
+                None => ("", [crate::compile::COLLAPSED; 4]),
+            };
+            csv.push_str(&format!("{well},{},{},{},{}", cell(key[0]), cell(key[1]), cell(key[2]), cell(key[3])));
+            for c in &row.cells {
+                csv.push(',');
+                csv.push_str(&c.to_string());
+            }
+            csv.push('\n');
+            rows += 1;
+        }
+    }
+    let dir = plan.out.join(step);
+    std::fs::create_dir_all(&dir).map_err(|e| PipelineError::io(&dir, e))?;
+    let path = dir.join(format!("{name}.csv"));
+    write_atomic(&path, csv.as_bytes())?;
+    Ok(ArtifactRecord {
+        step: step.to_string(),
+        artifact: name.to_string(),
+        path: path.strip_prefix(&plan.out).map(Path::to_path_buf).unwrap_or(path),
+        rows,
+    })
+}
+
 /// Joins the per-well artifact CSVs of the complete wells into
 /// `OUT/<step>/<artifact>.csv` (wells in plate order) and writes the
 /// `OUT/artifacts.csv` summary. Rebuilt from the manifest, so a resumed run's

@@ -129,13 +129,16 @@ class FunctionStep:
     """One step: ``func`` run over the stacks its ``variable_components``
     form. Keywords are those of a ``[[steps]]`` table (``group_by``,
     ``input_source``, ``materialize``, ``dtype``, ``device``, ...); ``None``
-    leaves the engine's default."""
+    leaves the engine's default. ``scope="plate"`` runs the step once, before
+    the wells, on a sample of the whole plate (at most ``sample`` planes per
+    group, default 200, chosen by ``seed``, default 0), e.g. ``basic_fit``."""
 
     def __init__(self, func: Any, *, name: str | None = None, variable_components: Sequence[str] | None = None,
                  group_by: str | None = None, input_source: str | None = None,
                  materialize: Sequence[str] | None = None, enabled: bool | None = None,
                  missing_groups: str | None = None, dtype: str | None = None, stretch: bool | None = None,
-                 artifacts_from: Mapping[str, str] | None = None, device: str | None = None) -> None:
+                 artifacts_from: Mapping[str, str] | None = None, device: str | None = None,
+                 scope: str | None = None, sample: int | None = None, seed: int | None = None) -> None:
         self.func = func
         self.name = name
         self.options = {
@@ -149,6 +152,9 @@ class FunctionStep:
             "stretch": stretch,
             "artifacts_from": dict(artifacts_from) if artifacts_from is not None else None,
             "device": device,
+            "scope": scope,
+            "sample": sample,
+            "seed": seed,
         }
 
     def _default_name(self, index: int) -> str:
