@@ -6,7 +6,9 @@
 //!
 //! - [`read_stack`]: every page of a file becomes one plane. Pages must share
 //!   width, height and dtype. Supported: u8, u16 and f32 single-sample
-//!   grayscale; strips or tiles; uncompressed, LZW, Deflate (Adobe and old
+//!   grayscale, and pages whose samples are stored as separate planes
+//!   (`PlanarConfiguration` 2, in strips: one plane per sample, in order);
+//!   strips or tiles; uncompressed, LZW, Deflate (Adobe and old
 //!   style) and PackBits; horizontal and floating-point predictors; either
 //!   byte order; classic TIFF and BigTIFF. (Other codecs of the `tiff` crate,
 //!   such as JPEG, may decode but are not tested.)

@@ -190,9 +190,9 @@ pub fn read_page_expecting(path: &Path, page: usize, plane: PlaneFormat) -> Resu
 
 /// The decoder's current page (page `page`, described by `meta`) as a one-plane array.
 fn decode_page<T: Pixel>(dec: &mut Dec, path: &Path, page: usize, meta: PageMeta) -> Result<Array3<T>, TiffError> {
-    let mut data = vec![T::zeroed(); meta.height * meta.width];
+    let mut data = vec![T::zeroed(); meta.planes * meta.height * meta.width];
     decode_pages(dec, path, page, &[meta], &mut data)?;
-    Array3::from_shape_vec((1, meta.height, meta.width), data).map_err(|e| TiffError::corrupt(path, Some(page), e))
+    Array3::from_shape_vec((meta.planes, meta.height, meta.width), data).map_err(|e| TiffError::corrupt(path, Some(page), e))
 }
 
 /// A file whose pages have been scanned; the decoder is on page 0.
@@ -249,7 +249,7 @@ fn decode_files<T: Pixel, P: AsRef<Path> + Sync>(
 ) -> Result<Array3<T>, TiffError> {
     let first_path = paths.first().map_or(Path::new(""), |p| p.as_ref());
     let (height, width) = (first.height, first.width);
-    let depth: usize = scanned.iter().map(|(_, pages)| pages.len()).sum();
+    let depth: usize = scanned.iter().flat_map(|(_, pages)| pages.iter().map(|p| p.planes)).sum();
     let total = (height * width).checked_mul(depth).ok_or_else(|| TiffError::TooLarge {
         path: first_path.to_path_buf(),
         what: format!("a stack of {depth} planes"),
@@ -261,7 +261,8 @@ fn decode_files<T: Pixel, P: AsRef<Path> + Sync>(
     let mut rest = data.as_mut_slice();
     let mut jobs = Vec::with_capacity(scanned.len());
     for (path, (dec, pages)) in paths.iter().zip(scanned) {
-        let (mine, tail) = std::mem::take(&mut rest).split_at_mut(pages.len() * height * width);
+        let planes: usize = pages.iter().map(|p| p.planes).sum();
+        let (mine, tail) = std::mem::take(&mut rest).split_at_mut(planes * height * width);
         rest = tail;
         jobs.push((path.as_ref(), dec, pages, mine));
     }
@@ -279,7 +280,8 @@ fn decode_files<T: Pixel, P: AsRef<Path> + Sync>(
 ///
 /// Every IFD of the main chain is parsed (to count pages), so structural
 /// damage anywhere in the chain is reported; damage inside pixel data is not.
-/// Fails with [`TiffError::Unsupported`] if page 0 is not u8/u16/f32 grayscale.
+/// Fails with [`TiffError::Unsupported`] if page 0 is not u8/u16/f32
+/// grayscale (or samples stored as separate planes).
 pub fn read_info(path: &Path) -> Result<TiffInfo, TiffError> {
     let (mut dec, file_len) = open(path, limits(None))?;
     let first = page_meta(&mut dec, path, 0)?;
@@ -315,6 +317,9 @@ struct PageMeta {
     compressed: bool,
     /// The `Compression` tag (1 if absent).
     compression: u16,
+    /// Samples per pixel, each stored as its own plane (`PlanarConfiguration`
+    /// 2): every sample is one plane of the stack. 1 for grayscale.
+    planes: usize,
 }
 
 impl PageMeta {
@@ -326,8 +331,9 @@ impl PageMeta {
         self.format().to_string()
     }
 
+    /// The bytes of all the page's planes.
     fn decoded_bytes(&self) -> u128 {
-        self.format().bytes()
+        self.format().bytes() * self.planes as u128
     }
 }
 
@@ -475,6 +481,13 @@ fn scan_pages(dec: &mut Dec, path: &Path, expected: Option<&Expected>) -> Result
 /// Whether `meta` (page `page` of `path`) is a `plane` whose codec decodes
 /// within its size ([`read_stack_expecting`]'s check).
 fn check_page(path: &Path, page: usize, meta: &PageMeta, plane: PlaneFormat) -> Result<(), TiffError> {
+    if meta.planes != 1 {
+        return Err(TiffError::Unsupported {
+            path: path.to_path_buf(),
+            page,
+            what: format!("{} samples per pixel (separate planes) where one {plane} plane is expected", meta.planes),
+        });
+    }
     if meta.format() != plane {
         return Err(TiffError::FormatMismatch { path: path.to_path_buf(), page, expected: plane, found: meta.format() });
     }
@@ -497,15 +510,23 @@ fn page_meta(dec: &mut Dec, path: &Path, page: usize) -> Result<PageMeta, TiffEr
     let unsupported = |what: String| TiffError::Unsupported { path: path.to_path_buf(), page, what };
     let (width, height) = guarded(path, Some(page), || dec.dimensions())?;
     let color = guarded(path, Some(page), || dec.colortype())?;
-    let bits = match color {
-        ColorType::Gray(bits) => bits,
-        ColorType::Multiband { num_samples, .. } => {
-            return Err(unsupported(format!("{num_samples} samples per pixel; only single-sample grayscale is read")))
-        }
+    let (bits, planes) = match color {
+        ColorType::Gray(bits) => (bits, 1),
+        ColorType::GrayA(bits) => (bits, 2),
+        ColorType::RGB(bits) => (bits, 3),
+        ColorType::RGBA(bits) => (bits, 4),
+        ColorType::Multiband { bit_depth, num_samples } => (bit_depth, usize::from(num_samples)),
         other => {
-            return Err(unsupported(format!("{} samples per pixel ({other:?}); only single-sample grayscale is read", other.num_samples())))
+            return Err(unsupported(format!("{} samples per pixel ({other:?}); only grayscale samples are read", other.num_samples())))
         }
     };
+    let separate = guarded(path, Some(page), || dec.find_tag_unsigned::<u16>(Tag::PlanarConfiguration))? == Some(2);
+    if planes > 1 && !separate {
+        return Err(unsupported(format!(
+            "{planes} samples per pixel stored interleaved; only single-sample grayscale, or samples stored as separate planes \
+             (PlanarConfiguration 2, read as one plane each), are read"
+        )));
+    }
     let layout = guarded(path, Some(page), || dec.image_buffer_layout())?;
     let dtype = match (layout.sample_format, bits) {
         (SampleFormat::Uint, 8) => DType::U8,
@@ -525,8 +546,19 @@ fn page_meta(dec: &mut Dec, path: &Path, page: usize) -> Result<PageMeta, TiffEr
         return Err(unsupported("32-bit float with WhiteIsZero photometric interpretation".into()));
     }
     let compression = guarded(path, Some(page), || dec.find_tag_unsigned::<u16>(Tag::Compression))?.unwrap_or(1);
-    let meta = PageMeta { width: width as usize, height: height as usize, dtype, white_is_zero, compressed: compression != 1, compression };
-    if width == 0 || height == 0 || layout.planes != 1 || layout.complete_len as u128 != meta.decoded_bytes() {
+    let meta = PageMeta {
+        width: width as usize,
+        height: height as usize,
+        dtype,
+        white_is_zero,
+        compressed: compression != 1,
+        compression,
+        planes,
+    };
+    if planes > 1 && dec.get_chunk_type() == ChunkType::Tile {
+        return Err(unsupported(format!("{planes} separate sample planes in tiles; separate planes are read from strips")));
+    }
+    if width == 0 || height == 0 || layout.planes != planes || layout.complete_len as u128 != meta.decoded_bytes() {
         return Err(TiffError::corrupt(path, Some(page), format_args!("inconsistent image layout for a {} page", meta.describe())));
     }
     Ok(meta)
@@ -570,13 +602,20 @@ fn check_budget(path: &Path, pages: &[PageMeta], file_len: u64) -> Result<(), Ti
 }
 
 /// Decodes `pages.len()` pages of a file, starting at the decoder's current
-/// page (page `first`, named in errors), into `data` (`pages.len()` planes of
-/// the first page's size).
+/// page (page `first`, named in errors), into `data`: each page's planes (one,
+/// or one per separately stored sample) of the first page's size, in order.
 fn decode_pages<T: Pixel>(dec: &mut Dec, path: &Path, first: usize, pages: &[PageMeta], data: &mut [T]) -> Result<(), TiffError> {
     let (height, width) = (pages[0].height, pages[0].width);
     let plane = height * width;
-    for (k, out) in data.chunks_exact_mut(plane).enumerate() {
+    let mut rest = data;
+    for (k, meta) in pages.iter().enumerate() {
         let z = first + k;
+        let need = plane * meta.planes;
+        if rest.len() < need {
+            return Err(TiffError::corrupt(path, Some(z), "more planes than the stack was sized for"));
+        }
+        let (out, tail) = std::mem::take(&mut rest).split_at_mut(need);
+        rest = tail;
         if k > 0 {
             guarded(path, Some(z), || dec.next_image())?;
         }
@@ -608,7 +647,12 @@ fn read_raw_page(dec: &mut Dec, path: &Path, page: usize, meta: &PageMeta, out: 
         ByteOrder::LittleEndian => cfg!(target_endian = "little"),
         ByteOrder::BigEndian => cfg!(target_endian = "big"),
     };
-    if meta.compressed || meta.white_is_zero || dec.get_chunk_type() != ChunkType::Strip || !(native || meta.dtype.size_bytes() == 1) {
+    if meta.compressed
+        || meta.white_is_zero
+        || meta.planes != 1
+        || dec.get_chunk_type() != ChunkType::Strip
+        || !(native || meta.dtype.size_bytes() == 1)
+    {
         return Ok(false);
     }
     let predictor = guarded(path, Some(page), || dec.find_tag_unsigned::<u16>(Tag::Predictor))?;
@@ -693,15 +737,20 @@ fn read_tiled(dec: &mut Dec, path: &Path, page: usize, out: &mut [u8], width: us
 /// The decoder inverts `WhiteIsZero` integer pages; invert them back so the
 /// stack holds the stored values (bitwise NOT is its own inverse).
 fn undo_white_is_zero(stack: &mut Stack, pages: &[PageMeta]) {
-    for (z, page) in pages.iter().enumerate() {
+    let mut z = 0;
+    for page in pages.iter() {
+        let planes = z..z + page.planes;
+        z += page.planes;
         if !page.white_is_zero {
             continue;
         }
-        match stack {
-            Stack::U8(a) => a.plane_mut(z).iter_mut().for_each(|v| *v = !*v),
-            Stack::U16(a) => a.plane_mut(z).iter_mut().for_each(|v| *v = !*v),
-            // Rejected in `page_meta`.
-            Stack::F32(_) => {}
+        for plane in planes {
+            match stack {
+                Stack::U8(a) => a.plane_mut(plane).iter_mut().for_each(|v| *v = !*v),
+                Stack::U16(a) => a.plane_mut(plane).iter_mut().for_each(|v| *v = !*v),
+                // Rejected in `page_meta`.
+                Stack::F32(_) => {}
+            }
         }
     }
 }

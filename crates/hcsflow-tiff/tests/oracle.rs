@@ -239,3 +239,40 @@ fn we_read_tifffile_special_layouts() {
     let cases: Vec<(String, Vec<String>)> = cases.iter().map(|(n, a)| (n.to_string(), a.iter().map(|v| v.to_string()).collect())).collect();
     check_tifffile_files(&python, d, &cases);
 }
+
+/// Pages whose samples tifffile stores as separate planes (`PlanarConfiguration`
+/// 2) read as one plane per sample, page after page; interleaved samples are
+/// refused with the reason; a plate read (one plane expected) refuses a
+/// multi-sample page.
+#[test]
+fn separate_sample_planes_read_as_planes() {
+    let Some(python) = tifffile() else { return };
+    let dir = tempfile::tempdir().expect("tempdir");
+    let d = path_str(dir.path()).to_string();
+    let script = r#"
+import sys, numpy as np, tifffile
+d = sys.argv[1]
+rgb = (np.arange(3 * 13 * 17, dtype=np.uint16) * 5).reshape(3, 13, 17)
+tifffile.imwrite(d + "/rgb.tif", rgb, photometric="rgb", planarconfig="separate")
+rgb.tofile(d + "/rgb.raw")
+two = (np.arange(2 * 2 * 13 * 17, dtype=np.uint16) * 7).reshape(2, 2, 13, 17)
+tifffile.imwrite(d + "/two.tif", two, photometric="minisblack", planarconfig="separate", compression="zlib")
+two.tofile(d + "/two.raw")
+tifffile.imwrite(d + "/chunky.tif", np.zeros((13, 17, 3), np.uint8), photometric="rgb")
+print("ok")
+"#;
+    python.run(["-c", script, &d]);
+    let raw = |name: &str, planes: usize| -> Stack {
+        let bytes = std::fs::read(dir.path().join(name)).expect("raw");
+        let values: Vec<u16> = bytes.chunks_exact(2).map(|b| u16::from_le_bytes([b[0], b[1]])).collect();
+        Stack::from(Array3::from_shape_vec((planes, 13, 17), values).expect("shape"))
+    };
+    assert_eq!(read_stack(&dir.path().join("rgb.tif")).expect("rgb"), raw("rgb.raw", 3));
+    assert_eq!(read_stack(&dir.path().join("two.tif")).expect("two pages of two samples"), raw("two.raw", 4));
+    let e = read_stack(&dir.path().join("chunky.tif")).expect_err("interleaved");
+    assert!(e.to_string().contains("stored interleaved"), "{e}");
+    let plane = hcsflow_tiff::PlaneFormat::new(13, 17, DType::U16);
+    let e =
+        hcsflow_tiff::read_stack_expecting(&dir.path().join("rgb.tif"), hcsflow_tiff::Expected::one_plane(plane)).expect_err("3 planes");
+    assert!(e.to_string().contains("3 samples per pixel"), "{e}");
+}
