@@ -13,8 +13,8 @@
 use std::sync::Arc;
 
 use cubecl::prelude::*;
-use hcsflow_core::{Array, DType, DeviceBuffer, FunctionError};
-use hcsflow_ops::basic::{load_profiles, BasicCorrectArgs, BASIC_CORRECT};
+use hcsflow_core::{Array, CallContext, DType, DeviceBuffer, FunctionError};
+use hcsflow_ops::basic::{profiles_for, BasicCorrectArgs, BASIC_CORRECT};
 
 use super::{grid, kind_of, lane_f32, lanes_of, wgpu_input, BLOCK};
 use crate::array::WgpuArray;
@@ -48,14 +48,16 @@ fn correct_words(
     }
 }
 
-/// `basic_correct` on a wgpu stack: f32 planes of the same shape.
-pub(super) fn basic_correct(array: Array, args: &BasicCorrectArgs) -> Result<Array, FunctionError> {
+/// `basic_correct` on a wgpu stack: f32 planes of the same shape, with the
+/// profiles of the call (`profiles_for`: a plate-wide fit in `context`, else
+/// the files the arguments name), as the host implementation reads them.
+pub(super) fn basic_correct(array: Array, args: &BasicCorrectArgs, context: &CallContext) -> Result<Array, FunctionError> {
     const NAME: &str = BASIC_CORRECT.name;
     let input = wgpu_input(NAME, &array)?;
     let shape = DeviceBuffer::shape(input).to_vec();
     let (h, w) = (shape[shape.len() - 2], shape[shape.len() - 1]);
     let invalid = |e: hcsflow_basic::BasicError| FunctionError::invalid(NAME, e.to_string());
-    let profiles = load_profiles(args, (h, w)).map_err(invalid)?;
+    let profiles = profiles_for(args, context, (h, w))?;
     let folded = hcsflow_basic::correct::fold(&profiles, args.camera_offset as f32, (h, w)).map_err(invalid)?;
     let (planes, pixels, plane_words) = (input.planes(), input.plane_pixels(), input.plane_words());
     let (total, total_words) = (planes * pixels, planes * plane_words);

@@ -55,8 +55,8 @@ pub fn implementations() -> Vec<Binding> {
         ops_filters::SHARPEN.device(WGPU, |a, args, _| filters::sharpen(a, args)),
         ops_composite::COMPOSITE.device(WGPU, |a, args, _| filters::composite(a, args)),
         ops_composite::APPLY_MASK.device(WGPU, |a, args, _| filters::apply_mask(a, args)),
-        // Reads its profiles from the files its arguments name.
-        hcsflow_ops::basic::BASIC_CORRECT.device(WGPU, |a, args, _| basic::basic_correct(a, args)),
+        // Reads its profiles from the plate-wide fit in the call context, or the files its arguments name.
+        hcsflow_ops::basic::BASIC_CORRECT.device(WGPU, |a, args, context| basic::basic_correct(a, args, context)),
         // Reads the `positions` artifact from the call context.
         hcsflow_stitch::ASSEMBLE.device(WGPU, assemble::assemble_call).with_host_work(hcsflow_stitch::POSITIONS, "registers the tiles"),
     ]
