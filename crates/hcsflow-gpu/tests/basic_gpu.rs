@@ -159,3 +159,38 @@ fn basic_correct_on_the_gpu_refuses_bad_profiles() {
     let e = call(&registry, &conversions, &[format!("flatfield={missing}")], &input, dev).unwrap_err();
     assert!(e.contains("missing.tif"), "{e}");
 }
+
+/// A plate-wide fit reaches the kernel as the call's `basic_profiles` planes
+/// (no file arguments): the GPU result equals the host's on the same context,
+/// and both equal (I − D) / F of those profiles.
+#[test]
+fn basic_correct_takes_a_plate_wide_fit_from_the_call_context_on_the_gpu() {
+    let Some(dev) = gpu() else { return };
+    let (registry, conversions) = setup();
+    let (h, w) = (19, 27);
+    let p = profiles(h, w, 7);
+    let fitted = ndarray::stack(ndarray::Axis(0), &[p.flatfield.view(), p.darkfield.view()]).unwrap();
+    let mut context = CallContext::default();
+    context.planes.insert("basic_profiles".into(), std::sync::Arc::new(Stack::from(fitted)));
+    let input = stack(DType::U16, [2, h, w], 9);
+    let run = |device: Device, context: &mut CallContext| {
+        let parsed = registry.get("basic_correct").unwrap().parse_args(&[]).unwrap();
+        let plan =
+            registry.plan_call("basic_correct", parsed, MemoryType::Host, device, &conversions, ConversionPolicy::default()).unwrap();
+        registry.run_to_host(&plan, input.clone(), &conversions, ConversionPolicy::default(), context).unwrap().to_f32()
+    };
+    let host = run(Device::Cpu, &mut context.clone());
+    let got = run(dev, &mut context.clone());
+    for ((z, y, x), &v) in input.to_f32().indexed_iter() {
+        let (a, b) = (got[[z, y, x]], host[[z, y, x]]);
+        let product = v * (1.0 / p.flatfield[[y, x]]);
+        assert!((a - b).abs() <= ulp(product).max(ulp(b)), "at {z},{y},{x}: gpu {a}, host {b}");
+        let want = (f64::from(v) - f64::from(p.darkfield[[y, x]])) / f64::from(p.flatfield[[y, x]]);
+        assert!((f64::from(a) - want).abs() <= 4.0 * f64::from(ulp(product).max(ulp(a))), "gpu {a}, definition {want}");
+    }
+    // Without a fit or a file, both refuse the call.
+    let parsed = registry.get("basic_correct").unwrap().parse_args(&[]).unwrap();
+    let plan = registry.plan_call("basic_correct", parsed, MemoryType::Host, dev, &conversions, ConversionPolicy::default()).unwrap();
+    let e = registry.run_to_host(&plan, input.clone(), &conversions, ConversionPolicy::default(), &mut CallContext::default()).unwrap_err();
+    assert!(e.to_string().contains("no flat-field"), "{e}");
+}
