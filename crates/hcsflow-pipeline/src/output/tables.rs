@@ -35,12 +35,7 @@ pub(crate) fn write_well_artifact(
             other.table.columns.join(", ")
         )));
     }
-    let mut csv = String::from(ARTIFACT_KEY_COLUMNS);
-    for c in &columns {
-        csv.push(',');
-        csv.push_str(&hcsflow_core::Cell::Text(c.clone()).to_string());
-    }
-    csv.push('\n');
+    let mut csv = csv_header(&columns);
     // Collapsed and variable components have no value: empty cells.
     let cell = |v: u32| Slot::of(v).value().map(|v| v.to_string()).unwrap_or_default();
     let mut rows = 0;
@@ -79,12 +74,7 @@ pub(crate) fn write_plate_artifact(
     tables: &[crate::plate_run::SampledTable],
 ) -> Result<ArtifactRecord, PipelineError> {
     let columns = tables.first().map(|(t, _)| t.columns.clone()).unwrap_or_default();
-    let mut csv = String::from(ARTIFACT_KEY_COLUMNS);
-    for c in &columns {
-        csv.push(',');
-        csv.push_str(&hcsflow_core::Cell::Text(c.clone()).to_string());
-    }
-    csv.push('\n');
+    let mut csv = csv_header(&columns);
     let cell = |v: u32| Slot::of(v).value().map(|v| v.to_string()).unwrap_or_default();
     let mut rows = 0;
     for (table, planes) in tables {
@@ -172,4 +162,16 @@ pub(crate) fn write_summary_csv(out: &Path, manifest: &Manifest) -> Result<(), P
         }
     }
     write_atomic(&out.join(SUMMARY_NAME), csv.as_bytes())
+}
+
+/// The header line of an artifact table's CSV: the key columns, then
+/// `columns` (quoted as CSV text where needed).
+fn csv_header(columns: &[String]) -> String {
+    let mut csv = String::from(ARTIFACT_KEY_COLUMNS);
+    for c in columns {
+        csv.push(',');
+        csv.push_str(&hcsflow_core::Cell::Text(c.clone()).to_string());
+    }
+    csv.push('\n');
+    csv
 }
