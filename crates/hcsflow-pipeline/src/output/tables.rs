@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::compile::{Plan, Slot};
+use crate::compile::{Key, Plan, Slot};
 use crate::exec::{Produced, StepError};
 use crate::output::manifest::{ArtifactRecord, Manifest, WellRecord, WellStatus};
 use crate::output::write_atomic;
@@ -36,18 +36,11 @@ pub(crate) fn write_well_artifact(
         )));
     }
     let mut csv = csv_header(&columns);
-    // Collapsed and variable components have no value: empty cells.
-    let cell = |v: u32| Slot::of(v).value().map(|v| v.to_string()).unwrap_or_default();
     let mut rows = 0;
     for p in tables {
         for row in &p.table.rows {
             let key = row.plane.and_then(|i| p.keys.get(i)).copied().unwrap_or(p.scope);
-            csv.push_str(&format!("{well},{},{},{},{}", cell(key[0]), cell(key[1]), cell(key[2]), cell(key[3])));
-            for c in &row.cells {
-                csv.push(',');
-                csv.push_str(&c.to_string());
-            }
-            csv.push('\n');
+            push_row(&mut csv, well, &key, &row.cells);
             rows += 1;
         }
     }
@@ -75,7 +68,6 @@ pub(crate) fn write_plate_artifact(
 ) -> Result<ArtifactRecord, PipelineError> {
     let columns = tables.first().map(|(t, _)| t.columns.clone()).unwrap_or_default();
     let mut csv = csv_header(&columns);
-    let cell = |v: u32| Slot::of(v).value().map(|v| v.to_string()).unwrap_or_default();
     let mut rows = 0;
     for (table, planes) in tables {
         for row in &table.rows {
@@ -83,12 +75,7 @@ pub(crate) fn write_plate_artifact(
                 Some((well, key)) => (well.as_str(), *key),
                 None => ("", [crate::compile::COLLAPSED; 4]),
             };
-            csv.push_str(&format!("{well},{},{},{},{}", cell(key[0]), cell(key[1]), cell(key[2]), cell(key[3])));
-            for c in &row.cells {
-                csv.push(',');
-                csv.push_str(&c.to_string());
-            }
-            csv.push('\n');
+            push_row(&mut csv, well, &key, &row.cells);
             rows += 1;
         }
     }
@@ -174,4 +161,16 @@ fn csv_header(columns: &[String]) -> String {
     }
     csv.push('\n');
     csv
+}
+
+/// Appends one artifact row: its well, its plane's components (collapsed and
+/// variable components have no value: empty cells), then its cells.
+fn push_row(csv: &mut String, well: &str, key: &Key, cells: &[hcsflow_core::Cell]) {
+    let cell = |v: u32| Slot::of(v).value().map(|v| v.to_string()).unwrap_or_default();
+    csv.push_str(&format!("{well},{},{},{},{}", cell(key[0]), cell(key[1]), cell(key[2]), cell(key[3])));
+    for c in cells {
+        csv.push(',');
+        csv.push_str(&c.to_string());
+    }
+    csv.push('\n');
 }
