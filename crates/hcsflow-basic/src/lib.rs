@@ -160,6 +160,14 @@ pub const DARKFIELD_WARNING: &str =
 /// The same as [`to_working_size`] on every tile, then [`fit_downsampled`].
 pub fn fit(stack: &Stack, params: &BasicParams) -> Result<BasicFit, BasicError> {
     let [n, h, w] = stack.shape();
+    check_inputs(n, (h, w), params)?;
+    let small = to_working_size(stack, params.working_size);
+    fit_downsampled(&small, n, (h, w), params)
+}
+
+/// What [`fit`] and [`fit_downsampled`] refuse before any work: fewer than
+/// two tiles, a working size below 2, empty tiles.
+fn check_inputs(n: usize, (h, w): (usize, usize), params: &BasicParams) -> Result<(), BasicError> {
     if n < 2 {
         return Err(BasicError::TooFewImages { got: n });
     }
@@ -169,8 +177,7 @@ pub fn fit(stack: &Stack, params: &BasicParams) -> Result<BasicFit, BasicError> 
     if h == 0 || w == 0 {
         return Err(BasicError::Shape { reason: format!("the images are {h}x{w}") });
     }
-    let small = to_working_size(stack, params.working_size);
-    fit_downsampled(&small, n, (h, w), params)
+    Ok(())
 }
 
 /// Every plane of `stack` resized to `working_size`² as [`fit`] does it
@@ -188,15 +195,7 @@ pub fn to_working_size(stack: &Stack, working_size: usize) -> Vec<f32> {
 /// to [`fit`] on the full tiles.
 pub fn fit_downsampled(small: &[f32], n: usize, full: (usize, usize), params: &BasicParams) -> Result<BasicFit, BasicError> {
     let (h, w) = full;
-    if n < 2 {
-        return Err(BasicError::TooFewImages { got: n });
-    }
-    if params.working_size < 2 {
-        return Err(BasicError::WorkingSize(params.working_size));
-    }
-    if h == 0 || w == 0 {
-        return Err(BasicError::Shape { reason: format!("the images are {h}x{w}") });
-    }
+    check_inputs(n, full, params)?;
     let ws = params.working_size;
     let working = fit_working(small, n, ws, ws, params)?;
     let up = Resampler::new((ws, ws), (h, w), Interpolation::AlignCorners);
