@@ -45,16 +45,22 @@ pub(crate) fn grid_cells(positions: &[(f64, f64)], field_w: f64, field_h: f64) -
     GridCells { cells: rows.into_iter().zip(cols).collect(), rows: nr, cols: nc }
 }
 
-/// Places the sites of a plate whose metadata gives stage positions but no
-/// grid (`metadata.site_cells`, one row in site order on entry) on the grid
-/// those positions show: those of the first well, in numeric order, with a
+/// The cells of `sites` in one row, in the order given.
+pub(crate) fn one_row(sites: &[u32]) -> Vec<SiteCell> {
+    sites.iter().enumerate().map(|(k, &site)| SiteCell { site, row: 0, col: k as u32 }).collect()
+}
+
+/// Places `sites` (site numbers, in order) of a plate whose metadata gives
+/// stage positions but no grid: first in one row ([`one_row`]), then on the
+/// grid the positions show: those of the first well, in numeric order, with a
 /// position for every site, clustered by [`grid_cells`] (half a field apart;
 /// the field is the image width and height × the pixel size). Site numbers
 /// are kept. Without such a well or a field size, or when two sites fall into
 /// one cell, the sites stay in one row and a warning says why; `source` names
 /// where positions come from ("a MetaSeries stage-position-x/y").
-pub(crate) fn place_sites(metadata: &mut PlateMetadata, warnings: &mut Vec<String>, source: &str) {
-    let sites: Vec<u32> = metadata.site_cells.iter().map(|c| c.site).collect();
+pub(crate) fn place_sites(metadata: &mut PlateMetadata, sites: &[u32], warnings: &mut Vec<String>, source: &str) {
+    metadata.site_cells = one_row(sites);
+    (metadata.grid_rows, metadata.grid_cols) = (1, sites.len() as u32);
     if sites.len() <= 1 {
         return;
     }

@@ -236,6 +236,12 @@ pub struct PlateMetadata {
 }
 
 impl PlateMetadata {
+    /// Channel number (1-based, in list order) → name, for a container's
+    /// channel labels; empty labels name nothing.
+    pub(crate) fn numbered_names(labels: &[String]) -> BTreeMap<u32, String> {
+        labels.iter().enumerate().filter(|(_, l)| !l.is_empty()).map(|(c, l)| (c as u32 + 1, l.clone())).collect()
+    }
+
     /// The stage position of `site` in `well`, in µm (image-oriented).
     pub fn stage_position(&self, well: &str, site: u32) -> Option<(f64, f64)> {
         self.stage_positions.iter().find(|p| p.well == well && p.site == site).map(|p| (p.x_um, p.y_um))

@@ -30,8 +30,8 @@ use hcsflow_core::DType;
 
 use crate::grid::place_sites;
 use crate::well::{parse_well, smallest_plate, well_name};
+use crate::StagePosition;
 use crate::{list_dir, not_a_regular_file, EntryKind, Format, ImageRecord, MissingImage, PlaneAt, Plate, PlateError, PlateMetadata};
-use crate::{SiteCell, StagePosition};
 
 /// Whether the file name is an OME-TIFF's (`.ome.tif`, `.ome.tiff`, any case).
 pub fn is_ome_tiff_name(name: &str) -> bool {
@@ -102,13 +102,7 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
                 .unwrap_or_default()
         }),
         pixel_size_um: reference.pixel_size_um,
-        channel_names: reference
-            .channel_names
-            .iter()
-            .enumerate()
-            .filter(|(_, n)| !n.is_empty())
-            .map(|(c, n)| (c as u32 + 1, n.clone()))
-            .collect(),
+        channel_names: PlateMetadata::numbered_names(&reference.channel_names),
         image_width: Some(reference.width),
         image_height: Some(reference.height),
         dtype: Some(reference.dtype),
@@ -146,9 +140,8 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
     }
     metadata.channels = metadata.channels.max(1);
     (metadata.plate_rows, metadata.plate_columns) = smallest_plate(max_row_col.0, max_row_col.1);
-    metadata.site_cells = (1..=metadata.sites).map(|site| SiteCell { site, row: 0, col: site - 1 }).collect();
-    (metadata.grid_rows, metadata.grid_cols) = (1, metadata.sites);
-    place_sites(&mut metadata, &mut warnings, "a WellSample PositionX/PositionY");
+    let sites: Vec<u32> = (1..=metadata.sites).collect();
+    place_sites(&mut metadata, &sites, &mut warnings, "a WellSample PositionX/PositionY");
     if records.is_empty() {
         return Err(PlateError::NoImages { path: path.to_path_buf(), detail: "no plane of the OME-XML images is in the files".into() });
     }

@@ -33,7 +33,7 @@ use hcsflow_zarr::{ZarrField, ZarrPlate, ZarrWell};
 
 use crate::grid::place_sites;
 use crate::well::{parse_well, smallest_plate, well_name};
-use crate::{Format, ImageRecord, MissingImage, PlaneAt, Plate, PlateError, PlateMetadata, SiteCell, StagePosition};
+use crate::{Format, ImageRecord, MissingImage, PlaneAt, Plate, PlateError, PlateMetadata, StagePosition};
 
 /// The OME-Zarr plate at `path`: the folder itself when it is one, else the
 /// one plate folder directly inside it (an `hcsflow run` output folder
@@ -80,13 +80,7 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
     let mut metadata = PlateMetadata {
         name: zarr.name.clone().unwrap_or_else(|| plate_name(&root)),
         pixel_size_um: first.physical_size_um("x"),
-        channel_names: first
-            .channel_labels
-            .iter()
-            .enumerate()
-            .filter(|(_, l)| !l.is_empty())
-            .map(|(c, l)| (c as u32 + 1, l.clone()))
-            .collect(),
+        channel_names: PlateMetadata::numbered_names(&first.channel_labels),
         image_width: Some(reference.width),
         image_height: Some(reference.height),
         dtype: Some(reference.dtype),
@@ -132,9 +126,8 @@ pub fn open(path: &Path) -> Result<Plate, PlateError> {
     }
     let (rows, cols) = smallest_plate(max_row_col.0, max_row_col.1);
     (metadata.plate_rows, metadata.plate_columns) = (rows, cols);
-    metadata.site_cells = (1..=metadata.sites).map(|site| SiteCell { site, row: 0, col: site - 1 }).collect();
-    (metadata.grid_rows, metadata.grid_cols) = (1, metadata.sites);
-    place_sites(&mut metadata, &mut warnings, "an NGFF translation of its fields that tells them apart");
+    let sites: Vec<u32> = (1..=metadata.sites).collect();
+    place_sites(&mut metadata, &sites, &mut warnings, "an NGFF translation of its fields that tells them apart");
     if images.is_empty() {
         return Err(PlateError::NoImages { path: root, detail: "no well has a readable field image".into() });
     }

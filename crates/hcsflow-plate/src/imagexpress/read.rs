@@ -8,7 +8,7 @@ use rayon::prelude::*;
 
 use super::htd::{parse_htd, HtdInfo};
 use super::names::{numbered, numbered_from_zero, parse_image_name, ImageName, TIMEPOINT_FOLDER, ZSTEP_FOLDER};
-use crate::grid::place_sites;
+use crate::grid::{one_row, place_sites};
 use crate::well::{parse_well, smallest_plate};
 use crate::{
     io_err, list_dir, metaseries_props, not_a_regular_file, EntryKind, Format, ImageRecord, MissingImage, Plate, PlateError, PlateMetadata,
@@ -280,8 +280,8 @@ fn open_database(root: &Path) -> Result<Plate, PlateError> {
     let htd = htd_of_files(&scan.found);
     let prefix = scan.found.iter().find_map(|f| f.name.prefix.clone()).unwrap_or_default();
     check_naming(&mut scan.found, &prefix, &root, &mut warnings)?;
-    let site_numbers: BTreeSet<u32> = scan.found.iter().map(|f| f.name.site.unwrap_or(1)).collect();
-    let cells: Vec<SiteCell> = site_numbers.iter().enumerate().map(|(k, &site)| SiteCell { site, row: 0, col: k as u32 }).collect();
+    let site_numbers: Vec<u32> = scan.found.iter().map(|f| f.name.site.unwrap_or(1)).collect::<BTreeSet<u32>>().into_iter().collect();
+    let cells = one_row(&site_numbers);
     let channels = htd.channels();
     let Classified { mut images, projections, seen } = classify(&htd, htd.x_sites, channels.len(), &scan.found, &mut warnings);
     if images.is_empty() && projections.is_empty() {
@@ -315,7 +315,7 @@ fn open_database(root: &Path) -> Result<Plate, PlateError> {
     };
     let all: Vec<ImageRecord> = images.iter().chain(&projections).cloned().collect();
     header_metadata(&all, &mut metadata, &mut warnings);
-    place_sites(&mut metadata, &mut warnings, "a MetaSeries stage-position-x/y");
+    place_sites(&mut metadata, &site_numbers, &mut warnings, "a MetaSeries stage-position-x/y");
     metadata.channel_names = wave_names(&all);
     Ok(Plate { format: Format::ImageXpress, root: root.clone(), descriptor: root, metadata, images, projections, missing, warnings })
 }
