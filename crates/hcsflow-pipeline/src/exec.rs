@@ -51,7 +51,7 @@ use hcsflow_core::{
     Array, ArtifactKind, CallContext, Conversions, Device, FunctionError, PlaneInfo, Registry, Route, Stack, StackInfo, Table,
 };
 pub use hcsflow_io::peak_rss_bytes;
-use hcsflow_plate::ImageError;
+use hcsflow_plate::{ImageError, PlaneAt};
 use rayon::prelude::*;
 use serde::Serialize;
 
@@ -817,15 +817,23 @@ fn read_planes(plan: &Plan, inputs: &[&InputPlane]) -> Result<Vec<Stack>, StepEr
             None => {
                 Err(StepError::Failed(format!("{}: the image is missing (policy --missing {})", input.rel.display(), plan.missing_policy)))
             }
-            Some(p) => hcsflow_plate::read_image(p, input.at.as_ref(), (h, w, dtype)).map_err(|e| match e {
-                ImageError::Tiff(hcsflow_tiff::TiffError::PageCount { path, found, .. }) => {
-                    StepError::Failed(format!("{}: {found} pages; plate images have one plane each", path.display()))
-                }
-                ImageError::Tiff(e) => StepError::from(e),
-                ImageError::Zarr(e) => StepError::Zarr(Box::new(e)),
-            }),
+            Some(p) => read_plate_image(plan, p, input.at.as_ref()),
         })
         .collect()
+}
+
+/// The plate image at `path` (`at` inside it, for a container) as a
+/// one-plane stack of the plan's plane size and dtype
+/// ([`hcsflow_plate::read_image`]), its error naming the file: the one read
+/// of a plate image for per-well and plate-wide steps alike.
+pub(crate) fn read_plate_image(plan: &Plan, path: &Path, at: Option<&PlaneAt>) -> Result<Stack, StepError> {
+    hcsflow_plate::read_image(path, at, plan.plane).map_err(|e| match e {
+        ImageError::Tiff(hcsflow_tiff::TiffError::PageCount { path, found, .. }) => {
+            StepError::Failed(format!("{}: {found} pages; plate images have one plane each", path.display()))
+        }
+        ImageError::Tiff(e) => StepError::from(e),
+        ImageError::Zarr(e) => StepError::Zarr(Box::new(e)),
+    })
 }
 
 /// The error for a plane the plan expects and neither the plate nor the previous step has.

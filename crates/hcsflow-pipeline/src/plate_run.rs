@@ -34,7 +34,7 @@ use hcsflow_tiff::WriteOptions;
 use rayon::prelude::*;
 
 use crate::compile::{Action, Key, Plan, StepPlan};
-use crate::exec::{plane_info, RunOptions, StepError};
+use crate::exec::{plane_info, read_plate_image, RunOptions, StepError};
 use crate::output::manifest::{ArtifactRecord, Manifest, Note, PlateOutputRecord, PlateStepRecord, WellStatus};
 use crate::output::tables::write_plate_artifact;
 use crate::scope::{fnv1a, plate_scope_text, PlateGroupPlan, PlatePlane, PlateStepPlan};
@@ -176,14 +176,8 @@ fn run_plate_group(
 ) -> Result<GroupOutcome, StepError> {
     let chain = &step.chains[ci];
     let (h, w, dtype) = plan.plane;
-    let expected = hcsflow_tiff::Expected::one_plane(hcsflow_tiff::PlaneFormat::new(h, w, dtype));
     let read = |p: &PlatePlane| -> Result<Stack, StepError> {
-        let plane = hcsflow_tiff::read_stack_expecting(&p.path, expected).map_err(|e| match e {
-            hcsflow_tiff::TiffError::PageCount { path, found, .. } => {
-                StepError::Failed(format!("{}: {found} pages; plate images have one plane each", path.display()))
-            }
-            e => StepError::from(e),
-        })?;
+        let plane = read_plate_image(plan, &p.path, p.at.as_ref())?;
         match &ps.reduction {
             // The full plane is dropped here: only the reduced one is kept.
             Some(r) => (r.reduce)(&plane).map_err(|e| StepError::Failed(format!("{}: reducing the plane: {e}", p.path.display()))),

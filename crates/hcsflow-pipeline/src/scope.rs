@@ -47,6 +47,8 @@ pub struct PlatePlane {
     pub well: String,
     pub key: Key,
     pub path: PathBuf,
+    /// Where the plane is in `path` when that holds several ([`InputPlane::at`](crate::InputPlane::at)).
+    pub at: Option<hcsflow_plate::PlaneAt>,
 }
 
 /// One group of a plate-wide step: its sample and where its result goes.
@@ -138,7 +140,7 @@ pub(crate) fn plan_plate_step(
         ranked.sort_by(|a, b| cmp_wells(a.1, b.1).then_with(|| order(&a.2.key).cmp(&order(&b.2.key))).then(a.2.key.cmp(&b.2.key)));
         let inputs: Vec<PlatePlane> = ranked
             .into_iter()
-            .filter_map(|(_, well, i)| i.path.clone().map(|path| PlatePlane { well: well.to_string(), key: i.key, path }))
+            .filter_map(|(_, well, i)| i.path.clone().map(|path| PlatePlane { well: well.to_string(), key: i.key, path, at: i.at.clone() }))
             .collect();
         let group = PlateGroupPlan {
             scope,
