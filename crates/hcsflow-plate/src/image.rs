@@ -40,13 +40,10 @@ pub fn read_image(path: &Path, at: Option<&PlaneAt>, expected: (usize, usize, DT
 /// count: a one-plane file's (which must be 1), 1 for a plane inside a container.
 pub fn image_format(image: &ImageRecord) -> Result<(usize, usize, DType, usize), ImageError> {
     match &image.at {
-        None => {
+        None | Some(PlaneAt::TiffPage { .. }) => {
             let info = hcsflow_tiff::read_info(&image.path)?;
-            Ok((info.height, info.width, info.dtype, info.pages))
-        }
-        Some(PlaneAt::TiffPage { .. }) => {
-            let info = hcsflow_tiff::read_info(&image.path)?;
-            Ok((info.height, info.width, info.dtype, 1))
+            let pages = if image.at.is_none() { info.pages } else { 1 };
+            Ok((info.height, info.width, info.dtype, pages))
         }
         Some(PlaneAt::Zarr { .. }) => {
             let (h, w, dtype) = hcsflow_zarr::plane_format(&image.path)?;
