@@ -92,6 +92,12 @@ pub struct BasicParams {
     pub mu_coef: f64,
     /// μ stops growing at μ₀ × this (default 1e7).
     pub max_mu_coef: f64,
+    /// A constant subtracted from every pixel before the fit (default 0):
+    /// the camera's bias. BaSiC models a tile as `baseline · flat-field (+
+    /// dark-field)`; a bias fitted without a dark-field flattens the fitted
+    /// shading (BaSiCPy has no such option: its users subtract it first).
+    /// Correct with the same offset (`correct`'s `camera_offset`).
+    pub camera_offset: f64,
 }
 
 impl Default for BasicParams {
@@ -110,6 +116,7 @@ impl Default for BasicParams {
             rho: 1.5,
             mu_coef: 12.5,
             max_mu_coef: 1e7,
+            camera_offset: 0.0,
         }
     }
 }
@@ -197,6 +204,15 @@ pub fn fit_downsampled(small: &[f32], n: usize, full: (usize, usize), params: &B
     let (h, w) = full;
     check_inputs(n, full, params)?;
     let ws = params.working_size;
+    // Resizing is linear, so subtracting the offset after it equals subtracting it first.
+    let unbiased: Vec<f32>;
+    let small = if params.camera_offset == 0.0 {
+        small
+    } else {
+        let offset = params.camera_offset as f32;
+        unbiased = small.iter().map(|&v| v - offset).collect();
+        &unbiased
+    };
     let working = fit_working(small, n, ws, ws, params)?;
     let up = Resampler::new((ws, ws), (h, w), Interpolation::AlignCorners);
     let upsample = |v: &[f32]| {

@@ -298,3 +298,23 @@ fn bad_input_gets_clear_errors() {
         Err(BasicError::WorkingSize(1))
     ));
 }
+
+/// `camera_offset` is subtracted before the fit: tiles with a bias of 100
+/// counts fitted with `camera_offset = 100` give the profiles of the tiles
+/// without it, and fitted without it a flatter (wrong) flat-field.
+#[test]
+fn camera_offset_is_subtracted_before_the_fit() {
+    let (h, w) = (64, 64);
+    let shading = vignetting(h, w);
+    let clean = shaded_tiles(12, h, w, &shading, 0.0, 5);
+    let biased = clean.mapv(|v| v + 100.0);
+    let params = BasicParams { working_size: 32, ..Default::default() };
+    let want = fit(&Stack::from(clean), &params).unwrap();
+    let got = fit(&Stack::from(biased.clone()), &BasicParams { camera_offset: 100.0, ..params.clone() }).unwrap();
+    let flat = |f: &hcsflow_basic::BasicFit| f.profiles.flatfield.iter().copied().collect::<Vec<f32>>();
+    let (max, _) = relative_errors(&flat(&got), &flat(&want));
+    assert!(max < 1e-4, "with the offset subtracted: max relative difference {max}");
+    let ignored = fit(&Stack::from(biased), &params).unwrap();
+    let range = |v: &[f32]| v.iter().fold(f32::MIN, |m, &x| m.max(x)) - v.iter().fold(f32::MAX, |m, &x| m.min(x));
+    assert!(range(&flat(&ignored)) < 0.9 * range(&flat(&want)), "a bias left in flattens the fitted shading");
+}

@@ -40,6 +40,7 @@ hcsflow_core::function_args! {
         optimization_tol: f64 = float(1e-3, Some(0.0), None, "ADMM stops at |residual| / |images| <= this"),
         reweighting_tol: f64 = float(1e-2, Some(0.0), None, "re-weighting stops when the flat-field changes by <= this (relative L1)"),
         epsilon: f64 = float(0.1, Some(0.0), None, "epsilon of the re-weighting 1/(|R/I_B| + epsilon)"),
+        camera_offset: f64 = float(0.0, None, None, "constant subtracted before fitting (the camera's bias); correct with the same camera_offset"),
     }
 }
 
@@ -134,6 +135,7 @@ impl BasicFitArgs {
             optimization_tol: self.optimization_tol,
             reweighting_tol: self.reweighting_tol,
             epsilon: self.epsilon,
+            camera_offset: self.camera_offset,
             ..BasicParams::default()
         }
     }
