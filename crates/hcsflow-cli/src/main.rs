@@ -18,6 +18,14 @@ mod synth;
 
 use std::process::ExitCode;
 
+/// mimalloc keeps freed memory for reuse. A step's output stack is a fresh
+/// allocation of hundreds of MiB per call; glibc maps every block above
+/// 32 MiB on its own and unmaps it on free, so each call page-faulted its
+/// output in again — for BaSiC's correction of 100 × 1024² tiles that was
+/// two thirds of the call (0.3 s of 0.43 s; 0.1 s with memory reused).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 
 /// Exit codes (also in the README):
