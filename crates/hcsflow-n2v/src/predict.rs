@@ -1,0 +1,127 @@
+//! Tiled prediction of any image size with linearly blended seams.
+
+use burn::tensor::{Tensor, TensorData};
+use ndarray::{Array2, ArrayView2};
+
+use crate::config::SIDE_MULTIPLE;
+use crate::{check_image, pad_reflect, Denoiser, N2vError};
+
+/// Start offsets of tiles of side `tile` covering `0..len` (`len >= tile`, `overlap < tile`) with
+/// at least `overlap` pixels shared between neighbours; the last tile ends at `len`.
+pub(crate) fn tile_starts(len: usize, tile: usize, overlap: usize) -> Vec<usize> {
+    let step = (tile - overlap).max(1);
+    let mut starts = Vec::new();
+    let mut s = 0;
+    while s + tile < len {
+        starts.push(s);
+        s += step;
+    }
+    starts.push(len - tile);
+    starts
+}
+
+/// Blending weights of a tile along one axis: a linear ramp `(i + ½) / overlap` into the tile on
+/// each side shared with a neighbour, 1 elsewhere and on sides at the image border.
+pub(crate) fn ramp(tile: usize, overlap: usize, first: bool, last: bool) -> Vec<f32> {
+    let o = overlap.max(1) as f32;
+    (0..tile)
+        .map(|i| {
+            let lead = if first { 1.0 } else { ((i as f32 + 0.5) / o).min(1.0) };
+            let trail = if last { 1.0 } else { ((tile - i) as f32 - 0.5) / o };
+            lead.min(trail.min(1.0))
+        })
+        .collect()
+}
+
+fn round_up(v: usize, m: usize) -> usize {
+    v.div_ceil(m) * m
+}
+
+impl Denoiser {
+    /// Denoises `image` (one 2-D plane of any size, finite values; the same units as the training
+    /// image) and returns it in those units.
+    ///
+    /// The image is normalised, mirrored up to at least one tile (a multiple of 4 in each
+    /// direction), cut into `tile_size` tiles overlapping by at least `tile_overlap`, run through
+    /// the network `tile_batch` tiles per call, and the tiles are blended with linear ramps across
+    /// each overlap into one canvas on the device, which is read once. Deterministic.
+    pub fn predict(&self, image: ArrayView2<f32>) -> Result<Array2<f32>, N2vError> {
+        check_image(image)?;
+        let cfg = &self.config;
+        let (h, w) = image.dim();
+        let th = cfg.tile_size.min(round_up(h, SIDE_MULTIPLE));
+        let tw = cfg.tile_size.min(round_up(w, SIDE_MULTIPLE));
+        let (hp, wp) = (h.max(th), w.max(tw));
+        let padded = pad_reflect(image, hp, wp);
+        let values: Vec<f32> = padded.iter().map(|&v| self.norm.apply(v)).collect();
+        let dev = &self.device;
+        let input = Tensor::<2>::from_data(TensorData::new(values, [hp, wp]), dev);
+
+        // Tiles smaller than the configured size (small images) overlap at most half of themselves.
+        let (oy, ox) = (cfg.tile_overlap.min(th / 2), cfg.tile_overlap.min(tw / 2));
+        let ys = tile_starts(hp, th, oy);
+        let xs = tile_starts(wp, tw, ox);
+        let tiles: Vec<(usize, usize, usize, usize)> =
+            ys.iter().enumerate().flat_map(|(iy, &y)| xs.iter().enumerate().map(move |(ix, &x)| (iy, y, ix, x))).collect();
+        let mut weight_sum = Array2::<f32>::zeros((hp, wp));
+        let mut canvas = Tensor::<2>::zeros([hp, wp], dev);
+        for chunk in tiles.chunks(cfg.tile_batch) {
+            let mut batch = Vec::with_capacity(chunk.len());
+            let mut weights = Vec::with_capacity(chunk.len() * th * tw);
+            for &(iy, y, ix, x) in chunk {
+                batch.push(input.clone().slice([y..y + th, x..x + tw]).reshape([1, 1, th, tw]));
+                let wy = ramp(th, oy, iy == 0, iy + 1 == ys.len());
+                let wx = ramp(tw, ox, ix == 0, ix + 1 == xs.len());
+                for (i, a) in wy.iter().enumerate() {
+                    for (j, b) in wx.iter().enumerate() {
+                        weights.push(a * b);
+                        weight_sum[[y + i, x + j]] += a * b;
+                    }
+                }
+            }
+            let n = chunk.len();
+            let weights = Tensor::<4>::from_data(TensorData::new(weights, [n, 1, th, tw]), dev);
+            let out = self.model.forward(Tensor::cat(batch, 0)) * weights;
+            for (k, &(_, y, _, x)) in chunk.iter().enumerate() {
+                let tile = out.clone().slice([k..k + 1, 0..1, 0..th, 0..tw]).reshape([th, tw]);
+                let region = [y..y + th, x..x + tw];
+                canvas = canvas.clone().slice_assign(region.clone(), canvas.slice(region) + tile);
+            }
+        }
+        // The one read of a prediction.
+        let blended = canvas.into_data().try_to_vec::<f32>().map_err(|e| N2vError::Device(format!("{e:?}")))?;
+        Ok(Array2::from_shape_fn((h, w), |(y, x)| self.norm.invert(blended[y * wp + x] / weight_sum[[y, x]])))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tiles_cover_the_axis_with_the_overlap_and_end_at_its_end() {
+        for (len, tile, overlap) in [(256, 256, 48), (300, 256, 48), (1024, 256, 48), (2048, 256, 48), (97, 64, 16), (65, 64, 0)] {
+            let s = tile_starts(len, tile, overlap);
+            assert_eq!(s[0], 0);
+            assert_eq!(*s.last().unwrap() + tile, len);
+            for pair in s.windows(2) {
+                assert!(pair[1] > pair[0] && pair[0] + tile >= pair[1] + overlap, "{len} {tile} {overlap}: {s:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn ramps_of_neighbours_sum_to_one_across_a_regular_overlap() {
+        let (tile, overlap) = (64, 16);
+        let a = ramp(tile, overlap, true, false);
+        let b = ramp(tile, overlap, false, true);
+        let step = tile - overlap;
+        for i in 0..overlap {
+            let sum = a[step + i] + b[i];
+            assert!((sum - 1.0).abs() < 1e-6, "{i}: {sum}");
+        }
+        assert!(a.iter().chain(&b).all(|&v| v > 0.0 && v <= 1.0));
+        assert_eq!(a[0], 1.0);
+        assert_eq!(b[tile - 1], 1.0);
+    }
+}
