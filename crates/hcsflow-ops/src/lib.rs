@@ -10,6 +10,7 @@ pub mod clahe;
 pub mod composite;
 pub mod convolve;
 pub mod count;
+pub mod decon;
 pub mod equalize;
 pub mod filters;
 pub mod focus;
@@ -51,4 +52,5 @@ pub fn register(registry: &mut Registry) {
     label::register(registry);
     count::register(registry);
     basic::register(registry);
+    decon::register(registry);
 }
