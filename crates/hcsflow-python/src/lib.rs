@@ -35,11 +35,6 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
 
 use arrays::{host_array_of, numpy_of, stack_of};
-
-/// The engine's buffers (stacks, results handed to numpy) come from mimalloc,
-/// which reuses freed memory instead of unmapping it: see the CLI's allocator.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use errors::{
     slice_error, to_py, ArrayError, CompileError, DeviceUnavailableError, FunctionError, HcsflowError, MemoryConversionError, PlateError,
 };
