@@ -103,6 +103,38 @@ impl Reporter {
                     None => {}
                 }
             }
+            // Before any well: a line of its own in both modes, and on a
+            // terminal a spinner while it runs (a plate-wide fit takes seconds).
+            Progress::PlateStepStarted { step, groups, planes } => {
+                let what = format!("plate-wide step '{step}': {planes} planes in {groups} group{}", if groups == 1 { "" } else { "s" });
+                match &self.bars {
+                    Some(b) => {
+                        let bar = b.multi.add(ProgressBar::new_spinner());
+                        if let Ok(style) = ProgressStyle::with_template("  {spinner} {msg}") {
+                            bar.set_style(style);
+                        }
+                        bar.set_message(what);
+                        bar.enable_steady_tick(Duration::from_millis(120));
+                        if let Ok(mut a) = b.active.lock() {
+                            a.insert(plate_step_line(step), bar);
+                        }
+                    }
+                    None => self.line(what),
+                }
+            }
+            Progress::PlateStepFinished { step, seconds, reused, error } => {
+                if let Some(b) = &self.bars {
+                    if let Some(bar) = b.active.lock().ok().and_then(|mut a| a.remove(&plate_step_line(step))) {
+                        bar.finish_and_clear();
+                        b.multi.remove(&bar);
+                    }
+                }
+                self.line(match (error, reused) {
+                    (Some(e), _) => format!("plate-wide step '{step}': FAILED: {e}"),
+                    (None, true) => format!("plate-wide step '{step}': complete in a previous run, its results re-read (--resume)"),
+                    (None, false) => format!("plate-wide step '{step}': done in {seconds:.2} s"),
+                });
+            }
         }
     }
 
@@ -113,6 +145,12 @@ impl Reporter {
             let _ = b.multi.clear();
         }
     }
+}
+
+/// The key of a plate-wide step's line among the wells' lines (a step name
+/// cannot be mistaken for a well name).
+fn plate_step_line(step: &str) -> String {
+    format!("plate-wide step {step}")
 }
 
 #[cfg(test)]
@@ -190,6 +228,16 @@ mod tests {
         r.event(Progress::Finished { well: "A02", done: 2, total: 2, seconds: 0.0, error: Some("boom") });
         r.finish();
         assert_eq!(r.bars.as_ref().unwrap().wells.position(), 2);
+    }
+
+    #[test]
+    fn a_plate_wide_step_has_a_line_while_it_runs() {
+        let r = Reporter::with_target(2, ProgressDrawTarget::hidden());
+        r.event(Progress::PlateStepStarted { step: "flatfield", groups: 2, planes: 36 });
+        assert_eq!(active(&r), [(plate_step_line("flatfield"), "plate-wide step 'flatfield': 36 planes in 2 groups".into())]);
+        r.event(Progress::PlateStepFinished { step: "flatfield", seconds: 1.5, reused: false, error: None });
+        assert!(active(&r).is_empty());
+        assert_eq!(r.bars.as_ref().unwrap().wells.position(), 0, "a plate-wide step is not a well");
     }
 
     #[test]

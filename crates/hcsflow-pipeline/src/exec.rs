@@ -121,6 +121,22 @@ pub enum Progress<'a> {
         seconds: f64,
         error: Option<&'a str>,
     },
+    /// A plate-wide step starts, before any well: `planes` sampled planes in
+    /// `groups` groups (one result each).
+    PlateStepStarted {
+        step: &'a str,
+        groups: usize,
+        planes: usize,
+    },
+    /// A plate-wide step ended: it ran, or (`reused`) its results were re-read
+    /// from an earlier run under `--resume`; `error` when it failed, which
+    /// stops the run before any well.
+    PlateStepFinished {
+        step: &'a str,
+        seconds: f64,
+        reused: bool,
+        error: Option<&'a str>,
+    },
 }
 
 /// Timings of one step in one well, seconds.
@@ -337,7 +353,7 @@ pub fn execute(
 ) -> Result<RunSummary, PipelineError> {
     let started = Instant::now();
     let (_lock, mut manifest, zarr) = prepare_out(plan, options)?;
-    let plate = run_plate_steps(plan, registry, conversions, options, &mut manifest)?;
+    let plate = run_plate_steps(plan, registry, conversions, options, &mut manifest, progress)?;
     let plate_notes: Vec<Note> = manifest.plate_steps.values().flat_map(|r| r.notes.iter().cloned()).collect();
     let on_disk = manifest.wells.iter().map(|(w, r)| (w.clone(), r.status)).collect();
 

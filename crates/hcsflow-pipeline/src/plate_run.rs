@@ -34,7 +34,7 @@ use hcsflow_tiff::WriteOptions;
 use rayon::prelude::*;
 
 use crate::compile::{Action, Key, Plan, StepPlan};
-use crate::exec::{plane_info, read_plate_image, RunOptions, StepError};
+use crate::exec::{plane_info, read_plate_image, Progress, RunOptions, StepError};
 use crate::output::manifest::{ArtifactRecord, Manifest, Note, PlateOutputRecord, PlateStepRecord, WellStatus};
 use crate::output::tables::write_plate_artifact;
 use crate::scope::{fnv1a, plate_scope_text, PlateGroupPlan, PlatePlane, PlateStepPlan};
@@ -62,29 +62,39 @@ pub(crate) fn run_plate_steps(
     conversions: &Conversions,
     options: &RunOptions,
     manifest: &mut Manifest,
+    progress: &(dyn Fn(Progress<'_>) + Sync),
 ) -> Result<PlateResults, PipelineError> {
     let mut results = PlateResults::new();
     for ps in &plan.plate_steps {
         let step = &plan.steps[ps.step];
+        let started = Instant::now();
+        let finished = |reused: bool, error: Option<&str>| {
+            progress(Progress::PlateStepFinished { step: &step.name, seconds: started.elapsed().as_secs_f64(), reused, error });
+        };
         if options.resume {
             if let Some(previous) = manifest.plate_steps.get(&step.name).and_then(|r| reuse(plan, ps, r)) {
                 tracing::info!("plate-wide step '{}': complete in an earlier run, its results re-read (--resume)", step.name);
                 results.extend(previous.into_iter().map(|(gi, s)| ((ps.step, gi), Arc::new(s))));
+                finished(true, None);
                 continue;
             }
         }
         let span = tracing::info_span!("plate step", step = %step.name);
         let _in_step = span.enter();
-        let started = Instant::now();
+        let running = ps.groups.iter().filter(|g| g.action != Action::Skip);
+        let (groups, planes) = running.fold((0, 0), |(g, p), group| (g + 1, p + group.inputs.len()));
+        progress(Progress::PlateStepStarted { step: &step.name, groups, planes });
         match run_plate_step(plan, ps, registry, conversions) {
             Ok((groups, record)) => {
                 let record = PlateStepRecord { seconds: started.elapsed().as_secs_f64(), ..record };
                 manifest.plate_steps.insert(step.name.clone(), record);
                 manifest.write(&plan.out)?;
                 results.extend(groups.into_iter().map(|(gi, s)| ((ps.step, gi), Arc::new(s))));
+                finished(false, None);
             }
             Err(e) => {
                 let message = e.to_string();
+                finished(false, Some(&message));
                 let record = PlateStepRecord {
                     status: WellStatus::Failed,
                     digest: ps.digest.clone(),

@@ -154,6 +154,19 @@ fn event_dict<'py>(py: Python<'py>, event: &Progress<'_>) -> PyResult<Bound<'py,
             d.set_item("seconds", *seconds)?;
             d.set_item("error", *error)?;
         }
+        Progress::PlateStepStarted { step, groups, planes } => {
+            d.set_item("event", "plate_step_started")?;
+            d.set_item("step", *step)?;
+            d.set_item("groups", *groups)?;
+            d.set_item("planes", *planes)?;
+        }
+        Progress::PlateStepFinished { step, seconds, reused, error } => {
+            d.set_item("event", "plate_step_finished")?;
+            d.set_item("step", *step)?;
+            d.set_item("seconds", *seconds)?;
+            d.set_item("reused", *reused)?;
+            d.set_item("error", *error)?;
+        }
     }
     Ok(d)
 }

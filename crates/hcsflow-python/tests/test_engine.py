@@ -354,3 +354,47 @@ def test_the_dtype_policy_is_the_clis():
     assert stretched.min() == 0 and stretched.max() == 255
     with pytest.raises(hcsflow.CompileError, match="u12"):
         hcsflow.functions.mean_projection(a, dtype="u12")
+
+
+def test_a_plate_wide_basic_fit_from_python_corrects_every_well(tmp_path):
+    # FunctionStep(scope="plate"): one BaSiC fit per channel over every well's tiles, before the
+    # wells; each tile corrected with its channel's profiles. The synthetic plate's shading is known.
+    plate = tmp_path / "plate"
+    hcsflow.synth_plate(plate, wells=["A01", "A02", "B01", "B02"], grid=(3, 3), channels=1, size=128)
+    pipeline = hcsflow.Pipeline([
+        hcsflow.FunctionStep(("basic_fit", {"working_size": 64, "camera_offset": 100}), name="flatfield", scope="plate",
+                             variable_components=["site", "z_index"], sample=30, seed=3, dtype="f32"),
+        hcsflow.FunctionStep(("basic_correct", {"camera_offset": 100}), name="corrected", variable_components=["site"],
+                             dtype="f32", materialize=["tiff"]),
+    ])
+    plan = hcsflow.run(plate, pipeline, tmp_path / "dry", device="cpu", dry_run=True)
+    assert "flatfield" in plan and "30 of 36" in plan, plan
+    events = []
+    out = tmp_path / "out"
+    summary = hcsflow.run(plate, pipeline, out, device="cpu", workers=2, progress=events.append)
+    assert sorted(summary["completed"]) == ["A01", "A02", "B01", "B02"] and summary["failed"] == []
+    plate_events = [e for e in events if e["event"].startswith("plate_step")]
+    assert [e["event"] for e in plate_events] == ["plate_step_started", "plate_step_finished"], plate_events
+    assert plate_events[0] == {"event": "plate_step_started", "step": "flatfield", "groups": 1, "planes": 30}
+    assert plate_events[1]["reused"] is False and plate_events[1]["error"] is None
+    first_well = min(i for i, e in enumerate(events) if e["event"] == "started")
+    assert events.index(plate_events[1]) < first_well, "the fit ends before any well starts"
+
+    flat = tifffile.imread(out / "flatfield" / "channel_1_DAPI.tif")[0].astype(np.float64)
+    truth = tifffile.imread(plate / "ground_truth" / "flatfield.tif").astype(np.float64)
+    truth = truth[0] if truth.ndim == 3 else truth
+    error = np.abs(flat / flat.mean() - truth / truth.mean()) / (truth / truth.mean())
+    assert error.mean() < 0.01 and np.percentile(error, 99) < 0.03, (error.mean(), np.percentile(error, 99))
+
+    # A corrected tile is (raw − 100) / flat-field, in f32.
+    raw_path = next(p for p in (plate / "TimePoint_1").glob("*_A01_s1.tif"))
+    corrected = [p for p in (out / "corrected").rglob("*.tif") if "A01" in p.name and "s1" in p.name]
+    assert len(corrected) == 1, sorted(p.name for p in (out / "corrected").rglob("*.tif"))
+    want = (tifffile.imread(raw_path).astype(np.float32) - 100) / flat.astype(np.float32)
+    np.testing.assert_allclose(tifffile.imread(corrected[0]), want, rtol=1e-5, atol=1e-3)
+
+    # --resume re-reads the finished fit.
+    events.clear()
+    again = hcsflow.run(plate, pipeline, out, device="cpu", resume=True, progress=events.append)
+    assert sorted(again["skipped"]) == ["A01", "A02", "B01", "B02"]
+    assert [(e["event"], e.get("reused")) for e in events if e["event"].startswith("plate_step")] == [("plate_step_finished", True)]

@@ -110,7 +110,10 @@ def run(plate: str | os.PathLike[str], pipeline: str | os.PathLike[str] | Pipeli
     ``progress``: a callable receives one dict per event as wells run:
     ``{"event": "started" | "step" | "finished" | "skipped", "well": ..., ...}``
     (``step`` adds ``step``, ``index``, ``steps``; ``finished`` adds ``done``,
-    ``total``, ``seconds``, ``error``). It runs on the engine's worker threads,
+    ``total``, ``seconds``, ``error``), and, before any well, per plate-wide
+    step ``{"event": "plate_step_started", "step", "groups", "planes"}`` and
+    ``{"event": "plate_step_finished", "step", "seconds", "reused", "error"}``
+    (``reused``: re-read from an earlier run). It runs on the engine's worker threads,
     holding the GIL for the call only; an exception it raises is reported as
     unraisable and the run goes on. ``None`` (the default) draws a tqdm bar
     when tqdm is installed; ``False`` reports nothing.
