@@ -167,6 +167,21 @@ def basic_flat_accuracy(ours_path, peer_result, true_flat):
     return f"flat-field vs truth: {peer}hcsflow rms {rms:.4f} / max {mx:.4f}"
 
 
+# ---------------------------------------------------------------- Richardson–Lucy
+def rl_inputs(common, peer_dir, work):
+    """What bench_skimage.py's RL ops deconvolve, as files for our side: its 30×512² crop of the z-stack as
+    f32 divided by its maximum (.npy), and its 15³ Gaussian PSF (TIFF)."""
+    sys.path.insert(0, peer_dir)
+    import bench_skimage
+    import tifffile
+    sub = common.z_stack()[:, 768:1280, 768:1280].astype(np.float32)
+    sub /= sub.max()
+    path, psf = os.path.join(work, "rl_30x512x512.npy"), os.path.join(work, "rl_psf_15x15x15.tif")
+    np.save(path, sub)
+    tifffile.imwrite(psf, bench_skimage._gauss_psf())
+    return path, sha256(sub), psf
+
+
 def peer_library(script, op):
     """The peer library an op measures (the peer scripts name ops after what they call)."""
     by_script = {"bench_basicpy.py": "BaSiCPy", "bench_n2v.py": "CAREamics", "bench_ashlar.py": "ASHLAR",
@@ -192,6 +207,8 @@ def run_ops(a, suite, venvs, registered, common, rows):
         inputs["image"] = os.path.join(common.DATA, "cells_2048x2048_s0.npy")
         inputs["stack"] = os.path.join(common.DATA, "zstack_30x2048x2048_s0.npy")
         sums = {k: sha256(np.load(p)) for k, p in inputs.items()}
+    if "rl_stack" in wanted:
+        inputs["rl_stack"], sums["rl_stack"], inputs["rl_psf"] = rl_inputs(common, a.peer_dir, a.work)
     true_flat = None
     if "basic" in wanted:
         # The peer loads these same tiles from bench_basicpy.py's cache: its input checksum is theirs.
@@ -238,7 +255,7 @@ def run_our_op(a, o, inputs, row, true_flat=None):
     ours_out = os.path.join(a.work, o["peer_op"] + ".ours.npy")
     cmd = [a.hcsflow, "bench", "op", o["function"], "--input", inputs[o["input"]], "--dtype", o.get("dtype", "input"),
            "--repeats", str(a.repeats), "--save-output", ours_out, "--label", o["peer_op"]]
-    args = o.get("args", [])
+    args = [arg.replace("{rl_psf}", inputs.get("rl_psf", "")) for arg in o.get("args", [])]
     if any("{basic_" in arg for arg in args):
         try:
             paths = basic_profiles(a, inputs["basic"])
