@@ -1,23 +1,28 @@
 //! Times Richardson–Lucy on a `.npy` stack with a PSF TIFF:
-//! `cargo run --release -p hcsflow-decon --example time_rl -- IN.npy PSF.tif [same|circular] [iterations] [accelerate]`.
+//! `cargo run --release -p hcsflow-decon --example time_rl -- IN.npy PSF.tif [same|circular] [iterations] [accelerate|plain] [auto|fft|separable]`.
 //! Prints the plan, the OTF time and the median of 3 runs.
 
 use std::path::Path;
 use std::time::Instant;
 
-use hcsflow_decon::{Boundary, Plan, Psf, RlParams};
+use hcsflow_decon::{Boundary, Method, Plan, Psf, RlParams};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
     if args.len() < 3 {
-        return Err("usage: time_rl IN.npy PSF.tif [same|circular] [iterations] [accelerate]".into());
+        return Err("usage: time_rl IN.npy PSF.tif [same|circular] [iterations] [accelerate|plain] [auto|fft|separable]".into());
     }
     let image = hcsflow_bench::read_npy(Path::new(&args[1]))?.to_f32();
     let psf = Psf::from_tiff(Path::new(&args[2]))?;
     let boundary = if args.get(3).map(String::as_str) == Some("circular") { Boundary::Circular } else { Boundary::Same };
     let iterations = args.get(4).map(|s| s.parse()).transpose()?.unwrap_or(10);
     let acceleration = args.get(5).is_some_and(|s| s == "accelerate");
-    let params = RlParams { iterations, boundary, acceleration, ..RlParams::default() };
+    let method = match args.get(6).map(String::as_str) {
+        Some("fft") => Method::Fft,
+        Some("separable") => Method::Separable,
+        _ => Method::Auto,
+    };
+    let params = RlParams { iterations, boundary, acceleration, epsilon: 1e-12, method };
     let (nz, ny, nx) = image.dim();
     let t = Instant::now();
     let plan = Plan::new([nz, ny, nx], &psf, &params)?;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use hcsflow_bench::{read_npy, write_npy};
 use hcsflow_core::{DType, Stack};
-use hcsflow_decon::{richardson_lucy, Boundary, DeconError, Psf, RlParams};
+use hcsflow_decon::{richardson_lucy, Boundary, DeconError, Method, Psf, RlParams};
 use hcsflow_testkit::oracle::{require, Oracle};
 use hcsflow_testkit::Rng;
 use ndarray::{Array3, ArrayView3};
@@ -79,6 +79,18 @@ fn params(boundary: Boundary) -> RlParams {
     RlParams { iterations: 10, boundary, ..RlParams::default() }
 }
 
+/// RL with each method that applies to `psf` (direct convolution only for a
+/// separable one): `(method, result)`.
+fn each_method(image: &Array3<f32>, psf: &Psf, p: RlParams) -> Vec<(Method, Array3<f32>)> {
+    let mut out = vec![(Method::Fft, richardson_lucy(image.view(), psf, &RlParams { method: Method::Fft, ..p }).unwrap())];
+    match richardson_lucy(image.view(), psf, &RlParams { method: Method::Separable, ..p }) {
+        Ok(r) => out.push((Method::Separable, r)),
+        Err(DeconError::Params(e)) => assert!(e.contains("not separable"), "{e}"),
+        Err(e) => panic!("{e}"),
+    }
+    out
+}
+
 #[test]
 fn same_boundary_matches_scikit_image_in_3d_and_2d() {
     let Some((python, script)) = oracle(&["numpy", "scipy", "skimage"]) else { return };
@@ -96,10 +108,11 @@ fn same_boundary_matches_scikit_image_in_3d_and_2d() {
         let image = random_image(*shape, 10 + k as u64);
         let psf = Psf::new(psf_array.clone(), "test").unwrap();
         let want = reference(&python, &script, "skimage", &image, psf_array, 10);
-        let got = richardson_lucy(image.view(), &psf, &params(Boundary::Same)).unwrap();
-        let (max, l2) = relative_error(got.view(), want.view());
-        println!("case {k} {shape:?} psf {:?}: max rel error {max:.2e}, L2 rel error {l2:.2e}", psf.shape());
-        assert!(max <= 1e-4, "case {k}: {max:.3e} > 1e-4 against skimage");
+        for (method, got) in each_method(&image, &psf, params(Boundary::Same)) {
+            let (max, l2) = relative_error(got.view(), want.view());
+            println!("case {k} {shape:?} psf {:?} {method:?}: max rel error {max:.2e}, L2 rel error {l2:.2e}", psf.shape());
+            assert!(max <= 1e-4, "case {k} {method:?}: {max:.3e} > 1e-4 against skimage");
+        }
     }
 }
 
@@ -107,15 +120,22 @@ fn same_boundary_matches_scikit_image_in_3d_and_2d() {
 fn circular_boundary_matches_a_numpy_fft_transcription() {
     let Some((python, script)) = oracle(&["numpy"]) else { return };
     // a prime size along y and x (a Bluestein transform), an even one along z
-    for (k, (shape, psf_shape)) in [([12, 31, 29], [5, 7, 3]), ([1, 40, 33], [1, 9, 5]), ([9, 16, 18], [9, 3, 5])].into_iter().enumerate() {
+    let cases = [
+        ([12, 31, 29], asymmetric_psf([5, 7, 3], 30)),
+        ([1, 40, 33], asymmetric_psf([1, 9, 5], 31)),
+        ([9, 16, 18], asymmetric_psf([9, 3, 5], 32)),
+        // separable: also by direct convolution, wrapped
+        ([12, 23, 26], Psf::gaussian([1.5, 1.2, 2.0]).unwrap().view().to_owned()),
+    ];
+    for (k, (shape, psf_array)) in cases.into_iter().enumerate() {
         let image = random_image(shape, 20 + k as u64);
-        let psf_array = asymmetric_psf(psf_shape, 30 + k as u64);
         let psf = Psf::new(psf_array.clone(), "test").unwrap();
         let want = reference(&python, &script, "circular", &image, &psf_array, 10);
-        let got = richardson_lucy(image.view(), &psf, &params(Boundary::Circular)).unwrap();
-        let (max, l2) = relative_error(got.view(), want.view());
-        println!("circular case {k} {shape:?}: max rel error {max:.2e}, L2 rel error {l2:.2e}");
-        assert!(max <= 1e-4, "case {k}: {max:.3e} > 1e-4 against the NumPy transcription");
+        for (method, got) in each_method(&image, &psf, params(Boundary::Circular)) {
+            let (max, l2) = relative_error(got.view(), want.view());
+            println!("circular case {k} {shape:?} {method:?}: max rel error {max:.2e}, L2 rel error {l2:.2e}");
+            assert!(max <= 1e-4, "case {k} {method:?}: {max:.3e} > 1e-4 against the NumPy transcription");
+        }
     }
 }
 
@@ -150,14 +170,15 @@ fn a_centred_point_source_stays_centred() {
     for boundary in [Boundary::Same, Boundary::Circular] {
         for (iterations, acceleration) in [(10, false), (50, false), (10, true)] {
             let p = RlParams { iterations, boundary, acceleration, ..RlParams::default() };
-            let out = richardson_lucy(image.view(), &psf, &p).unwrap();
-            let c = centroid(out.view(), centre, 8);
-            println!("{boundary:?} {iterations} it, acceleration {acceleration}: centroid {c:?}");
-            for (got, want) in c.iter().zip(centre) {
-                assert!((got - want as f64).abs() < 0.01, "{boundary:?} {iterations} it: centroid {c:?}, want {centre:?}");
+            for (method, out) in each_method(&image, &psf, p) {
+                let c = centroid(out.view(), centre, 8);
+                println!("{boundary:?} {method:?} {iterations} it, acceleration {acceleration}: centroid {c:?}");
+                for (got, want) in c.iter().zip(centre) {
+                    assert!((got - want as f64).abs() < 0.01, "{boundary:?} {iterations} it: centroid {c:?}, want {centre:?}");
+                }
+                let peak = out.indexed_iter().fold(((0, 0, 0), f32::MIN), |m, (i, &v)| if v > m.1 { (i, v) } else { m });
+                assert_eq!([peak.0 .0, peak.0 .1, peak.0 .2], centre);
             }
-            let peak = out.indexed_iter().fold(((0, 0, 0), f32::MIN), |m, (i, &v)| if v > m.1 { (i, v) } else { m });
-            assert_eq!([peak.0 .0, peak.0 .1, peak.0 .2], centre);
         }
     }
 }
