@@ -509,7 +509,8 @@ fn paint_blobs(blobs: &[Blob], h: usize, w: usize) -> Labels {
     Labels { height: h, width: w, labels, count: blobs.len() as u32 }
 }
 
-fn filter_area(l: Labels, min_area: u64, max_area: u64) -> Labels {
+/// Keeps the objects with `min_area ≤ area ≤ max_area`, relabelled 1.. in label order.
+pub(crate) fn filter_area(l: Labels, min_area: u64, max_area: u64) -> Labels {
     let mut area = vec![0u64; l.count as usize + 1];
     for &v in &l.labels {
         area[v as usize] += 1;

@@ -17,8 +17,10 @@ pub mod focus;
 pub mod geometry;
 pub mod histogram;
 pub mod label;
+pub mod measure;
 pub mod normalize;
 pub mod projection;
+pub mod segment;
 pub mod threshold;
 pub mod tophat;
 
@@ -51,6 +53,7 @@ pub fn register(registry: &mut Registry) {
     threshold::register(registry);
     label::register(registry);
     count::register(registry);
+    segment::register(registry);
     basic::register(registry);
     decon::register(registry);
 }

@@ -1,0 +1,666 @@
+//! Segmentation that separates touching nuclei: exact Euclidean distance
+//! transform, seeded watershed, hole filling, border-object removal, size
+//! filter, and the one-call [`segment_nuclei`] built from them (CellProfiler's
+//! IdentifyPrimaryObjects with "shape" declumping).
+//!
+//! # Distance transform ([`distance_transform_edt`])
+//! scipy.ndimage `distance_transform_edt(mask, sampling)`: for every foreground
+//! pixel the Euclidean distance to the nearest background pixel, 0 on the
+//! background. Exact (Felzenszwalb–Huttenlocher lower envelope of parabolas, one
+//! pass per axis, squared distances in f64), returned as f32. Differs from scipy
+//! only on a plane with no background at all: scipy returns distances to a
+//! point outside the image that depend on its internals, we return `+∞`.
+//!
+//! # Watershed ([`watershed`])
+//! skimage.segmentation `watershed(image, markers, connectivity, mask)` with
+//! `compactness=0`, `watershed_line=False`: a priority flood from the marker
+//! pixels (in raster order), each pixel labelled when first pushed, the queue
+//! ordered by (image value, push age). The queue is the same binary heap as
+//! skimage's (`heap_general.pxi`: the same sift-up/sift-down steps), and the
+//! neighbours are visited in skimage's order (edge neighbours N, W, E, S, then
+//! corners NW, NE, SW, SE), so even the marker pixels (all age 0, equal ages
+//! resolved by heap position) pop in the same order and the labels are
+//! identical. Values are compared in f64 as skimage does (our input is f32, so
+//! where skimage is given a float64 image that is not representable in f32 the
+//! orders can differ). Mask pixels not connected to any marker stay 0.
+//!
+//! # Hole filling, border clearing, size filter
+//! - [`fill_holes`]: scipy `binary_fill_holes(mask)` (default structure: a hole
+//!   is a background component, 4-connected, not touching the image border).
+//! - [`clear_border`]: skimage `clear_border(labels)` (buffer 0) by label
+//!   value. skimage relabels equal-valued 8-connected regions first, so for a
+//!   label split into several pieces it removes only the pieces touching the
+//!   border; we remove the whole label. Identical for connected objects.
+//! - [`filter_size`]: keeps objects with `min_area ≤ area ≤ max_area` and
+//!   relabels them 1.. in label order (skimage `remove_small_objects(labels,
+//!   max_size=min_area − 1)` keeps the same objects but does not relabel).
+
+use hcsflow_core::{
+    with_pixels, ArgProblem, ArtifactDecl, Contract, FunctionDecl, FunctionError, NoArgs, Pixel, Registry, Stack, StackArray, StackShape,
+};
+use rayon::prelude::*;
+
+use crate::convolve::{correlate_separable, Boundary, Kernel1d};
+use crate::count::filter_area;
+use crate::label::{label_mask, Connectivity, Labels};
+use crate::measure::{measure_objects, objects_table};
+use crate::threshold::{threshold_value, ThresholdMethod};
+
+/// Exact Euclidean distance transform of `mask` (`h × w`, row-major, `true` =
+/// foreground) with pixel spacing `sampling = (dy, dx)`: the distance from each
+/// foreground pixel to the nearest background pixel, 0 on the background,
+/// `+∞` when the plane has no background. See the module docs.
+pub fn distance_transform_edt(mask: &[bool], h: usize, w: usize, sampling: (f64, f64)) -> Vec<f32> {
+    let mut sq = squared_edt(mask, h, w, sampling);
+    sq.par_chunks_mut(w.max(1)).for_each(|row| row.iter_mut().for_each(|v| *v = v.sqrt()));
+    sq.into_iter().map(|v| v as f32).collect()
+}
+
+/// Squared distances (f64) of [`distance_transform_edt`].
+fn squared_edt(mask: &[bool], h: usize, w: usize, (sy, sx): (f64, f64)) -> Vec<f64> {
+    if h == 0 || w == 0 {
+        return Vec::new();
+    }
+    // Pass 1, along Y: distance in rows to the nearest background pixel of the
+    // column (forward then backward scan, whole rows at a time).
+    let inf = u32::MAX;
+    let mut up = vec![inf; h * w];
+    for y in 0..h {
+        for x in 0..w {
+            let i = y * w + x;
+            up[i] = if !mask[i] {
+                0
+            } else if y > 0 && up[i - w] != inf {
+                up[i - w] + 1
+            } else {
+                inf
+            };
+        }
+    }
+    for y in (0..h.saturating_sub(1)).rev() {
+        for x in 0..w {
+            let i = y * w + x;
+            let below = up[i + w];
+            if below != inf && below + 1 < up[i] {
+                up[i] = below + 1;
+            }
+        }
+    }
+    let sy2 = sy * sy;
+    let mut g: Vec<f64> = up.iter().map(|&d| if d == inf { f64::INFINITY } else { (d as f64) * (d as f64) * sy2 }).collect();
+    // Pass 2, along X: lower envelope of the parabolas sx²(x − q)² + g(q).
+    let sx2 = sx * sx;
+    g.par_chunks_mut(w).for_each_init(
+        || (vec![0usize; w], vec![0f64; w + 1], vec![0f64; w]),
+        |(v, z, f), row| {
+            f.copy_from_slice(row);
+            let mut k: isize = -1;
+            for q in 0..w {
+                if f[q].is_infinite() {
+                    continue;
+                }
+                loop {
+                    if k < 0 {
+                        k = 0;
+                        v[0] = q;
+                        z[0] = f64::NEG_INFINITY;
+                        z[1] = f64::INFINITY;
+                        break;
+                    }
+                    let p = v[k as usize];
+                    let s = ((f[q] + sx2 * (q * q) as f64) - (f[p] + sx2 * (p * p) as f64)) / (2.0 * sx2 * (q - p) as f64);
+                    if s <= z[k as usize] {
+                        k -= 1;
+                        continue;
+                    }
+                    k += 1;
+                    v[k as usize] = q;
+                    z[k as usize] = s;
+                    z[k as usize + 1] = f64::INFINITY;
+                    break;
+                }
+            }
+            if k < 0 {
+                row.iter_mut().for_each(|o| *o = f64::INFINITY);
+                return;
+            }
+            let mut j = 0usize;
+            for (x, o) in row.iter_mut().enumerate() {
+                while z[j + 1] < x as f64 {
+                    j += 1;
+                }
+                let d = x as f64 - v[j] as f64;
+                *o = sx2 * d * d + f[v[j]];
+            }
+        },
+    );
+    g
+}
+
+/// One queue entry of the flood: skimage's `Heapitem` without `source`.
+#[derive(Clone, Copy)]
+struct Item {
+    value: f64,
+    age: u64,
+    index: usize,
+}
+
+#[inline]
+fn smaller(a: &Item, b: &Item) -> bool {
+    if a.value != b.value {
+        return a.value < b.value;
+    }
+    a.age < b.age
+}
+
+/// The binary min-heap of skimage's `heap_general.pxi` (same steps, so equal
+/// keys leave in the same order).
+struct Heap(Vec<Item>);
+
+impl Heap {
+    fn push(&mut self, item: Item) {
+        let h = &mut self.0;
+        h.push(item);
+        let mut child = h.len() - 1;
+        while child > 0 {
+            let parent = (child + 1) / 2 - 1;
+            if smaller(&h[child], &h[parent]) {
+                h.swap(parent, child);
+                child = parent;
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn pop(&mut self) -> Option<Item> {
+        let h = &mut self.0;
+        let n = h.len();
+        if n == 0 {
+            return None;
+        }
+        h.swap(0, n - 1);
+        let top = h.pop();
+        let n = h.len();
+        let mut i = 0;
+        loop {
+            let (l, r) = (2 * i + 1, 2 * i + 2);
+            if l >= n {
+                break;
+            }
+            let mut smallest = i;
+            if smaller(&h[l], &h[i]) {
+                smallest = l;
+            }
+            if r < n && smaller(&h[r], &h[smallest]) {
+                smallest = r;
+            }
+            if smallest == i {
+                break;
+            }
+            h.swap(i, smallest);
+            i = smallest;
+        }
+        top
+    }
+}
+
+/// Seeded watershed of `image` (`h × w`, row-major) from `markers` (0 = no
+/// marker), flooding only where `mask` is true (everywhere when `None`);
+/// skimage `watershed(image, markers, connectivity, mask=mask)` — see the module
+/// docs. Markers outside the mask are dropped (as skimage does). Errors: sizes
+/// that do not match, NaN in the image.
+pub fn watershed(
+    image: &[f32],
+    markers: &[u32],
+    mask: Option<&[bool]>,
+    h: usize,
+    w: usize,
+    connectivity: Connectivity,
+) -> Result<Vec<u32>, FunctionError> {
+    const NAME: &str = "watershed";
+    let n = h * w;
+    if image.len() != n || markers.len() != n || mask.is_some_and(|m| m.len() != n) {
+        return Err(FunctionError::invalid(NAME, format!("image, markers and mask must all have {h}×{w} pixels")));
+    }
+    if image.iter().any(|v| v.is_nan()) {
+        return Err(FunctionError::invalid(NAME, "the image contains NaN"));
+    }
+    // Padded by one pixel on every side, outside the mask (skimage pads the same way).
+    let (ph, pw) = (h + 2, w + 2);
+    let mut inside = vec![false; ph * pw];
+    let mut out = vec![0u32; ph * pw];
+    let mut value = vec![0f64; ph * pw];
+    for y in 0..h {
+        for x in 0..w {
+            let (i, p) = (y * w + x, (y + 1) * pw + x + 1);
+            inside[p] = mask.is_none_or(|m| m[i]);
+            out[p] = if inside[p] { markers[i] } else { 0 };
+            value[p] = f64::from(image[i]);
+        }
+    }
+    let pw_i = pw as isize;
+    let edge = [-pw_i, -1, 1, pw_i];
+    let corner = [-pw_i - 1, -pw_i + 1, pw_i - 1, pw_i + 1];
+    let offsets: Vec<isize> = match connectivity {
+        Connectivity::Four => edge.to_vec(),
+        Connectivity::Eight => edge.iter().chain(&corner).copied().collect(),
+    };
+    let mut heap = Heap(Vec::new());
+    for (p, &l) in out.iter().enumerate() {
+        if l != 0 {
+            heap.push(Item { value: value[p], age: 0, index: p });
+        }
+    }
+    let mut age = 1u64;
+    while let Some(e) = heap.pop() {
+        let label = out[e.index];
+        for &o in &offsets {
+            let q = (e.index as isize + o) as usize;
+            if !inside[q] || out[q] != 0 {
+                continue;
+            }
+            age += 1;
+            out[q] = label;
+            heap.push(Item { value: value[q], age, index: q });
+        }
+    }
+    let mut labels = vec![0u32; n];
+    for y in 0..h {
+        labels[y * w..(y + 1) * w].copy_from_slice(&out[(y + 1) * pw + 1..(y + 1) * pw + 1 + w]);
+    }
+    Ok(labels)
+}
+
+/// scipy `binary_fill_holes(mask)`: background components (4-connected) that do
+/// not touch the image border become foreground.
+pub fn fill_holes(mask: &[bool], h: usize, w: usize) -> Vec<bool> {
+    let background: Vec<bool> = mask.iter().map(|&m| !m).collect();
+    let bg = label_mask(&background, h, w, Connectivity::Four);
+    let mut outside = vec![false; bg.count as usize + 1];
+    for_border(h, w, |i| outside[bg.labels[i] as usize] = true);
+    bg.labels.iter().zip(mask).map(|(&l, &m)| m || !outside[l as usize]).collect()
+}
+
+/// Calls `f` with the index of every pixel on the image border.
+fn for_border(h: usize, w: usize, mut f: impl FnMut(usize)) {
+    if h == 0 || w == 0 {
+        return;
+    }
+    for x in 0..w {
+        f(x);
+        f((h - 1) * w + x);
+    }
+    for y in 0..h {
+        f(y * w);
+        f(y * w + w - 1);
+    }
+}
+
+/// Sets to 0 every label that has a pixel on the image border (values of the
+/// others kept; skimage `clear_border(labels)`, see the module docs).
+pub fn clear_border(labels: &mut [u32], h: usize, w: usize) {
+    let max = labels.iter().copied().max().unwrap_or(0) as usize;
+    let mut touching = vec![false; max + 1];
+    for_border(h, w, |i| touching[labels[i] as usize] = true);
+    touching[0] = false;
+    labels.iter_mut().for_each(|l| {
+        if touching[*l as usize] {
+            *l = 0
+        }
+    });
+}
+
+/// Relabels the nonzero values of `labels` 1.. in increasing value order
+/// (skimage `relabel_sequential`).
+pub fn relabel_sequential(labels: &[u32], h: usize, w: usize) -> Labels {
+    let max = labels.iter().copied().max().unwrap_or(0) as usize;
+    let mut present = vec![false; max + 1];
+    labels.iter().for_each(|&l| present[l as usize] = true);
+    let mut new_id = vec![0u32; max + 1];
+    let mut count = 0;
+    for (l, &p) in present.iter().enumerate().skip(1) {
+        if p {
+            count += 1;
+            new_id[l] = count;
+        }
+    }
+    Labels { height: h, width: w, labels: labels.iter().map(|&l| new_id[l as usize]).collect(), count }
+}
+
+/// Keeps the objects with `min_area ≤ area ≤ max_area`, relabelled 1.. in label order.
+pub fn filter_size(labels: &[u32], h: usize, w: usize, min_area: u64, max_area: u64) -> Labels {
+    filter_area(relabel_sequential(labels, h, w), min_area, max_area)
+}
+
+/// Markers at the maxima of `dist` (`h × w`): pixels with `dist > 0` equal to
+/// the maximum of the `(2·radius + 1)²` square around them (clipped at the
+/// border); touching maximum pixels (8-connected, e.g. a plateau or a ridge)
+/// form one marker. This is CellProfiler's maxima with a suppression square of
+/// side 2·radius + 1 (CellProfiler uses a disk), and like skimage
+/// `peak_local_max(min_distance=radius, exclude_border=False)` followed by
+/// `label`, except that two separate equal maxima closer than `radius` both
+/// stay (peak_local_max keeps one).
+pub fn maxima_markers(dist: &[f32], h: usize, w: usize, radius: usize) -> Labels {
+    let mut rowmax = vec![0f32; h * w];
+    rowmax.par_chunks_mut(w.max(1)).enumerate().for_each(|(y, o)| {
+        let row = &dist[y * w..(y + 1) * w];
+        for (x, v) in o.iter_mut().enumerate() {
+            *v = row[x.saturating_sub(radius)..=(x + radius).min(w - 1)].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+        }
+    });
+    let peak: Vec<bool> = (0..h * w)
+        .into_par_iter()
+        .map(|i| {
+            let (y, x) = (i / w, i % w);
+            let v = dist[i];
+            v > 0.0 && (y.saturating_sub(radius)..=(y + radius).min(h - 1)).all(|yy| rowmax[yy * w + x] <= v)
+        })
+        .collect();
+    label_mask(&peak, h, w, Connectivity::Eight)
+}
+
+/// Parameters of [`segment_nuclei`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct NucleiParams {
+    /// σ of the Gaussian smoothing before the threshold (pixels; 0 = none).
+    pub smoothing_sigma: f64,
+    pub threshold: ThresholdMethod,
+    /// Multiplies the threshold (CellProfiler's "threshold correction factor").
+    pub threshold_factor: f64,
+    /// σ of the Gaussian smoothing of the distance transform before the maxima (0 = none).
+    pub distance_sigma: f64,
+    /// Half-side of the maxima suppression square (pixels): seeds closer than this merge.
+    pub min_distance: usize,
+    pub min_area: u64,
+    pub max_area: u64,
+    /// Remove objects touching the image border.
+    pub clear_border: bool,
+    pub connectivity: Connectivity,
+}
+
+impl Default for NucleiParams {
+    fn default() -> Self {
+        NucleiParams {
+            smoothing_sigma: 1.5,
+            threshold: ThresholdMethod::Otsu,
+            threshold_factor: 1.0,
+            distance_sigma: 1.0,
+            min_distance: 4,
+            min_area: 30,
+            max_area: 100_000,
+            clear_border: false,
+            connectivity: Connectivity::Eight,
+        }
+    }
+}
+
+/// Segments the nuclei of one plane (`h × w`, row-major):
+/// 1. Gaussian smoothing (scipy `gaussian_filter`, reflect, truncate 4, f32);
+/// 2. foreground = smoothed > threshold (Otsu/Li of the smoothed plane, or a
+///    manual value) × `threshold_factor`;
+/// 3. holes filled ([`fill_holes`]);
+/// 4. distance transform ([`distance_transform_edt`]), smoothed by `distance_sigma`;
+/// 5. seeds at its maxima ([`maxima_markers`] with `min_distance`);
+/// 6. [`watershed`] of −distance from the seeds within the foreground;
+/// 7. size filter, then (optionally) border clearing; labels 1.. in seed raster order.
+///
+/// Errors: NaN in the plane.
+pub fn segment_nuclei<T: Pixel>(plane: &[T], h: usize, w: usize, p: &NucleiParams) -> Result<Labels, FunctionError> {
+    const NAME: &str = "segment_nuclei";
+    if plane.len() != h * w {
+        return Err(FunctionError::invalid(NAME, format!("{} pixels for a {h}×{w} image", plane.len())));
+    }
+    if h == 0 || w == 0 {
+        return Ok(Labels { height: h, width: w, labels: Vec::new(), count: 0 });
+    }
+    let smooth = |v: &[T], sigma: f64| -> Vec<f32> {
+        let k = Kernel1d::gaussian(sigma, 4.0);
+        correlate_separable(v, h, w, &k, &k, Boundary::Reflect)
+    };
+    let smoothed = smooth(plane, p.smoothing_sigma);
+    if smoothed.iter().any(|v| v.is_nan()) {
+        return Err(FunctionError::invalid(NAME, "the image contains NaN"));
+    }
+    let t = threshold_value(&smoothed, p.threshold)? * p.threshold_factor;
+    let mask: Vec<bool> = smoothed.iter().map(|&v| f64::from(v) > t).collect();
+    let mask = fill_holes(&mask, h, w);
+    let dist = distance_transform_edt(&mask, h, w, (1.0, 1.0));
+    let dist = if p.distance_sigma > 0.0 { smooth_f32(&dist, h, w, p.distance_sigma) } else { dist };
+    // Smoothing spreads distance outside the mask: seeds only inside it.
+    let inside: Vec<f32> = dist.iter().zip(&mask).map(|(&d, &m)| if m { d } else { 0.0 }).collect();
+    let seeds = maxima_markers(&inside, h, w, p.min_distance);
+    let neg: Vec<f32> = inside.iter().map(|&d| -d).collect();
+    let mut labels = watershed(&neg, &seeds.labels, Some(&mask), h, w, p.connectivity)?;
+    let mut kept = filter_size(&labels, h, w, p.min_area, p.max_area);
+    if p.clear_border {
+        labels = kept.labels;
+        clear_border(&mut labels, h, w);
+        kept = relabel_sequential(&labels, h, w);
+    }
+    Ok(kept)
+}
+
+fn smooth_f32(v: &[f32], h: usize, w: usize, sigma: f64) -> Vec<f32> {
+    let k = Kernel1d::gaussian(sigma, 4.0);
+    correlate_separable(v, h, w, &k, &k, Boundary::Reflect)
+}
+
+/// Nonzero pixels of a plane as a mask.
+fn plane_mask<T: Pixel>(plane: &[T]) -> Vec<bool> {
+    let zero = T::default();
+    plane.iter().map(|&v| v != zero).collect()
+}
+
+/// A plane's values as labels (integer pixel values; f32 values are truncated).
+fn plane_labels<T: Pixel>(plane: &[T]) -> Vec<u32> {
+    plane.iter().map(|v| v.to_f32().max(0.0) as u32).collect()
+}
+
+/// Label stack from per-plane labels (u16; error above 65,535).
+fn labels_stack(
+    n: usize,
+    h: usize,
+    w: usize,
+    name: &str,
+    mut f: impl FnMut(usize) -> Result<Labels, FunctionError>,
+) -> Result<Stack, FunctionError> {
+    let mut out = StackArray::<u16>::zeros([n, h, w]);
+    for z in 0..n {
+        let l = f(z)?;
+        out.plane_mut(z).copy_from_slice(&l.to_u16(name)?);
+    }
+    Ok(Stack::from(out))
+}
+
+hcsflow_core::function_args! {
+    /// The arguments of [`DISTANCE_TRANSFORM`].
+    pub struct DistanceArgs {
+        sampling_y: f64 = float(1.0, Some(1e-6), None, "pixel spacing along Y (distance units per pixel)"),
+        sampling_x: f64 = float(1.0, Some(1e-6), None, "pixel spacing along X"),
+    }
+}
+
+pub static DISTANCE_TRANSFORM: FunctionDecl<DistanceArgs> = FunctionDecl::new(
+    "distance_transform",
+    Contract::Pure2d,
+    "Exact Euclidean distance of each nonzero pixel to the nearest zero pixel (scipy.ndimage.distance_transform_edt), f32.",
+);
+
+pub static FILL_HOLES: FunctionDecl<NoArgs> =
+    FunctionDecl::new("fill_holes", Contract::Pure2d, "Fills the holes of the nonzero pixels (scipy.ndimage.binary_fill_holes), u8 0/1.");
+
+pub static CLEAR_BORDER: FunctionDecl<NoArgs> = FunctionDecl::new(
+    "clear_border",
+    Contract::Pure2d,
+    "Removes the labels touching the image border (skimage.segmentation.clear_border), other values kept.",
+);
+
+hcsflow_core::function_args! {
+    /// The arguments of [`FILTER_SIZE`].
+    pub struct FilterSizeArgs {
+        min_area: i64 = int(0, Some(0), None, "smallest object kept (pixels)"),
+        max_area: i64 = int(i64::MAX, Some(0), None, "largest object kept (pixels)"),
+    }
+}
+
+pub static FILTER_SIZE: FunctionDecl<FilterSizeArgs> = FunctionDecl::new(
+    "filter_size",
+    Contract::Pure2d,
+    "Keeps the labelled objects with min_area <= area <= max_area, relabelled 1.. in label order (u16).",
+);
+
+hcsflow_core::function_args! {
+    /// The arguments of [`SEGMENT_NUCLEI`].
+    pub struct SegmentNucleiArgs {
+        smoothing_sigma: f64 = float(1.5, Some(0.0), Some(100.0), "σ of the Gaussian smoothing before the threshold (pixels)"),
+        threshold_method: String = choice("otsu", &["otsu", "li", "manual"], "how the threshold of the smoothed plane is chosen"),
+        threshold_value: f64 = float(0.0, None, None, "the threshold for threshold_method=manual (pixel units)"),
+        threshold_factor: f64 = float(1.0, Some(0.0), None, "multiplies the threshold (CellProfiler's correction factor)"),
+        distance_sigma: f64 = float(1.0, Some(0.0), Some(100.0), "σ of the smoothing of the distance transform before the seeds"),
+        min_distance: i64 = int(4, Some(1), Some(1000), "seeds closer than this (pixels, square) merge"),
+        min_area: i64 = int(30, Some(0), None, "smallest object kept (pixels)"),
+        max_area: i64 = int(100_000, Some(0), None, "largest object kept (pixels)"),
+        clear_border: bool = bool(false, "remove objects touching the image border"),
+        connectivity: String = choice("8", &["4", "8"], "watershed neighbourhood"),
+    }
+}
+
+impl SegmentNucleiArgs {
+    /// The parameters these arguments choose.
+    pub fn params(&self) -> Result<NucleiParams, FunctionError> {
+        let threshold = ThresholdMethod::from_args(&self.threshold_method, self.threshold_value)
+            .ok_or_else(|| FunctionError::failed("segment_nuclei", format!("unknown threshold_method '{}'", self.threshold_method)))?;
+        Ok(NucleiParams {
+            smoothing_sigma: self.smoothing_sigma,
+            threshold,
+            threshold_factor: self.threshold_factor,
+            distance_sigma: self.distance_sigma,
+            min_distance: self.min_distance.max(1) as usize,
+            min_area: self.min_area.max(0) as u64,
+            max_area: self.max_area.max(0) as u64,
+            clear_border: self.clear_border,
+            connectivity: if self.connectivity == "4" { Connectivity::Four } else { Connectivity::Eight },
+        })
+    }
+}
+
+fn check_segment(args: &SegmentNucleiArgs, _: &StackShape) -> Result<(), ArgProblem> {
+    if args.min_area > args.max_area {
+        return Err(ArgProblem::new(
+            "min_area",
+            format!("min_area ({}) is larger than max_area ({})", args.min_area, args.max_area),
+            "make min_area <= max_area",
+        ));
+    }
+    Ok(())
+}
+
+/// The artifact of per-object measurements `segment_nuclei` produces.
+pub const OBJECTS: &str = "objects";
+
+pub static SEGMENT_NUCLEI: FunctionDecl<SegmentNucleiArgs> = FunctionDecl::new(
+    "segment_nuclei",
+    Contract::Pure2d,
+    "Nuclei segmentation that splits touching nuclei: smoothing, threshold, hole filling, distance-transform seeds, watershed, size filter; u16 labels and an objects table.",
+)
+.with_produces(&[ArtifactDecl::table(
+    OBJECTS,
+    "per object: ObjectNumber, AreaShape_* (area, centre, bounding box, perimeter, eccentricity, axes) and Intensity_* (mean, integrated, min, max) of the input plane",
+)])
+.with_check(check_segment);
+
+/// Runs [`segment_nuclei`] on every plane: the u16 label stack and the per-object table.
+pub fn segment_nuclei_stack(stack: &Stack, p: &NucleiParams) -> Result<(Stack, hcsflow_core::Table), FunctionError> {
+    const NAME: &str = "segment_nuclei";
+    let [n, h, w] = stack.shape();
+    let mut rows = Vec::new();
+    let labels = with_pixels!(Stack, stack, a, T => labels_stack(n, h, w, NAME, |z| {
+        let plane = a.plane(z);
+        let l = segment_nuclei(plane, h, w, p)?;
+        rows.push((z, measure_objects(&l.labels, l.count, plane, h, w)?));
+        Ok(l)
+    }))?;
+    Ok((labels, objects_table(&rows, NAME)?))
+}
+
+pub(crate) fn register(registry: &mut Registry) {
+    registry.add(DISTANCE_TRANSFORM.host(|s, a, _| {
+        let [n, h, w] = s.shape();
+        let mut out = StackArray::<f32>::zeros([n, h, w]);
+        with_pixels!(Stack, s, arr, T => {
+            for (src, dst) in arr.planes().zip(out.planes_mut()) {
+                dst.copy_from_slice(&distance_transform_edt(&plane_mask(src), h, w, (a.sampling_y, a.sampling_x)));
+            }
+        });
+        Ok(Stack::from(out))
+    }));
+    registry.add(FILL_HOLES.host(|s, _, _| {
+        let [n, h, w] = s.shape();
+        let mut out = StackArray::<u8>::zeros([n, h, w]);
+        with_pixels!(Stack, s, arr, T => {
+            for (src, dst) in arr.planes().zip(out.planes_mut()) {
+                for (o, f) in dst.iter_mut().zip(fill_holes(&plane_mask(src), h, w)) {
+                    *o = u8::from(f);
+                }
+            }
+        });
+        Ok(Stack::from(out))
+    }));
+    registry.add(CLEAR_BORDER.host(|s, _, _| {
+        let [_, h, w] = s.shape();
+        Ok(with_pixels!(Stack, s, arr, T => {
+            let mut out = arr.clone();
+            for dst in out.planes_mut() {
+                let mut l = plane_labels(dst);
+                clear_border(&mut l, h, w);
+                for (d, v) in dst.iter_mut().zip(l) {
+                    if v == 0 {
+                        *d = T::default();
+                    }
+                }
+            }
+            Stack::from(out)
+        }))
+    }));
+    registry.add(FILTER_SIZE.host(|s, a, _| {
+        let [n, h, w] = s.shape();
+        let (lo, hi) = (a.min_area.max(0) as u64, a.max_area.max(0) as u64);
+        with_pixels!(Stack, s, arr, T => labels_stack(n, h, w, "filter_size", |z| Ok(filter_size(&plane_labels(arr.plane(z)), h, w, lo, hi))))
+    }));
+    registry.add(SEGMENT_NUCLEI.host(|s, a, ctx| {
+        let (labels, table) = segment_nuclei_stack(s, &a.params()?)?;
+        ctx.produce(OBJECTS, table);
+        Ok(labels)
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heap_pops_in_key_order() {
+        let mut h = Heap(Vec::new());
+        for (i, v) in [5.0, 1.0, 3.0, 1.0, 4.0].iter().enumerate() {
+            h.push(Item { value: *v, age: i as u64 + 1, index: i });
+        }
+        let order: Vec<usize> = std::iter::from_fn(|| h.pop()).map(|e| e.index).collect();
+        assert_eq!(order, vec![1, 3, 2, 4, 0]);
+    }
+
+    #[test]
+    fn fill_holes_keeps_border_background() {
+        #[rustfmt::skip]
+        let m = [
+            0, 1, 1, 1, 0,
+            0, 1, 0, 1, 0,
+            0, 1, 1, 1, 0,
+            0, 0, 0, 0, 0,
+        ];
+        let mask: Vec<bool> = m.iter().map(|&v| v == 1).collect();
+        let f = fill_holes(&mask, 4, 5);
+        assert!(f[7]);
+        assert_eq!(f.iter().filter(|&&v| v).count(), 9);
+    }
+}
