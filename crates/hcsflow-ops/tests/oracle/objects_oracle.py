@@ -1,0 +1,88 @@
+"""Reference computations for the segmentation and object-measurement tests of
+hcsflow-ops (distance transform, watershed, hole filling, border clearing,
+size filter, regionprops), using numpy / scipy / scikit-image only.
+
+Usage: python3 objects_oracle.py JOBS.json  (same job format as the other oracles:
+raw little-endian inputs, float64 outputs, the list of output shapes on stdout).
+"""
+import json
+import sys
+
+import numpy as np
+from scipy import ndimage as ndi
+from skimage import measure, morphology, segmentation
+
+DTYPES = {"u8": np.uint8, "u16": np.uint16, "f32": np.float32}
+
+
+def load(spec):
+    return np.fromfile(spec["path"], dtype=DTYPES[spec["dtype"]]).reshape(spec["shape"])
+
+
+def edt(a, sampling):
+    return np.stack([ndi.distance_transform_edt(p != 0, sampling=sampling) for p in a])
+
+
+def watershed(image, markers, mask, connectivity):
+    """skimage watershed of plane 0 (image as float64 from the f32 input)."""
+    m = None if mask is None else mask[0] != 0
+    return segmentation.watershed(image[0].astype(np.float64), markers[0].astype(np.int32),
+                                  connectivity=connectivity, mask=m)[None]
+
+
+def watershed_masked(image, markers, mask, connectivity):
+    return watershed(image, markers, mask, connectivity)
+
+
+def watershed_nomask(image, markers, connectivity):
+    return watershed(image, markers, None, connectivity)
+
+
+def fill_holes(a):
+    return np.stack([ndi.binary_fill_holes(p != 0) for p in a])
+
+
+def clear_border(a):
+    return np.stack([segmentation.clear_border(p.astype(np.int64)) for p in a])
+
+
+def remove_small(a, max_size):
+    """remove_small_objects on a label image: objects with area <= max_size removed."""
+    return np.stack([morphology.remove_small_objects(p.astype(np.int64), max_size=max_size) for p in a])
+
+
+def regionprops(labels, image):
+    """Rows per object of plane 0, in label order."""
+    rows = []
+    for r in measure.regionprops(labels[0].astype(np.int64), intensity_image=image[0].astype(np.float64)):
+        vals = r.image_intensity[r.image]
+        rows.append([r.label, r.area, r.centroid[1], r.centroid[0], r.bbox[1], r.bbox[0], r.bbox[3], r.bbox[2],
+                     r.perimeter, r.eccentricity, r.axis_major_length, r.axis_minor_length,
+                     r.intensity_mean, vals.sum(), r.intensity_min, r.intensity_max])
+    return np.array(rows, np.float64).reshape(-1, 16)
+
+
+OPS = {
+    "edt": edt,
+    "watershed_masked": watershed_masked,
+    "watershed_nomask": watershed_nomask,
+    "fill_holes": fill_holes,
+    "clear_border": clear_border,
+    "remove_small": remove_small,
+    "regionprops": regionprops,
+}
+
+
+def main():
+    jobs = json.load(open(sys.argv[1]))
+    shapes = []
+    for job in jobs:
+        arrays = [load(s) for s in job["inputs"]]
+        r = np.asarray(OPS[job["op"]](*arrays, **job["args"]), np.float64)
+        r.tofile(job["output"])
+        shapes.append(list(r.shape))
+    print(json.dumps(shapes))
+
+
+if __name__ == "__main__":
+    main()
