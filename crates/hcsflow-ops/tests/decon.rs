@@ -75,3 +75,26 @@ fn argument_errors_name_the_argument_and_the_fix() {
     let e = run(&registry, &["sigma_xy=1"], &Stack::from(a)).unwrap_err();
     assert!(e.contains("non-negative") && e.contains("-4"), "{e}");
 }
+
+#[test]
+fn method_chooses_fft_or_direct_convolution_with_the_same_result() {
+    let registry = registry();
+    let stack = random_stack(DType::U16, [8, 30, 34], 4);
+    let fft = run(&registry, &["sigma_xy=1.2", "sigma_z=1", "method=fft"], &stack).unwrap().to_f32();
+    let direct = run(&registry, &["sigma_xy=1.2", "sigma_z=1", "method=separable"], &stack).unwrap().to_f32();
+    let scale = fft.iter().fold(0.0f32, |m, &v| m.max(v));
+    let max = fft.iter().zip(&direct).fold(0.0f32, |m, (a, b)| m.max((a - b).abs()));
+    assert!(max <= 1e-5 * scale, "fft and direct differ by {max} (max {scale})");
+    // a PSF file that is not separable cannot go the direct way
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("cross.tif");
+    let mut v = vec![0.0f32; 9];
+    for i in [1, 3, 4, 5, 7] {
+        v[i] = 1.0;
+    }
+    write_stack(&file, &Stack::from_vec([1, 3, 3], v).unwrap(), &WriteOptions::default()).unwrap();
+    let arg = format!("psf={}", file.display());
+    let e = run(&registry, &[&arg, "method=separable"], &stack).unwrap_err();
+    assert!(e.contains("'method'") && e.contains("not separable"), "{e}");
+    assert!(run(&registry, &[&arg], &stack).is_ok());
+}
