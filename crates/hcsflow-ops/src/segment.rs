@@ -15,7 +15,8 @@
 //! skimage.segmentation `watershed(image, markers, connectivity, mask)` with
 //! `compactness=0`, `watershed_line=False`: a priority flood from the marker
 //! pixels (in raster order), each pixel labelled when first pushed, the queue
-//! ordered by (image value, push age). The queue is the same binary heap as
+//! ordered by (cost, push age), a pixel's cost being the larger of its value and
+//! the cost of the pixel it was reached from. The queue is the same binary heap as
 //! skimage's (`heap_general.pxi`: the same sift-up/sift-down steps), and the
 //! neighbours are visited in skimage's order (edge neighbours N, W, E, S, then
 //! corners NW, NE, SW, SE), so even the marker pixels (all age 0, equal ages
@@ -262,7 +263,8 @@ pub fn watershed(
             }
             age += 1;
             out[q] = label;
-            heap.push(Item { value: value[q], age, index: q });
+            // A pixel costs at least as much as the one it is reached from.
+            heap.push(Item { value: value[q].max(e.value), age, index: q });
         }
     }
     let mut labels = vec![0u32; n];
