@@ -19,8 +19,8 @@
 use burn::module::{Module, Param};
 use burn::nn::{BatchNorm, BatchNormConfig};
 use burn::tensor::activation::relu;
-use burn::tensor::module::{conv2d, interpolate, max_pool2d};
-use burn::tensor::ops::{ConvOptions, InterpolateMode, InterpolateOptions, MaxPoolOptions};
+use burn::tensor::module::{conv2d, max_pool2d};
+use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
 use crate::rng::SplitMix64;
@@ -106,9 +106,28 @@ pub fn max_blur_pool(x: Tensor<4>) -> Tensor<4> {
 }
 
 /// Bilinear ×2 upsampling with half-pixel centres (PyTorch `align_corners=False`).
+///
+/// Written with slices, sums and a reshape rather than burn's `interpolate`, whose bilinear
+/// backward the CubeCL (wgpu) backend does not implement: along each axis, output `2i` is
+/// `¾ x[i] + ¼ x[i − 1]` and output `2i + 1` is `¾ x[i] + ¼ x[i + 1]`, the edge sample repeated.
 pub fn upsample(x: Tensor<4>) -> Tensor<4> {
-    let [_, _, h, w] = x.dims();
-    interpolate(x, InterpolateOptions::new(InterpolateMode::Bilinear).with_align_corners(false).with_output_size([2 * h, 2 * w]))
+    upsample_axis(upsample_axis(x, 2), 3)
+}
+
+fn upsample_axis(x: Tensor<4>, axis: usize) -> Tensor<4> {
+    let mut dims = x.dims();
+    let n = dims[axis];
+    let (prev, next) = if n > 1 {
+        let first = x.clone().narrow(axis, 0, 1);
+        let last = x.clone().narrow(axis, n - 1, 1);
+        (Tensor::cat(vec![first, x.clone().narrow(axis, 0, n - 1)], axis), Tensor::cat(vec![x.clone().narrow(axis, 1, n - 1), last], axis))
+    } else {
+        (x.clone(), x.clone())
+    };
+    let even = x.clone().mul_scalar(0.75) + prev.mul_scalar(0.25);
+    let odd = x.mul_scalar(0.75) + next.mul_scalar(0.25);
+    dims[axis] = 2 * n;
+    Tensor::stack::<5>(vec![even, odd], axis + 1).reshape(dims)
 }
 
 /// The N2V2 U-Net of depth 2.
