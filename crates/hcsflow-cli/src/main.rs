@@ -12,6 +12,7 @@ mod flags;
 mod functions;
 mod inspect;
 mod progress;
+mod report;
 mod run;
 mod signals;
 mod synth;
@@ -104,6 +105,8 @@ enum Command {
     Run(run::RunArgs),
     /// Generate a small synthetic plate and run the demo pipeline on it end to end.
     Demo(demo::DemoArgs),
+    /// (Re)write the QC report of a run's output folder: OUT/report.html and OUT/hcsflow_mqc.json.
+    Report(report::ReportArgs),
 }
 
 /// Logs to stderr (`RUST_LOG`, default warn; write errors ignored, see [`console`]) and, with `--trace FILE`, every
@@ -162,6 +165,7 @@ fn main() -> ExitCode {
         Command::Bench(a) => bench::run(a),
         Command::Run(a) => run::run(a),
         Command::Demo(a) => demo::run(a),
+        Command::Report(a) => report::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

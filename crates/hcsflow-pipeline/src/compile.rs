@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::output::manifest::MANIFEST_NAME;
 use crate::output::tables::{ARTIFACTS_NAME, SUMMARY_NAME};
+use crate::output::{REPORT_HTML_NAME, REPORT_MQC_NAME, RUN_REPORT_NAME};
 use crate::scope::{covered_text, plan_plate_step, plate_covers, plate_scope_text, PlateSampling, PlateStepPlan};
 use crate::spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, Scope, StepSpec, DEFAULT_SAMPLE};
 use crate::PipelineError;
@@ -1219,7 +1220,14 @@ fn check_step_name(name: &str) -> Result<(), PipelineError> {
             format!("remove the leading '.', e.g. '{}'", name.trim_start_matches('.')),
         ));
     }
-    let reserved = [(MANIFEST_NAME, "the run manifest"), (SUMMARY_NAME, "the output summary"), (ARTIFACTS_NAME, "the artifact summary")];
+    let reserved = [
+        (MANIFEST_NAME, "the run manifest"),
+        (SUMMARY_NAME, "the output summary"),
+        (ARTIFACTS_NAME, "the artifact summary"),
+        (RUN_REPORT_NAME, "the run report"),
+        (REPORT_HTML_NAME, "the QC report"),
+        (REPORT_MQC_NAME, "the QC report's MultiQC file"),
+    ];
     if let Some((file, what)) = reserved.iter().find(|(file, _)| name.eq_ignore_ascii_case(file)) {
         return Err(PipelineError::step(
             name,

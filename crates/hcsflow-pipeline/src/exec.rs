@@ -668,9 +668,13 @@ impl EndedRun {
         let order: BTreeMap<&str, usize> = plan.wells.iter().enumerate().map(|(i, w)| (w.well.as_str(), i)).collect();
         wells.sort_by_key(|w| order.get(w.well.as_str()).copied().unwrap_or(usize::MAX));
         let completed: Vec<String> = wells.iter().filter(|w| w.status == WellStatus::Complete).map(|w| w.well.clone()).collect();
-        let run = RunOutcome { workers, seconds: started.elapsed().as_secs_f64(), stopped, manifest_error, write_errors };
+        let mut run = RunOutcome { workers, seconds: started.elapsed().as_secs_f64(), stopped, manifest_error, write_errors };
         let mut report = RunReport::from_wells(plan, options, wells, &run);
         report.notes.splice(0..0, plate_notes);
+        if let Err(e) = crate::output::write_run_report(&plan.out, &report) {
+            report.write_errors.push(e.to_string());
+            run.write_errors.push(e.to_string());
+        }
         RunSummary {
             total: plan.wells.len(),
             completed,

@@ -39,6 +39,7 @@ pub use output::manifest::{
     ArtifactRecord, Manifest, Note, OutputRecord, PlateOutputRecord, PlateStepRecord, WellRecord, WellStatus, MANIFEST_NAME,
 };
 pub use output::tables::{ARTIFACTS_NAME, SUMMARY_NAME};
+pub use output::{REPORT_HTML_NAME, REPORT_MQC_NAME, RUN_REPORT_NAME};
 pub use scope::{plate_scope_text, PlateGroupPlan, PlatePlane, PlateSampling, PlateStepPlan};
 pub use spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, Scope, StepSpec, DEFAULT_SAMPLE};
 

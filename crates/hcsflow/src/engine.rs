@@ -93,6 +93,9 @@ impl Engine {
     /// worker threads). Setting `cancel` stops starting wells; the wells in
     /// flight finish and the summary says which were not started.
     ///
+    /// At the end it writes the QC report (`OUT/report.html`,
+    /// `OUT/hcsflow_mqc.json`, [`hcsflow_report`]).
+    ///
     /// A failing well is not an error here: it is in the summary
     /// ([`crate::run_problems`]). Errors are what stops the whole run before or
     /// while it starts (output folder locked or not writable, …).
@@ -111,7 +114,15 @@ impl Engine {
             zarr_format: options.zarr_format,
             overwrite: options.overwrite,
         };
-        Ok(hcsflow_pipeline::execute(plan, &self.registry, &self.conversions, &run, progress)?)
+        let mut summary = hcsflow_pipeline::execute(plan, &self.registry, &self.conversions, &run, progress)?;
+        // The QC report, from what the run wrote: a failure to write it is a
+        // write error of the run (in the summary), never a failed run.
+        if let Err(e) = hcsflow_report::write_report(&plan.out) {
+            let message = format!("the QC report {}: {e}", plan.out.join(hcsflow_pipeline::REPORT_HTML_NAME).display());
+            summary.report.write_errors.push(message.clone());
+            summary.write_errors.push(message);
+        }
+        Ok(summary)
     }
 
     /// Plans one call of `function` with `args` (`name=value` texts) on a

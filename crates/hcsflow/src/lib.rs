@@ -77,6 +77,7 @@ mod text;
 pub use hcsflow_core as core;
 pub use hcsflow_pipeline as pipeline;
 pub use hcsflow_plate as plate;
+pub use hcsflow_report as report;
 pub use hcsflow_stitch as stitch;
 pub use hcsflow_tiff as tiff;
 pub use hcsflow_zarr as zarr;

@@ -181,7 +181,10 @@ pub struct Manifest {
 impl Manifest {
     pub(crate) fn new(plan: &Plan, zarr_plates: &[PathBuf]) -> Manifest {
         let rel = |p: &Path| p.strip_prefix(&plan.out).map(Path::to_path_buf).unwrap_or_else(|_| p.to_path_buf());
-        let mut files = vec![PathBuf::from(SUMMARY_NAME), PathBuf::from(ARTIFACTS_NAME)];
+        let mut files: Vec<PathBuf> =
+            [SUMMARY_NAME, ARTIFACTS_NAME, super::RUN_REPORT_NAME, super::REPORT_HTML_NAME, super::REPORT_MQC_NAME]
+                .map(PathBuf::from)
+                .into();
         for step in &plan.steps {
             files.extend(step.produces.iter().map(|name| rel(&step.out_dir.join(format!("{name}.csv")))));
         }

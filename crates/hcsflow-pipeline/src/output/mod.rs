@@ -16,6 +16,23 @@ use hcsflow_io::Durability;
 
 use crate::PipelineError;
 
+/// `OUT/run_report.json`: the run's [`RunReport`](crate::RunReport) (device,
+/// timings, routes, peak RSS, failures, notes), written at the end of every
+/// run; what `report.html` is made from.
+pub const RUN_REPORT_NAME: &str = "run_report.json";
+/// `OUT/report.html` and `OUT/hcsflow_mqc.json`: the QC report and its
+/// MultiQC side output (written by `hcsflow-report`, listed here so that
+/// step names cannot take them and `--overwrite` removes them).
+pub const REPORT_HTML_NAME: &str = "report.html";
+pub const REPORT_MQC_NAME: &str = "hcsflow_mqc.json";
+
+/// Writes `report` to `OUT/run_report.json`.
+pub(crate) fn write_run_report(out: &Path, report: &crate::RunReport) -> Result<(), PipelineError> {
+    let path = out.join(RUN_REPORT_NAME);
+    let json = serde_json::to_vec_pretty(report).map_err(|e| PipelineError::io(&path, std::io::Error::other(e)))?;
+    write_atomic(&path, &json)
+}
+
 pub(crate) mod manifest;
 pub(crate) mod plate;
 pub(crate) mod tables;
