@@ -164,7 +164,7 @@ impl Heap {
         h.push(item);
         let mut child = h.len() - 1;
         while child > 0 {
-            let parent = (child + 1) / 2 - 1;
+            let parent = (child - 1) / 2;
             if smaller(&h[child], &h[parent]) {
                 h.swap(parent, child);
                 child = parent;
