@@ -79,8 +79,9 @@ fn distance_transform_matches_scipy() {
 #[test]
 fn watershed_matches_skimage() {
     let Some(mut oracle) = Oracle::for_script("objects_oracle.py") else { return };
-    // (image, markers, mask, h, w)
-    let mut cases: Vec<(Vec<f32>, Vec<u32>, Vec<bool>, usize, usize)> = Vec::new();
+    /// One watershed case: image, markers, mask, height, width.
+    type Case = (Vec<f32>, Vec<u32>, Vec<bool>, usize, usize);
+    let mut cases: Vec<Case> = Vec::new();
     // −distance of blob masks with seeds at the distance maxima (the declumping case).
     for (m, h, w) in masks().into_iter().filter(|c| c.1 > 1 && c.2 > 1) {
         let d = distance_transform_edt(&m, h, w, (1.0, 1.0));

@@ -390,7 +390,7 @@ fn heatmaps(wells: &[WellFacts], layout: PlateLayout) -> Vec<Heatmap> {
     measures
         .into_iter()
         .map(|(title, measure, unit)| {
-            let values: Vec<f64> = wells.iter().filter(|w| w.class != "failed").filter_map(|w| measure(w)).collect();
+            let values: Vec<f64> = wells.iter().filter(|w| w.class != "failed").filter_map(&measure).collect();
             let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
             let rows = (0..layout.rows)
