@@ -276,7 +276,7 @@ fn read_run_facts(out: &Path) -> Result<Option<RunFacts>, ReportError> {
     match std::fs::read(&path) {
         Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|source| ReportError::Json { path, source }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(source) => Err(ReportError::Write { path, source }),
+        Err(source) => Err(ReportError::Read { path, source }),
     }
 }
 

@@ -48,6 +48,8 @@ pub enum ReportError {
     Json { path: PathBuf, source: serde_json::Error },
     #[error("rendering the report: {0}")]
     Template(#[from] minijinja::Error),
+    #[error("reading {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
     #[error("writing {path}: {source}")]
     Write { path: PathBuf, source: std::io::Error },
 }
