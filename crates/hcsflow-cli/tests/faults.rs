@@ -72,11 +72,29 @@ fn without_timings(v: &mut Value) {
     }
 }
 
-/// The output folder's lock file: it names its last holder (pid, start
-/// time), so it differs between any two runs. Everything else must match,
-/// hidden temporaries included: a resumed run leaves none (D7).
-fn is_lock(p: &Path) -> bool {
-    p.file_name().is_some_and(|n| n == hcsflow_pipeline::LOCK_NAME)
+/// Files that describe a run rather than its results, so they differ between
+/// any two runs: the lock (its last holder's pid and start time) and the run
+/// report with its HTML page (the output path, peak RSS, throughput, which
+/// wells this run skipped). [`assert_report_covers_every_well`] checks the
+/// report instead. Everything else must match, hidden temporaries included:
+/// a resumed run leaves none (D7).
+fn describes_the_run(p: &Path) -> bool {
+    use hcsflow_pipeline::{LOCK_NAME, REPORT_HTML_NAME, RUN_REPORT_NAME};
+    p.file_name().is_some_and(|n| n == LOCK_NAME || n == RUN_REPORT_NAME || n == REPORT_HTML_NAME)
+}
+
+/// The run report of the run that finished `out` lists every well of the
+/// plate once, each complete or skipped (as already complete), and no failure.
+fn assert_report_covers_every_well(out: &Path, wells: &[&str]) {
+    let report: Value = serde_json::from_slice(&std::fs::read(out.join(hcsflow_pipeline::RUN_REPORT_NAME)).unwrap()).unwrap();
+    let mut listed: Vec<(&str, &str)> =
+        report["wells"].as_array().unwrap().iter().map(|w| (w["well"].as_str().unwrap(), w["status"].as_str().unwrap())).collect();
+    listed.sort();
+    let names: Vec<&str> = listed.iter().map(|(w, _)| *w).collect();
+    assert_eq!(names, wells, "the report's wells");
+    assert!(listed.iter().all(|(_, s)| *s == "complete" || *s == "skipped (resumed)"), "{listed:?}");
+    assert_eq!(report["failures"].as_array().map(Vec::len), Some(0), "{}", report["failures"]);
+    assert!(std::fs::metadata(out.join(hcsflow_pipeline::REPORT_HTML_NAME)).unwrap().len() > 0, "report.html");
 }
 
 /// Relative path → comparable content of every file under `root`: bytes, or
@@ -84,7 +102,7 @@ fn is_lock(p: &Path) -> bool {
 fn tree(root: &Path) -> BTreeMap<PathBuf, Option<Vec<u8>>> {
     snapshot(root)
         .into_iter()
-        .filter(|(p, _)| !is_lock(p))
+        .filter(|(p, _)| !describes_the_run(p))
         .map(|(p, e)| {
             let rel = p.strip_prefix(root).unwrap().to_path_buf();
             if e.is_dir {
@@ -194,6 +212,7 @@ fn sigkill_at_several_points_then_resume_equals_an_uninterrupted_run() {
         let o = hcsflow(&run_args(&plate, &pipeline, &out, &["--workers", "2", "--resume"]));
         assert!(o.status.success(), "resume after a kill at {kill_after}: {}", stderr(&o));
         assert_same_outputs(&out, &reference);
+        assert_report_covers_every_well(&out, wells);
     }
 }
 
@@ -232,6 +251,7 @@ fn a_second_run_into_the_same_folder_is_refused_and_the_first_is_unharmed() {
     assert!(status.success(), "the first run: {status}\n{}", rest.join("\n"));
     assert!(!out.join("other_max").exists(), "the refused run wrote its step folder");
     assert_same_outputs(&out, &reference);
+    assert_report_covers_every_well(&out, &WELLS[..6]);
 }
 
 // ---------------------------------------------------------------- SIGTERM
@@ -271,6 +291,7 @@ fn sigterm_finishes_the_well_in_flight_and_resume_completes_the_run() {
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains(&format!("{finished} skipped as already complete")), "{}", stderr(&o));
     assert_same_outputs(&out, &reference);
+    assert_report_covers_every_well(&out, &WELLS);
 }
 
 /// D6: a second signal during the graceful stop ends the process at once
