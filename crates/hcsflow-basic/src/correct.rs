@@ -1,7 +1,6 @@
 //! The correction: `(I − camera_offset − D) / F`, in f32.
 
 use hcsflow_core::{with_pixels, Pixel, Stack, StackArray};
-use rayon::prelude::*;
 
 use crate::{BasicError, Profiles};
 
@@ -44,15 +43,11 @@ pub fn correct(stack: &Stack, profiles: &Profiles, camera_offset: f32, baseline:
     if let Some(b) = baseline.filter(|b| b.len() != n) {
         return Err(BasicError::Shape { reason: format!("{} baseline values for {n} planes", b.len()) });
     }
-    let mut out = StackArray::<f32>::zeros([n, h, w]);
-    let plane = (h * w).max(1);
-    with_pixels!(Stack, stack, a, T => {
-        out.pixels_mut().par_chunks_mut(plane).enumerate().for_each(|(z, dst)| {
+    let out = with_pixels!(Stack, stack, a, T => {
+        StackArray::<f32>::from_planes([n, h, w], |z| {
             let b = baseline.map_or(0.0, |b| b[z]);
-            for (((d, &v), &i), &s) in dst.iter_mut().zip(a.plane(z)).zip(&inverse).zip(&shift) {
-                *d = v.to_f32() * i - s - b;
-            }
-        });
+            a.plane(z).iter().zip(&inverse).zip(&shift).map(move |((&v, &i), &s)| v.to_f32() * i - s - b)
+        })
     });
     Ok(Stack::from(out))
 }

@@ -321,6 +321,47 @@ impl<T: Pixel> StackArray<T> {
         StackArray { pixels: Pixels::Owned(vec![T::default(); shape.iter().product()]), dim: (shape[0], shape[1], shape[2]) }
     }
 
+    /// `[Z, Y, X]` pixels computed plane by plane, planes in parallel:
+    /// `plane(z)` yields the `Y·X` values of plane `z` in standard order.
+    /// Values past `Y·X` are ignored; a plane that yields fewer is completed
+    /// with `T::default()`.
+    ///
+    /// Unlike [`zeros`](Self::zeros) followed by a fill, the buffer is never
+    /// written twice: for a pointwise function over hundreds of MiB, zeroing
+    /// the output first costs a third of the call.
+    ///
+    /// ```
+    /// use hcsflow_core::StackArray;
+    /// let s = StackArray::<u16>::from_planes([2, 1, 3], |z| (0..3).map(move |x| (10 * z + x) as u16));
+    /// assert_eq!(s.pixels(), &[0, 1, 2, 10, 11, 12]);
+    /// ```
+    pub fn from_planes<I>(shape: [usize; 3], plane: impl Fn(usize) -> I + Sync) -> Self
+    where
+        I: Iterator<Item = T>,
+    {
+        use rayon::prelude::*;
+        let plane_len = shape[1] * shape[2];
+        let len = shape[0] * plane_len;
+        if len == 0 {
+            return Self::zeros(shape);
+        }
+        let mut pixels: Vec<T> = Vec::with_capacity(len);
+        pixels.spare_capacity_mut()[..len].par_chunks_mut(plane_len).enumerate().for_each(|(z, dst)| {
+            let mut filled = 0;
+            for (slot, value) in dst.iter_mut().zip(plane(z)) {
+                slot.write(value);
+                filled += 1;
+            }
+            for slot in &mut dst[filled..] {
+                slot.write(T::default());
+            }
+        });
+        // SAFETY: the closure above wrote every one of the first `len` slots
+        // (each chunk is written in full: the yielded values, then defaults).
+        unsafe { pixels.set_len(len) };
+        StackArray { pixels: Pixels::Owned(pixels), dim: (shape[0], shape[1], shape[2]) }
+    }
+
     /// The pixels as an ndarray view.
     pub fn view(&self) -> ArrayView3<'_, T> {
         ArrayView3::from_shape(self.dim, self.slice()).unwrap_or_else(|_| unreachable!("the pixels hold Z·Y·X values"))

@@ -1,7 +1,7 @@
 //! Moving stacks apart and together: `concat_owned` and `into_planes` give
 //! what the copying `concat` and `plane` give, whatever the arrays' layout.
 
-use hcsflow_core::Stack;
+use hcsflow_core::{Stack, StackArray};
 use ndarray::{s, Array3};
 
 fn ramp(shape: (usize, usize, usize), start: u16) -> Array3<u16> {
@@ -195,4 +195,24 @@ fn shared_pixels_are_read_in_place_and_copied_before_a_write() {
     assert_eq!(clone, StackArray::from_vec([2, 3, 4], foreign.0.clone()).unwrap());
     // The shape must match the pixels.
     assert!(StackArray::shared([2, 3, 5], foreign).is_err());
+}
+
+/// `from_planes` gives every plane the values its closure yields, in order,
+/// completes a short plane with zeros, ignores extra values, and makes an
+/// empty stack of an empty shape.
+#[test]
+fn from_planes_writes_every_value_once() {
+    let (n, h, w) = (5, 3, 4);
+    let s = StackArray::<f32>::from_planes([n, h, w], |z| (0..h * w).map(move |i| (z * 100 + i) as f32));
+    let want: Vec<f32> = (0..n).flat_map(|z| (0..h * w).map(move |i| (z * 100 + i) as f32)).collect();
+    assert_eq!(s.pixels(), want.as_slice());
+    assert_eq!(s.dim(), (n, h, w));
+
+    let short = StackArray::<u16>::from_planes([2, 2, 2], |z| std::iter::repeat(7 + z as u16).take(if z == 0 { 3 } else { 9 }));
+    assert_eq!(short.pixels(), &[7, 7, 7, 0, 8, 8, 8, 8]);
+
+    for shape in [[0, 2, 2], [2, 0, 2], [2, 2, 0]] {
+        let empty = StackArray::<u8>::from_planes(shape, |_| std::iter::repeat(1));
+        assert_eq!((empty.pixels().len(), empty.dim()), (0, (shape[0], shape[1], shape[2])));
+    }
 }
