@@ -399,6 +399,13 @@ struct BlockScratch {
     out: Vec<f32>,
 }
 
+/// Scratch bytes per worker thread for an image of `n` (`[z, y, x]`): two
+/// row blocks, and one plane with acceleration.
+pub(crate) fn scratch_bytes(n: [usize; 3], acceleration: bool) -> usize {
+    let [nz, ny, nx] = n;
+    4 * (2 * nz * block_rows(nz, ny, nx) * nx + if acceleration { ny * nx } else { 0 })
+}
+
 /// Rows per block of the row-block sweep: two blocks of every plane (`a`,
 /// `b`) in about 1 MB, so they stay in the core's L2.
 fn block_rows(nz: usize, ny: usize, nx: usize) -> usize {
