@@ -142,6 +142,7 @@ impl Truth {
             .map(|w| {
                 let mut r = Rng::new(derive(cfg.seed, &[2, u64::from(w.1), u64::from(w.2)]));
                 let nuclei = render::draw_nuclei(&mut r, l.frame_w, l.frame_h, cfg.nuclei_density, cfg.nucleus_radius_px, cfg.channels);
+                let nuclei = render::separate(nuclei, cfg.nucleus_min_separation);
                 NucleusIndex::new(nuclei, l.frame_w, l.frame_h)
             })
             .collect();

@@ -237,6 +237,9 @@ fn validate(cfg: &SynthConfig) -> Result<(u32, u32, Vec<WellRc>), SynthError> {
     if cfg.nucleus_radius_px.0 <= 0.0 || cfg.nucleus_radius_px.1 < cfg.nucleus_radius_px.0 {
         return bad("nucleus_radius_px must be (min, max) with 0 < min <= max".into());
     }
+    if !(0.0..=2.0).contains(&cfg.nucleus_min_separation) {
+        return bad("nucleus_min_separation must be within 0..=2 (a fraction of the two radii's sum)".into());
+    }
     Ok((prow, pcol, wells))
 }
 
