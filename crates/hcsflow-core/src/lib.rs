@@ -32,7 +32,7 @@ pub use convert::{plan_route, ConversionError, ConversionPolicy, Conversions, Ro
 pub use dtype::{DType, DTypeConversion, DTypePolicy, OutputDType};
 pub use memory::{Array, BadDevice, Device, DeviceBuffer, DeviceRequest, MemorySpace, MemoryType, Runtime};
 pub use registry::{
-    one_plane, same_shape, ArgCheck, ArgDecl, ArgError, ArgProblem, ArgSpec, ArgType, ArgValue, Args, Binding, CallPlan, Contract,
+    blamed, one_plane, same_shape, ArgCheck, ArgDecl, ArgError, ArgProblem, ArgSpec, ArgType, ArgValue, Args, Binding, CallPlan, Contract,
     FunctionArgs, FunctionDecl, FunctionError, FunctionSpec, HostWork, Implementation, NoArgs, PlanError, PlaneReduction, Registry,
     ShapeRule, StackShape,
 };

@@ -28,7 +28,7 @@ pub mod catalogue;
 pub mod implementation;
 
 pub use args::{
-    closest, one_plane, same_shape, ArgCheck, ArgDecl, ArgError, ArgKind, ArgProblem, ArgSpec, ArgType, ArgValue, Args, FunctionArgs,
+    blamed, closest, one_plane, same_shape, ArgCheck, ArgDecl, ArgError, ArgKind, ArgProblem, ArgSpec, ArgType, ArgValue, Args, FunctionArgs,
     NoArgs, ShapeRule, StackShape,
 };
 pub use call::{CallPlan, PlanError};

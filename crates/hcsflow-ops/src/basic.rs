@@ -95,8 +95,7 @@ fn two_planes(_: &BasicFitArgs, input: &StackShape) -> Option<StackShape> {
 /// by comparing tiles).
 fn check_tile_count(_: &BasicFitArgs, shape: &StackShape) -> Result<(), ArgProblem> {
     if shape.depth < 2 {
-        return Err(ArgProblem::new(
-            "working_size",
+        return Err(ArgProblem::input(
             format!("BaSiC needs at least 2 images of one channel to fit, the stack has {}", shape.depth),
             "fit on more tiles: vary more components (variable_components = [\"site\", \"z_index\"]) or fit across the plate (scope = \"plate\")",
         ));

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use hcsflow_core::{
-    ArgError, CallPlan, Contract, ConversionPolicy, Conversions, DType, DTypeConversion, DTypePolicy, Device, MemoryType, OutputDType,
+    blamed, ArgError, CallPlan, Contract, ConversionPolicy, Conversions, DType, DTypeConversion, DTypePolicy, Device, MemoryType, OutputDType,
     PlanError, Registry, Route, StackShape,
 };
 use hcsflow_plate::naming::z_reduced_rel;
@@ -1386,7 +1386,7 @@ fn check_call_shapes(plan: &Plan, registry: &Registry) -> Result<(), PipelineErr
                                     match e {
                                         ArgError::Invalid { function, name, problem, fix, shape } => PipelineError::step(
                                             &step.name,
-                                            format!("{entry}{function}: argument '{name}': {problem} (checked against {shape}: {context})"),
+                                            format!("{entry}{function}: {}: {problem} (checked against {shape}: {context})", blamed(name.as_deref())),
                                             fix,
                                         ),
                                         other => PipelineError::step(

@@ -23,7 +23,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use hcsflow_core::{ArgError, PlaneReduction, Registry, StackShape};
+use hcsflow_core::{blamed, ArgError, PlaneReduction, Registry, StackShape};
 use hcsflow_plate::{cmp_wells, Plate};
 
 use crate::compile::{
@@ -254,7 +254,7 @@ fn check_sample_shapes(
             let entry = chain.label.as_ref().map(|l| format!("func map entry '{l}': ")).unwrap_or_default();
             return Err(match e {
                 ArgError::Invalid { function, name, problem, fix, .. } => {
-                    PipelineError::step(&step.name, format!("{entry}{function}: argument '{name}': {problem} ({context})"), fix)
+                    PipelineError::step(&step.name, format!("{entry}{function}: {}: {problem} ({context})", blamed(name.as_deref())), fix)
                 }
                 other => PipelineError::step(
                     &step.name,

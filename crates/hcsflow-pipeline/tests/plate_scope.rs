@@ -350,7 +350,8 @@ func = "basic_correct"
     let e = e.to_string();
     assert!(
         e.contains("step 'flatfield'")
-            && e.contains("BaSiC needs at least 2 images of one channel to fit, the stack has 1")
+            && e.contains("basic_fit: the input stack: BaSiC needs at least 2 images of one channel to fit, the stack has 1")
+            && !e.contains("working_size")
             && e.contains("the plate-wide sample of channel 2 (GFP), timepoint 1: 1 of 1 plane(s) across 1 well(s)"),
         "{e}"
     );

@@ -242,9 +242,17 @@ pub enum ArgError {
     OutOfRange { function: String, name: String, value: String, range: String },
     #[error("malformed argument '{0}': expected name=value")]
     Malformed(String),
-    /// A function's [`ArgCheck`] refused the arguments for the stack the call gets.
-    #[error("{function}: argument '{name}': {problem} (checked against a stack of {shape}); {fix}")]
-    Invalid { function: String, name: String, problem: String, fix: String, shape: StackShape },
+    /// A function's [`ArgCheck`] refused the arguments for the stack the call
+    /// gets: `name` is the argument to blame, `None` when the stack itself is
+    /// wrong whatever the arguments (see [`blamed`]).
+    #[error("{function}: {}: {problem} (checked against a stack of {shape}); {fix}", blamed(.name.as_deref()))]
+    Invalid { function: String, name: Option<String>, problem: String, fix: String, shape: StackShape },
+}
+
+/// What an [`ArgError::Invalid`] blames, for messages: `argument 'size'`, or
+/// `the input stack` when no argument is to blame.
+pub fn blamed(arg: Option<&str>) -> String {
+    arg.map_or_else(|| "the input stack".to_string(), |a| format!("argument '{a}'"))
 }
 
 /// The shape of the stack one call receives: `depth` planes of `height` ×
@@ -277,17 +285,25 @@ impl fmt::Display for StackShape {
 }
 
 /// What an [`ArgCheck`] found wrong: the argument, the problem and its fix
-/// (e.g. `size`, "size must be odd, got 4", "use 3 or 5").
+/// (e.g. `size`, "size must be odd, got 4", "use 3 or 5"). `arg` is `None`
+/// when no argument is to blame: the stack cannot work whatever the arguments
+/// (too few planes for a fit).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ArgProblem {
-    pub arg: &'static str,
+    pub arg: Option<&'static str>,
     pub problem: String,
     pub fix: String,
 }
 
 impl ArgProblem {
+    /// A problem with argument `arg`.
     pub fn new(arg: &'static str, problem: impl Into<String>, fix: impl Into<String>) -> Self {
-        ArgProblem { arg, problem: problem.into(), fix: fix.into() }
+        ArgProblem { arg: Some(arg), problem: problem.into(), fix: fix.into() }
+    }
+
+    /// A problem with the input stack itself, whatever the arguments.
+    pub fn input(problem: impl Into<String>, fix: impl Into<String>) -> Self {
+        ArgProblem { arg: None, problem: problem.into(), fix: fix.into() }
     }
 }
 

@@ -93,7 +93,7 @@ impl Function {
         let shape = if self.per_plane(args) { stack.with_depth(1) } else { *stack };
         check(args, &shape).map_err(|p| ArgError::Invalid {
             function: self.spec.name.to_string(),
-            name: p.arg.to_string(),
+            name: p.arg.map(str::to_string),
             problem: p.problem,
             fix: p.fix,
             shape,
