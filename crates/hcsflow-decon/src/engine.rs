@@ -100,8 +100,9 @@ const LINES: usize = 32;
 /// for a 3D PSF (30×512² with a 15³ PSF, "same": 3.5 V), the caller's f32
 /// image besides, ≈ 5.5 V accelerated ([`Plan::describe`] gives the numbers).
 /// By direct separable convolution: the estimate and one work buffer (2 V;
-/// 4 V accelerated) and about 1 MB per worker thread. Nothing is allocated
-/// per iteration.
+/// 4 V accelerated) and about 1 MB per worker thread. Nothing volume-sized
+/// is allocated per iteration (the separable sweep lists its row blocks'
+/// slices each time: a few KB).
 pub fn richardson_lucy(image: ArrayView3<f32>, psf: &Psf, params: &RlParams) -> Result<Array3<f32>, DeconError> {
     let (nz, ny, nx) = image.dim();
     Plan::new([nz, ny, nx], psf, params)?.run(image)

@@ -22,8 +22,8 @@
 //! L1; AVX-512 (or AVX2) + FMA when the CPU has them.
 //!
 //! Memory: the estimate, one volume-sized work buffer (with acceleration two
-//! more), and per worker thread one plane and two row blocks (≈ 1 MB each),
-//! allocated once per call.
+//! more), and per worker thread two row blocks (≈ 1 MB together; with
+//! acceleration one plane more), allocated once per call.
 
 use std::ops::Range;
 use std::sync::{Mutex, PoisonError};
