@@ -7,6 +7,7 @@
 
 pub mod basic;
 pub mod clahe;
+pub mod coloc;
 pub mod composite;
 pub mod convolve;
 pub mod count;
@@ -54,6 +55,8 @@ pub fn register(registry: &mut Registry) {
     label::register(registry);
     count::register(registry);
     segment::register(registry);
+    coloc::register(registry);
+    measure::register(registry);
     basic::register(registry);
     decon::register(registry);
 }

@@ -24,7 +24,9 @@
 //! indices as in skimage (CellProfiler's too). Label values with no pixel give
 //! no row.
 
-use hcsflow_core::{Cell, FunctionError, Pixel, Table};
+use hcsflow_core::{
+    with_pixels, ArgProblem, ArtifactDecl, Cell, Contract, FunctionDecl, FunctionError, NoArgs, Pixel, Registry, Stack, StackShape, Table,
+};
 
 /// The measurements of one object.
 #[derive(Debug, Clone, PartialEq)]
@@ -229,4 +231,53 @@ pub fn objects_table(planes: &[(usize, Vec<ObjectMeasurements>)], function: &str
         }
     }
     Ok(t)
+}
+
+/// The artifact [`MEASURE_OBJECTS`] produces.
+pub const MEASURE_TABLE: &str = "objects";
+
+pub static MEASURE_OBJECTS: FunctionDecl<NoArgs> = FunctionDecl::new(
+    "measure_objects",
+    Contract::Pure3d,
+    "Per-object measurements (skimage regionprops counterparts, CellProfiler names) of a label image (plane 0) on the intensity planes after it (1..): one objects table, rows tagged by intensity plane; returns its input unchanged.",
+)
+.with_produces(&[ArtifactDecl::table(
+    MEASURE_TABLE,
+    "per object and intensity plane: ObjectNumber, AreaShape_* (area, centre, bounding box, perimeter, eccentricity, axes) and Intensity_* (mean, integrated, min, max)",
+)])
+.with_check(check_measure);
+
+fn check_measure(_: &NoArgs, shape: &StackShape) -> Result<(), ArgProblem> {
+    if shape.depth < 2 {
+        return Err(ArgProblem::new(
+            "stack",
+            format!("needs a label image and at least one intensity plane, but the stack has {} plane", shape.depth),
+            "make the step's stacks hold the labels first, then the channels to measure, e.g. variable_components = [\"channel\"] and group_by = \"none\"",
+        ));
+    }
+    Ok(())
+}
+
+/// Runs [`measure_objects`] with plane 0 of `stack` as the labels (integer
+/// values; f32 truncated, negative = 0) on each later plane; the table's rows
+/// carry the intensity plane's index (1..). Errors: fewer than 2 planes.
+pub fn measure_objects_stack(stack: &Stack) -> Result<Table, FunctionError> {
+    const NAME: &str = "measure_objects";
+    let [n, h, w] = stack.shape();
+    if n < 2 {
+        return Err(FunctionError::invalid(NAME, format!("needs a label plane and an intensity plane, got {n} plane(s)")));
+    }
+    let rows = with_pixels!(Stack, stack, a, T => {
+        let labels: Vec<u32> = a.plane(0).iter().map(|v| v.to_f32().max(0.0) as u32).collect();
+        let max = labels.iter().copied().max().unwrap_or(0);
+        (1..n).map(|z| Ok((z, measure_objects(&labels, max, a.plane(z), h, w)?))).collect::<Result<Vec<_>, FunctionError>>()?
+    });
+    objects_table(&rows, NAME)
+}
+
+pub(crate) fn register(registry: &mut Registry) {
+    registry.add(MEASURE_OBJECTS.host(|s, _, ctx| {
+        ctx.produce(MEASURE_TABLE, measure_objects_stack(s)?);
+        Ok(s.clone())
+    }));
 }

@@ -16,14 +16,15 @@
 //! `compactness=0`, `watershed_line=False`: a priority flood from the marker
 //! pixels (in raster order), each pixel labelled when first pushed, the queue
 //! ordered by (cost, push age), a pixel's cost being the larger of its value and
-//! the cost of the pixel it was reached from. The queue is the same binary heap as
-//! skimage's (`heap_general.pxi`: the same sift-up/sift-down steps), and the
-//! neighbours are visited in skimage's order (edge neighbours N, W, E, S, then
-//! corners NW, NE, SW, SE), so even the marker pixels (all age 0, equal ages
-//! resolved by heap position) pop in the same order and the labels are
-//! identical. Values are compared in f64 as skimage does (our input is f32, so
-//! where skimage is given a float64 image that is not representable in f32 the
-//! orders can differ). Mask pixels not connected to any marker stay 0.
+//! the cost of the pixel it was reached from (packed into one integer key). The
+//! queue is the same binary heap as skimage's (`heap_general.pxi`: the same
+//! sift-up/sift-down steps), and the neighbours are visited in skimage's order
+//! (edge neighbours N, W, E, S, then corners NW, NE, SW, SE), so even the marker
+//! pixels (all age 0, equal ages resolved by heap position) pop in the same
+//! order and the labels are identical. Values are compared in f64 as skimage
+//! does (our input is f32, so where skimage is given a float64 image that is not
+//! representable in f32 the orders can differ). Mask pixels not connected to
+//! any marker stay 0.
 //!
 //! # Hole filling, border clearing, size filter
 //! - [`fill_holes`]: scipy `binary_fill_holes(mask)` (default structure: a hole
@@ -138,20 +139,36 @@ fn squared_edt(mask: &[bool], h: usize, w: usize, (sy, sx): (f64, f64)) -> Vec<f
     g
 }
 
-/// One queue entry of the flood: skimage's `Heapitem` without `source`.
+/// One queue entry of the flood: skimage's `Heapitem` (value, age, index)
+/// without `source`, the value and age packed into one key (see [`key`]).
 #[derive(Clone, Copy)]
 struct Item {
-    value: f64,
-    age: u64,
-    index: usize,
+    key: u64,
+    index: u32,
+}
+
+/// An f32 as a u32 of the same order (−0 and +0 equal, as they compare in f64).
+#[inline]
+fn ordered_bits(v: f32) -> u32 {
+    let b = (v + 0.0).to_bits();
+    if b >> 31 == 1 {
+        !b
+    } else {
+        b | 0x8000_0000
+    }
+}
+
+/// The heap key of a pixel of cost `cost` (from [`ordered_bits`]) pushed at
+/// `age`: ordering keys is ordering by (value, age), as skimage does (f32
+/// values compare the same in f64).
+#[inline]
+fn key(cost: u32, age: u32) -> u64 {
+    (u64::from(cost) << 32) | u64::from(age)
 }
 
 #[inline]
 fn smaller(a: &Item, b: &Item) -> bool {
-    if a.value != b.value {
-        return a.value < b.value;
-    }
-    a.age < b.age
+    a.key < b.key
 }
 
 /// The binary min-heap of skimage's `heap_general.pxi` (same steps, so equal
@@ -229,15 +246,18 @@ pub fn watershed(
     }
     // Padded by one pixel on every side, outside the mask (skimage pads the same way).
     let (ph, pw) = (h + 2, w + 2);
+    if ph.saturating_mul(pw) >= u32::MAX as usize {
+        return Err(FunctionError::invalid(NAME, format!("{h}×{w} is too large (at most 2³² pixels)")));
+    }
     let mut inside = vec![false; ph * pw];
     let mut out = vec![0u32; ph * pw];
-    let mut value = vec![0f64; ph * pw];
+    let mut value = vec![0u32; ph * pw];
     for y in 0..h {
         for x in 0..w {
             let (i, p) = (y * w + x, (y + 1) * pw + x + 1);
             inside[p] = mask.is_none_or(|m| m[i]);
             out[p] = if inside[p] { markers[i] } else { 0 };
-            value[p] = f64::from(image[i]);
+            value[p] = ordered_bits(image[i]);
         }
     }
     let pw_i = pw as isize;
@@ -250,21 +270,24 @@ pub fn watershed(
     let mut heap = Heap(Vec::new());
     for (p, &l) in out.iter().enumerate() {
         if l != 0 {
-            heap.push(Item { value: value[p], age: 0, index: p });
+            heap.push(Item { key: key(value[p], 0), index: p as u32 });
         }
     }
-    let mut age = 1u64;
+    // Each pixel is pushed at most once, so ages stay below 2³².
+    let mut age = 1u32;
     while let Some(e) = heap.pop() {
-        let label = out[e.index];
+        let index = e.index as usize;
+        let label = out[index];
+        let cost = (e.key >> 32) as u32;
         for &o in &offsets {
-            let q = (e.index as isize + o) as usize;
+            let q = (index as isize + o) as usize;
             if !inside[q] || out[q] != 0 {
                 continue;
             }
             age += 1;
             out[q] = label;
             // A pixel costs at least as much as the one it is reached from.
-            heap.push(Item { value: value[q].max(e.value), age, index: q });
+            heap.push(Item { key: key(value[q].max(cost), age), index: q as u32 });
         }
     }
     let mut labels = vec![0u32; n];
@@ -558,6 +581,56 @@ fn check_segment(args: &SegmentNucleiArgs, _: &StackShape) -> Result<(), ArgProb
     Ok(())
 }
 
+hcsflow_core::function_args! {
+    /// The arguments of [`WATERSHED`].
+    pub struct WatershedArgs {
+        connectivity: String = choice("8", &["4", "8"], "neighbourhood of the flood"),
+    }
+}
+
+fn check_watershed(_: &WatershedArgs, shape: &StackShape) -> Result<(), ArgProblem> {
+    if !(2..=3).contains(&shape.depth) {
+        return Err(ArgProblem::new(
+            "stack",
+            format!("needs 2 planes (image, markers) or 3 (image, markers, mask), but the stack has {}", shape.depth),
+            "make the step's stacks hold the image, its markers and optionally a mask, e.g. variable_components = [\"channel\"] and group_by = \"none\"",
+        ));
+    }
+    Ok(())
+}
+
+fn one_plane_u16(_: &WatershedArgs, input: &StackShape) -> Option<StackShape> {
+    Some(input.with_depth(1))
+}
+
+pub static WATERSHED: FunctionDecl<WatershedArgs> = FunctionDecl::new(
+    "watershed",
+    Contract::Pure3d,
+    "Seeded watershed (skimage.segmentation.watershed, identical labels): plane 0 the image, plane 1 the markers (0 = none), optional plane 2 the mask (nonzero = flood); one u16 label plane.",
+)
+.with_check(check_watershed)
+.with_output_shape(one_plane_u16);
+
+/// [`watershed`] of a 2- or 3-plane stack (image, markers, optional mask) as
+/// one u16 label plane. Errors: other plane counts, NaN, labels above 65,535.
+pub fn watershed_stack(stack: &Stack, connectivity: Connectivity) -> Result<Stack, FunctionError> {
+    const NAME: &str = "watershed";
+    let [n, h, w] = stack.shape();
+    if !(2..=3).contains(&n) {
+        return Err(FunctionError::invalid(NAME, format!("needs 2 or 3 planes, got {n}")));
+    }
+    let labels = with_pixels!(Stack, stack, a, T => {
+        let image: Vec<f32> = a.plane(0).iter().map(|v| v.to_f32()).collect();
+        let markers = plane_labels(a.plane(1));
+        let mask = (n == 3).then(|| plane_mask(a.plane(2)));
+        watershed(&image, &markers, mask.as_deref(), h, w, connectivity)?
+    });
+    let count = labels.iter().copied().max().unwrap_or(0);
+    let mut out = StackArray::<u16>::zeros([1, h, w]);
+    out.plane_mut(0).copy_from_slice(&Labels { height: h, width: w, labels, count }.to_u16(NAME)?);
+    Ok(Stack::from(out))
+}
+
 /// The artifact of per-object measurements `segment_nuclei` produces.
 pub const OBJECTS: &str = "objects";
 
@@ -630,6 +703,8 @@ pub(crate) fn register(registry: &mut Registry) {
         let (lo, hi) = (a.min_area.max(0) as u64, a.max_area.max(0) as u64);
         with_pixels!(Stack, s, arr, T => labels_stack(n, h, w, "filter_size", |z| Ok(filter_size(&plane_labels(arr.plane(z)), h, w, lo, hi))))
     }));
+    registry
+        .add(WATERSHED.host(|s, a, _| watershed_stack(s, if a.connectivity == "4" { Connectivity::Four } else { Connectivity::Eight })));
     registry.add(SEGMENT_NUCLEI.host(|s, a, ctx| {
         let (labels, table) = segment_nuclei_stack(s, &a.params()?)?;
         ctx.produce(OBJECTS, table);
@@ -645,10 +720,19 @@ mod tests {
     fn heap_pops_in_key_order() {
         let mut h = Heap(Vec::new());
         for (i, v) in [5.0, 1.0, 3.0, 1.0, 4.0].iter().enumerate() {
-            h.push(Item { value: *v, age: i as u64 + 1, index: i });
+            h.push(Item { key: key(ordered_bits(*v), i as u32 + 1), index: i as u32 });
         }
-        let order: Vec<usize> = std::iter::from_fn(|| h.pop()).map(|e| e.index).collect();
+        let order: Vec<u32> = std::iter::from_fn(|| h.pop()).map(|e| e.index).collect();
         assert_eq!(order, vec![1, 3, 2, 4, 0]);
+    }
+
+    #[test]
+    fn ordered_bits_keep_the_order_of_floats() {
+        let v = [f32::NEG_INFINITY, -3.5, -1e-30, -0.0, 0.0, 1e-30, 2.0, f32::INFINITY];
+        for w in v.windows(2) {
+            assert!(ordered_bits(w[0]) <= ordered_bits(w[1]), "{} {}", w[0], w[1]);
+            assert_eq!(ordered_bits(w[0]) == ordered_bits(w[1]), w[0] == w[1], "{} {}", w[0], w[1]);
+        }
     }
 
     #[test]

@@ -474,3 +474,160 @@ fn segment_nuclei_on_synthetic_plates() {
         );
     }
 }
+
+/// Two channels as a stack `[A, B]` of one dtype.
+fn two_planes<T: Clone + hcsflow_core::Pixel>(a: &[T], b: &[T], h: usize, w: usize) -> (Stack, Stack)
+where
+    Stack: From<Array3<T>>,
+{
+    (
+        Stack::from(Array3::from_shape_vec((1, h, w), a.to_vec()).unwrap()),
+        Stack::from(Array3::from_shape_vec((1, h, w), b.to_vec()).unwrap()),
+    )
+}
+
+/// Colocalisation per image and per object against skimage.measure's
+/// pearson_corr_coeff, manders_coloc_coeff (both ways, masks = channel >
+/// threshold), manders_overlap_coeff and intersection_coeff (both ways), each
+/// with the object as mask: NaN where skimage gives NaN (constant channel in an
+/// object, single-pixel object), otherwise within 1e-9.
+#[test]
+fn colocalization_matches_skimage() {
+    use hcsflow_ops::coloc::colocalization;
+    use hcsflow_ops::threshold::{threshold_value, ThresholdMethod};
+    let Some(mut oracle) = Oracle::for_script("objects_oracle.py") else { return };
+    // (A, B, labels, thresholds) as f32 values; u16 or f32 stacks.
+    type Case = (Stack, Stack, Vec<u32>, usize, usize, f64, f64);
+    let mut cases: Vec<Case> = Vec::new();
+    for seed in 0..3u64 {
+        // Nuclei in A; B partly the same blobs (correlated), partly others.
+        let (h, w) = (128, 120);
+        let (sa, _) = blobs_stack(DType::U16, [1, h, w], 30, 20000.0, 0.02, 50 + seed);
+        let (sb, _) = blobs_stack(DType::U16, [1, h, w], 30, 20000.0, 0.02, 60 + seed);
+        let (Stack::U16(a), Stack::U16(b2)) = (&sa, &sb) else { unreachable!() };
+        let (a, b2) = (a.plane(0).to_vec(), b2.plane(0).to_vec());
+        let b: Vec<u16> = a.iter().zip(&b2).enumerate().map(|(i, (&x, &y))| if (i / w) < h / 2 { x / 2 + y / 3 } else { y }).collect();
+        let mut labels = segment_nuclei(&a, h, w, &NucleiParams { min_area: 5, ..NucleiParams::default() }).unwrap().labels;
+        // A single-pixel object and a block where B is constant.
+        labels[3 * w + 3] = 500;
+        let mut b = b;
+        for y in 100..106 {
+            for x in 100..110 {
+                labels[y * w + x] = 501;
+                b[y * w + x] = 77;
+            }
+        }
+        let ta = threshold_value(&a, ThresholdMethod::Otsu).unwrap();
+        let tb = threshold_value(&b, ThresholdMethod::Otsu).unwrap();
+        let (s0, s1) = two_planes(&a, &b, h, w);
+        cases.push((s0, s1, labels, h, w, ta, tb));
+    }
+    // Random f32 images with a label grid, and manual thresholds.
+    let (h, w) = (40, 50);
+    let mut r = Rng::new(7);
+    let a: Vec<f32> = (0..h * w).map(|_| 1000.0 * r.unit() as f32).collect();
+    let b: Vec<f32> = a.iter().map(|&x| 0.3 * x + 700.0 * r.unit() as f32).collect();
+    let labels: Vec<u32> = (0..h * w).map(|i| ((i / w) / 10 * 5 + (i % w) / 10) as u32).collect();
+    let (s0, s1) = two_planes(&a, &b, h, w);
+    cases.push((s0, s1, labels, h, w, 400.0, 300.0));
+    let jobs: Vec<usize> = cases
+        .iter()
+        .map(|(a, b, l, h, w, ta, tb)| oracle.add("coloc", &[a, b, &u16_stack(l, *h, *w)], json!({"ta": ta, "tb": tb})))
+        .collect();
+    let refs = oracle.run();
+    let mut rows = 0;
+    let mut worst = 0f64;
+    for ((sa, sb, l, h, w, ta, tb), j) in cases.iter().zip(jobs) {
+        let ours = match (sa, sb) {
+            (Stack::U16(a), Stack::U16(b)) => colocalization(a.plane(0), b.plane(0), Some(l), *ta, *tb).unwrap(),
+            (Stack::F32(a), Stack::F32(b)) => colocalization(a.plane(0), b.plane(0), Some(l), *ta, *tb).unwrap(),
+            _ => unreachable!(),
+        };
+        let theirs = &refs[j];
+        assert_eq!(ours.len(), theirs.shape()[0], "{h}x{w}: regions");
+        for (k, c) in ours.iter().enumerate() {
+            let mine = [c.label as f64, c.pearson, c.manders_m1, c.manders_m2, c.overlap, c.intersection_ab, c.intersection_ba];
+            for (col, &a) in mine.iter().enumerate() {
+                let b = theirs[[k, col]];
+                if b.is_nan() {
+                    assert!(a.is_nan(), "{h}x{w} region {} column {col}: {a} vs skimage NaN", c.label);
+                    continue;
+                }
+                worst = worst.max((a - b).abs());
+                assert!((a - b).abs() <= 1e-9, "{h}x{w} region {} column {col}: {a} vs skimage {b}", c.label);
+            }
+        }
+        rows += ours.len();
+    }
+    println!("colocalization: {rows} regions (images and objects), largest difference from skimage {worst:.2e}");
+    // Negative intensities are refused, as skimage's Manders coefficients do.
+    assert!(colocalization(&[1.0f32, -1.0], &[1.0, 1.0], None, 0.0, 0.0).is_err());
+    assert!(colocalization(&[1.0f32, 2.0], &[1.0], None, 0.0, 0.0).is_err());
+}
+
+/// `colocalization` through the registry: a 2- or 3-plane stack in, the same
+/// stack out; 1 or 4 planes refused before any pixel is read.
+#[test]
+fn colocalization_is_a_registered_function() {
+    let mut r = hcsflow_core::Registry::new();
+    hcsflow_ops::register(&mut r);
+    let conv = hcsflow_core::Conversions::default();
+    let (s, _) = blobs_stack(DType::U16, [3, 64, 64], 10, 20000.0, 0.02, 3);
+    let out = hcsflow_testkit::call(&r, &conv, "colocalization", &["threshold_method=otsu"], &s, hcsflow_core::Device::Cpu).unwrap();
+    assert_eq!(out.to_f32(), s.to_f32());
+    let two = Stack::concat(&[s.plane(0), s.plane(1)]).unwrap();
+    assert!(hcsflow_testkit::call(&r, &conv, "colocalization", &[], &two, hcsflow_core::Device::Cpu).is_ok());
+    assert!(hcsflow_testkit::call(&r, &conv, "colocalization", &[], &s.plane(0), hcsflow_core::Device::Cpu).is_err());
+}
+
+/// `measure_objects` (labels as plane 0, intensities after): one row per object
+/// and intensity plane, equal to `measure_objects` of the Rust API; through the
+/// registry it returns its input, and refuses a single plane.
+#[test]
+fn measure_objects_function_measures_each_intensity_plane() {
+    let (img, _) = blobs_stack(DType::U16, [2, 96, 90], 20, 30000.0, 0.02, 21);
+    let Stack::U16(a) = &img else { unreachable!() };
+    let l = segment_nuclei(a.plane(0), 96, 90, &NucleiParams { min_area: 5, ..NucleiParams::default() }).unwrap();
+    assert!(l.count > 3);
+    let stack = Stack::concat(&[u16_stack(&l.labels, 96, 90), img.plane(0), img.plane(1)]).unwrap();
+    let table = hcsflow_ops::measure::measure_objects_stack(&stack).unwrap();
+    assert_eq!(table.rows.len(), 2 * l.count as usize);
+    for z in 0..2 {
+        let direct = measure_objects(&l.labels, l.count, a.plane(z), 96, 90).unwrap();
+        let rows: Vec<_> = table.rows.iter().filter(|r| r.plane == Some(z + 1)).collect();
+        assert_eq!(rows.len(), direct.len());
+        for (r, m) in rows.iter().zip(&direct) {
+            assert_eq!(r.cells[0].as_f64(), Some(m.label as f64));
+            assert_eq!(r.cells[12].as_f64(), Some(m.mean_intensity), "plane {z} object {}", m.label);
+        }
+    }
+    let mut reg = hcsflow_core::Registry::new();
+    hcsflow_ops::register(&mut reg);
+    let conv = hcsflow_core::Conversions::default();
+    let out = hcsflow_testkit::call(&reg, &conv, "measure_objects", &[], &stack, hcsflow_core::Device::Cpu).unwrap();
+    assert_eq!(out.to_f32(), stack.to_f32());
+    assert!(hcsflow_testkit::call(&reg, &conv, "measure_objects", &[], &img.plane(0), hcsflow_core::Device::Cpu).is_err());
+}
+
+/// `watershed` through the registry (image, markers, optional mask as planes)
+/// equals the Rust API, which the oracle test compares with skimage.
+#[test]
+fn watershed_is_a_registered_function() {
+    let (m, h, w) = masks().swap_remove(5);
+    let d = distance_transform_edt(&m, h, w, (1.0, 1.0));
+    let seeds = maxima_markers(&d, h, w, 2);
+    let neg: Vec<f32> = d.iter().map(|&v| -v).collect();
+    let markers: Vec<f32> = seeds.labels.iter().map(|&v| v as f32).collect();
+    let mask: Vec<f32> = m.iter().map(|&v| f32::from(u8::from(v))).collect();
+    let stack = Stack::concat(&[f32_stack(&neg, h, w), f32_stack(&markers, h, w), f32_stack(&mask, h, w)]).unwrap();
+    let mut reg = hcsflow_core::Registry::new();
+    hcsflow_ops::register(&mut reg);
+    let conv = hcsflow_core::Conversions::default();
+    for (arg, conn) in [("connectivity=4", Connectivity::Four), ("connectivity=8", Connectivity::Eight)] {
+        let out = hcsflow_testkit::call(&reg, &conv, "watershed", &[arg], &stack, hcsflow_core::Device::Cpu).unwrap();
+        let direct = watershed(&neg, &seeds.labels, Some(&m), h, w, conn).unwrap();
+        assert_eq!(out.shape(), [1, h, w]);
+        assert_eq!(out.to_f32().iter().copied().collect::<Vec<f32>>(), direct.iter().map(|&v| v as f32).collect::<Vec<_>>(), "{arg}");
+    }
+    assert!(hcsflow_testkit::call(&reg, &conv, "watershed", &[], &stack.plane(0), hcsflow_core::Device::Cpu).is_err());
+}

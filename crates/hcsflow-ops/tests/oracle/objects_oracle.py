@@ -1,11 +1,12 @@
 """Reference computations for the segmentation and object-measurement tests of
 hcsflow-ops (distance transform, watershed, hole filling, border clearing,
-size filter, regionprops), using numpy / scipy / scikit-image only.
+size filter, regionprops, colocalisation coefficients), using numpy / scipy / scikit-image only.
 
 Usage: python3 objects_oracle.py JOBS.json  (same job format as the other oracles:
 raw little-endian inputs, float64 outputs, the list of output shapes on stdout).
 """
 import json
+import warnings
 import sys
 
 import numpy as np
@@ -62,7 +63,32 @@ def regionprops(labels, image):
     return np.array(rows, np.float64).reshape(-1, 16)
 
 
+def coloc(a, b, labels, ta, tb):
+    """skimage.measure colocalisation of planes a[0], b[0]: the whole image, then
+    each label of labels[0] in order; rows [label, pcc, m1, m2, moc, i_ab, i_ba]."""
+    a = a[0].astype(np.float64)
+    b = b[0].astype(np.float64)
+    lab = labels[0].astype(np.int64)
+    rows = []
+    regions = [(0, None)] + [(int(v), lab == v) for v in np.unique(lab) if v != 0]
+    for v, m in regions:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                pcc = measure.pearson_corr_coeff(a, b, mask=m)[0]
+            except ValueError:  # fewer than 2 pixels
+                pcc = np.nan
+            rows.append([v, pcc,
+                         measure.manders_coloc_coeff(a, b > tb, mask=m),
+                         measure.manders_coloc_coeff(b, a > ta, mask=m),
+                         measure.manders_overlap_coeff(a, b, mask=m),
+                         measure.intersection_coeff(a > ta, b > tb, mask=m),
+                         measure.intersection_coeff(b > tb, a > ta, mask=m)])
+    return np.array(rows, np.float64).reshape(-1, 7)
+
+
 OPS = {
+    "coloc": coloc,
     "edt": edt,
     "watershed_masked": watershed_masked,
     "watershed_nomask": watershed_nomask,

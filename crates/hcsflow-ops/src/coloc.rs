@@ -1,0 +1,256 @@
+//! Colocalisation of two channels, per image and per object: Pearson's
+//! correlation, Manders' coefficients M1/M2 with thresholds, Manders' overlap
+//! coefficient and the intersection coefficients.
+//!
+//! Each value is scikit-image 0.26 `skimage.measure`'s counterpart on the
+//! pixels of a region (the whole image, or one object of a label image), in
+//! f64. With A and B the two channels, `tA`, `tB` their thresholds:
+//! - `Correlation_Correlation`: `pearson_corr_coeff(A, B, mask)[0]` —
+//!   Σ(A − Ā)(B − B̄) / √(Σ(A − Ā)² Σ(B − B̄)²); NaN when either channel is
+//!   constant over the region (scipy returns NaN there too) or the region has
+//!   fewer than 2 pixels. The p-value is not computed.
+//! - `Correlation_Manders_M1`: `manders_coloc_coeff(A, B > tB, mask)` — the
+//!   fraction of A's intensity where B is above its threshold, Σ A·[B > tB] / ΣA
+//!   (0 when ΣA = 0); `Correlation_Manders_M2` the same with A and B swapped.
+//! - `Correlation_Overlap`: `manders_overlap_coeff(A, B, mask)` —
+//!   ΣAB / √(ΣA² ΣB²) (NaN when either channel is 0 over the region, as numpy's 0/0).
+//! - `Correlation_Intersection_AB`: `intersection_coeff(A > tA, B > tB, mask)` —
+//!   the fraction of A's above-threshold pixels where B is above its threshold
+//!   (0 when A has none); `Correlation_Intersection_BA` the reverse.
+//!
+//! Manders' coefficients and the overlap need non-negative intensities:
+//! a negative pixel in a measured region is an error, as in skimage.
+//! The column names follow CellProfiler's MeasureColocalization
+//! (`Correlation_Correlation_A_B`, `Correlation_Manders_A_B`, …) without the
+//! channel names, which a function does not know: A is the stack's first plane,
+//! B its second.
+
+use hcsflow_core::{
+    with_pixels, ArgProblem, ArtifactDecl, Cell, Contract, FunctionDecl, FunctionError, Pixel, Registry, Stack, StackShape, Table,
+};
+
+use crate::threshold::{threshold_value, ThresholdMethod};
+
+/// The colocalisation of two channels over one region.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Colocalization {
+    /// The object's label, 0 for the whole image.
+    pub label: u32,
+    /// Pixels in the region.
+    pub pixels: u64,
+    pub pearson: f64,
+    pub manders_m1: f64,
+    pub manders_m2: f64,
+    pub overlap: f64,
+    pub intersection_ab: f64,
+    pub intersection_ba: f64,
+}
+
+/// Sums over one region; the Pearson terms are accumulated about a shift (the
+/// region's first pixel) so that large offsets do not cancel catastrophically.
+#[derive(Clone, Copy, Default)]
+struct Sums {
+    n: u64,
+    shift: Option<(f64, f64)>,
+    sa: f64,
+    sb: f64,
+    saa: f64,
+    sbb: f64,
+    sab: f64,
+    // raw (unshifted) sums for Manders and overlap
+    ra: f64,
+    rb: f64,
+    raa: f64,
+    rbb: f64,
+    rab: f64,
+    a_where_b: f64,
+    b_where_a: f64,
+    above_a: u64,
+    above_b: u64,
+    above_both: u64,
+    negative: bool,
+}
+
+impl Sums {
+    #[inline]
+    fn add(&mut self, a: f64, b: f64, ta: f64, tb: f64) {
+        let (ka, kb) = *self.shift.get_or_insert((a, b));
+        let (da, db) = (a - ka, b - kb);
+        self.n += 1;
+        self.sa += da;
+        self.sb += db;
+        self.saa += da * da;
+        self.sbb += db * db;
+        self.sab += da * db;
+        self.ra += a;
+        self.rb += b;
+        self.raa += a * a;
+        self.rbb += b * b;
+        self.rab += a * b;
+        let (pa, pb) = (a > ta, b > tb);
+        if pb {
+            self.a_where_b += a;
+        }
+        if pa {
+            self.b_where_a += b;
+        }
+        self.above_a += u64::from(pa);
+        self.above_b += u64::from(pb);
+        self.above_both += u64::from(pa && pb);
+        self.negative |= a < 0.0 || b < 0.0;
+    }
+
+    fn finish(&self, label: u32) -> Colocalization {
+        let n = self.n as f64;
+        let cov = self.sab - self.sa * self.sb / n;
+        let va = self.saa - self.sa * self.sa / n;
+        let vb = self.sbb - self.sb * self.sb / n;
+        let pearson = if self.n < 2 || va <= 0.0 || vb <= 0.0 { f64::NAN } else { (cov / (va * vb).sqrt()).clamp(-1.0, 1.0) };
+        let frac = |num: f64, den: f64| if den == 0.0 { 0.0 } else { num / den };
+        Colocalization {
+            label,
+            pixels: self.n,
+            pearson,
+            manders_m1: frac(self.a_where_b, self.ra),
+            manders_m2: frac(self.b_where_a, self.rb),
+            overlap: self.rab / (self.raa * self.rbb).sqrt(),
+            intersection_ab: frac(self.above_both as f64, self.above_a as f64),
+            intersection_ba: frac(self.above_both as f64, self.above_b as f64),
+        }
+    }
+}
+
+/// Colocalisation of planes `a` and `b` (`h × w` pixels each, row-major) over
+/// the whole image (first row, label 0) and, when `labels` is given, over each
+/// object (one row per label present, in label order), with thresholds `ta`,
+/// `tb` (pixel units; a pixel is above when its value is greater). See the
+/// module docs for the definitions. Errors: sizes that differ, NaN, a negative
+/// intensity.
+pub fn colocalization<T: Pixel>(a: &[T], b: &[T], labels: Option<&[u32]>, ta: f64, tb: f64) -> Result<Vec<Colocalization>, FunctionError> {
+    const NAME: &str = "colocalization";
+    if a.len() != b.len() || labels.is_some_and(|l| l.len() != a.len()) {
+        return Err(FunctionError::invalid(NAME, "the two channels (and the label image) must have the same size"));
+    }
+    let max = labels.map_or(0, |l| l.iter().copied().max().unwrap_or(0)) as usize;
+    let mut image = Sums::default();
+    let mut objects = vec![Sums::default(); if labels.is_some() { max + 1 } else { 0 }];
+    for (i, (&va, &vb)) in a.iter().zip(b).enumerate() {
+        let (x, y) = (f64::from(va.to_f32()), f64::from(vb.to_f32()));
+        if x.is_nan() || y.is_nan() {
+            return Err(FunctionError::invalid(NAME, "the image contains NaN"));
+        }
+        image.add(x, y, ta, tb);
+        if let Some(l) = labels {
+            let l = l[i] as usize;
+            if l != 0 {
+                objects[l].add(x, y, ta, tb);
+            }
+        }
+    }
+    if image.negative {
+        return Err(FunctionError::invalid(NAME, "an intensity is negative (Manders' coefficients need intensities >= 0)"));
+    }
+    let mut out = vec![image.finish(0)];
+    out.extend(objects.iter().enumerate().skip(1).filter(|(_, s)| s.n > 0).map(|(l, s)| s.finish(l as u32)));
+    Ok(out)
+}
+
+/// The column names of the `colocalization` table (after the plane column the table adds).
+pub const COLOC_COLUMNS: [&str; 11] = [
+    "ObjectNumber",
+    "Pixels",
+    "Threshold_A",
+    "Threshold_B",
+    "Correlation_Correlation",
+    "Correlation_Manders_M1",
+    "Correlation_Manders_M2",
+    "Correlation_Overlap",
+    "Correlation_Intersection_AB",
+    "Correlation_Intersection_BA",
+    "Region",
+];
+
+hcsflow_core::function_args! {
+    /// The arguments of [`COLOCALIZATION`].
+    pub struct ColocalizationArgs {
+        threshold_method: String = choice("otsu", &["otsu", "li", "manual"], "how each channel's threshold for Manders' M1/M2 and the intersection is chosen (per image)"),
+        threshold_a: f64 = float(0.0, None, None, "channel A's threshold for threshold_method=manual (pixel units)"),
+        threshold_b: f64 = float(0.0, None, None, "channel B's threshold for threshold_method=manual (pixel units)"),
+    }
+}
+
+/// The artifact the function produces.
+pub const COLOC_TABLE: &str = "colocalization";
+
+fn check_coloc(_: &ColocalizationArgs, shape: &StackShape) -> Result<(), ArgProblem> {
+    if !(2..=3).contains(&shape.depth) {
+        return Err(ArgProblem::new(
+            "stack",
+            format!("needs 2 planes (channels A and B) or 3 (A, B and a label image), but the stack has {}", shape.depth),
+            "make the step's stacks hold the two channels, e.g. variable_components = [\"channel\"] and group_by = \"none\"",
+        ));
+    }
+    Ok(())
+}
+
+pub static COLOCALIZATION: FunctionDecl<ColocalizationArgs> = FunctionDecl::new(
+    "colocalization",
+    Contract::Pure3d,
+    "Colocalisation of plane 0 (A) and plane 1 (B) per image and, with a label image as plane 2, per object: Pearson, Manders M1/M2 (thresholded), overlap, intersection (skimage.measure); returns its input unchanged.",
+)
+.with_produces(&[ArtifactDecl::table(
+    COLOC_TABLE,
+    "one row for the image (ObjectNumber 0) and one per object: Correlation_Correlation, _Manders_M1, _Manders_M2, _Overlap, _Intersection_AB/_BA and the thresholds used",
+)])
+.with_check(check_coloc);
+
+/// Runs [`colocalization`] on a 2- or 3-plane stack (A, B, optional labels):
+/// thresholds from `method` computed on each whole channel plane; the table.
+pub fn colocalization_stack(stack: &Stack, method_a: ThresholdMethod, method_b: ThresholdMethod) -> Result<Table, FunctionError> {
+    const NAME: &str = "colocalization";
+    let [n, _, _] = stack.shape();
+    if !(2..=3).contains(&n) {
+        return Err(FunctionError::invalid(NAME, format!("needs 2 or 3 planes, got {n}")));
+    }
+    let rows = with_pixels!(Stack, stack, arr, T => {
+        let (a, b) = (arr.plane(0), arr.plane(1));
+        let labels: Option<Vec<u32>> = (n == 3).then(|| arr.plane(2).iter().map(|v| v.to_f32().max(0.0) as u32).collect());
+        let ta = threshold_value(a, method_a)?;
+        let tb = threshold_value(b, method_b)?;
+        (ta, tb, colocalization(a, b, labels.as_deref(), ta, tb)?)
+    });
+    let (ta, tb, rows) = rows;
+    let mut t = Table::new(COLOC_COLUMNS);
+    for r in rows {
+        t.push(
+            None,
+            vec![
+                Cell::from(r.label),
+                Cell::Int(r.pixels as i64),
+                Cell::from(ta),
+                Cell::from(tb),
+                Cell::from(r.pearson),
+                Cell::from(r.manders_m1),
+                Cell::from(r.manders_m2),
+                Cell::from(r.overlap),
+                Cell::from(r.intersection_ab),
+                Cell::from(r.intersection_ba),
+                Cell::Text(if r.label == 0 { "image" } else { "object" }.into()),
+            ],
+        )
+        .map_err(|e| FunctionError::failed(NAME, e))?;
+    }
+    Ok(t)
+}
+
+pub(crate) fn register(registry: &mut Registry) {
+    registry.add(COLOCALIZATION.host(|s, a, ctx| {
+        let method = |v: f64| {
+            ThresholdMethod::from_args(&a.threshold_method, v)
+                .ok_or_else(|| FunctionError::failed("colocalization", format!("unknown threshold_method '{}'", a.threshold_method)))
+        };
+        let table = colocalization_stack(s, method(a.threshold_a)?, method(a.threshold_b)?)?;
+        ctx.produce(COLOC_TABLE, table);
+        Ok(s.clone())
+    }));
+}
