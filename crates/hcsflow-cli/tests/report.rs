@@ -85,6 +85,11 @@ fn the_demo_run_writes_a_self_contained_report_that_chromium_renders() {
     let thumbnails = page.matches("<img src=\"data:image").count();
     assert!(thumbnails >= 8, "a thumbnail per well, each twice (grid and enlarged): {thumbnails}");
     assert!(page.contains("4 complete"), "the outcome");
+    // The count step's tables as heatmaps: counts summed per well, objects per well.
+    assert!(
+        page.contains("Count per well (count&#x2f;counts)") && page.contains("Objects per well (count&#x2f;objects)"),
+        "table heatmaps"
+    );
     // The MultiQC side output: one row per well.
     let mqc: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("hcsflow_mqc.json")).unwrap()).unwrap();
     assert_eq!(mqc["plot_type"], "table");
@@ -122,7 +127,8 @@ fn failed_wells_are_crossed_out_and_listed_with_their_reason() {
     let pipeline = dir.path().join("p.toml");
     std::fs::write(
         &pipeline,
-        "[[steps]]\nname = \"max_z\"\nfunc = \"max_projection\"\nvariable_components = [\"z_index\"]\nmaterialize = [\"tiff\"]\n",
+        "[[steps]]\nname = \"qc\"\nfunc = \"image_quality\"\nvariable_components = [\"z_index\"]\n\n\
+         [[steps]]\nname = \"max_z\"\nfunc = \"max_projection\"\nvariable_components = [\"z_index\"]\nmaterialize = [\"tiff\"]\n",
     )
     .unwrap();
     let out = dir.path().join("out");
@@ -136,6 +142,15 @@ fn failed_wells_are_crossed_out_and_listed_with_their_reason() {
     let heatmaps = page.matches("<table class=\"plate\">").count();
     assert!(heatmaps >= 4 && failed_cells == heatmaps, "{failed_cells} crossed-out cells on {heatmaps} heatmaps");
     assert!(page.contains("<td class=\"empty\" title=\"A03: not in this run\">"), "wells outside the run are shown as such");
+    // The image_quality step's table, per well and channel, as heatmaps (B01 failed: crossed out on them too).
+    for title in [
+        "Focus (variance of the Laplacian &#x2f; mean), channel 2 (qc&#x2f;image_quality)",
+        "Saturated pixels (%), channel 1 (qc&#x2f;image_quality)",
+    ] {
+        assert!(page.contains(title), "a heatmap titled {title}");
+    }
+    let qc = std::fs::read_to_string(out.join("qc/image_quality/A01.csv")).unwrap();
+    assert_eq!(qc.lines().count(), 1 + 9 * 2 * 2, "a row per image of A01 (9 sites, 2 channels, 2 z)");
     let mqc: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("hcsflow_mqc.json")).unwrap()).unwrap();
     assert_eq!(mqc["data"]["B01"]["status"], "failed");
 }

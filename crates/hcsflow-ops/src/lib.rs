@@ -21,6 +21,7 @@ pub mod label;
 pub mod measure;
 pub mod normalize;
 pub mod projection;
+pub mod quality;
 pub mod segment;
 pub mod threshold;
 pub mod tophat;
@@ -59,4 +60,5 @@ pub fn register(registry: &mut Registry) {
     measure::register(registry);
     basic::register(registry);
     decon::register(registry);
+    quality::register(registry);
 }

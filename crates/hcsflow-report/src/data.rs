@@ -9,6 +9,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::image::{self, Plane, Quality};
+use crate::tables::{well_measures, TableMeasure};
 use crate::{ReportError, THUMBNAIL_SIDE};
 
 /// The parts of `run_report.json` the report shows (older or newer files
@@ -104,6 +105,8 @@ pub struct WellFacts {
     pub channels: Vec<ChannelFacts>,
     /// The thumbnail (RGB composite of the channels) as a PNG data URI.
     pub thumbnail: Option<String>,
+    /// Per-well values of the well's artifact tables ([`crate::tables`]).
+    pub tables: Vec<TableMeasure>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -349,6 +352,7 @@ fn well_facts(out: &Path, well: &str, record: &hcsflow_pipeline::WellRecord, ord
         shown_step: step,
         channels,
         thumbnail,
+        tables: well_measures(out, &record.artifacts, &mut problems),
     };
     (facts, problems)
 }
@@ -357,11 +361,7 @@ fn well_facts(out: &Path, well: &str, record: &hcsflow_pipeline::WellRecord, ord
 fn read_plane(path: &Path) -> Result<Plane, hcsflow_tiff::TiffError> {
     let stack: Stack = hcsflow_tiff::read_stack(path)?;
     let [_, h, w] = stack.shape();
-    let saturation = match stack.dtype() {
-        DType::U8 => Some(255.0),
-        DType::U16 => Some(65535.0),
-        _ => None,
-    };
+    let saturation = hcsflow_ops::quality::saturation_level(stack.dtype());
     let values = stack.plane(0).to_f32().iter().copied().collect();
     Ok(Plane { height: h, width: w, values, saturation })
 }
@@ -386,6 +386,18 @@ fn heatmaps(wells: &[WellFacts], layout: PlateLayout) -> Vec<Heatmap> {
             Box::new(move |w: &WellFacts| pick(w).map(|q| q.saturated * 100.0)),
             "%",
         ));
+    }
+    // The artifact tables' measures, in the order the wells list them.
+    let mut titles: Vec<(&str, &'static str)> = Vec::new();
+    for t in wells.iter().flat_map(|w| &w.tables) {
+        if !titles.iter().any(|(title, _)| *title == t.title) {
+            titles.push((&t.title, t.unit));
+        }
+    }
+    for (title, unit) in titles {
+        let owned = title.to_string();
+        let pick = move |w: &WellFacts| w.tables.iter().find(|t| t.title == owned).map(|t| t.value);
+        measures.push((title.to_string(), Box::new(pick), unit));
     }
     measures
         .into_iter()

@@ -2,7 +2,7 @@
 //! (downsampled, contrast-stretched, channels composited, PNG-encoded).
 
 use base64::Engine as _;
-use serde::Serialize;
+pub use hcsflow_ops::quality::Quality;
 
 /// A plane as the report reads it: f32 values, row-major, with the largest
 /// value its dtype can hold (saturation) when it is an integer dtype.
@@ -15,68 +15,10 @@ pub struct Plane {
     pub saturation: Option<f32>,
 }
 
-/// Image-quality measures of one plane (the kind CellProfiler's
-/// MeasureImageQuality gives; ours are defined here, not copied from it).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
-pub struct Quality {
-    pub mean: f64,
-    pub std: f64,
-    pub min: f64,
-    pub max: f64,
-    /// Variance of the 4-neighbour Laplacian (`[1, −2, 1]` along each axis,
-    /// scipy's `ndimage.laplace`) of the plane divided by its mean, over the
-    /// interior pixels (the border row and column left out). Dividing by the
-    /// mean keeps a brighter well from looking sharper; blur lowers it. 0 for
-    /// a plane smaller than 3×3 or with mean 0.
-    pub focus: f64,
-    /// Fraction of pixels at the dtype's maximum (0 for f32 planes).
-    pub saturated: f64,
-    /// Fraction of pixels equal to 0.
-    pub zero: f64,
-}
-
-/// The quality measures of `plane` (see [`Quality`]).
+/// The quality measures of `plane`: [`hcsflow_ops::quality::quality`], the
+/// measures of the `image_quality` function, with the plane's saturation level.
 pub fn quality(plane: &Plane) -> Quality {
-    let n = plane.values.len().max(1) as f64;
-    let (mut sum, mut sum2, mut min, mut max, mut saturated, mut zero) = (0.0, 0.0, f64::INFINITY, f64::NEG_INFINITY, 0usize, 0usize);
-    for &v in &plane.values {
-        let v64 = f64::from(v);
-        sum += v64;
-        sum2 += v64 * v64;
-        min = min.min(v64);
-        max = max.max(v64);
-        saturated += usize::from(plane.saturation == Some(v));
-        zero += usize::from(v == 0.0);
-    }
-    let mean = sum / n;
-    let std = (sum2 / n - mean * mean).max(0.0).sqrt();
-    Quality {
-        mean,
-        std,
-        min: if plane.values.is_empty() { 0.0 } else { min },
-        max: if plane.values.is_empty() { 0.0 } else { max },
-        focus: laplacian_variance(plane, mean),
-        saturated: saturated as f64 / n,
-        zero: zero as f64 / n,
-    }
-}
-
-fn laplacian_variance(plane: &Plane, mean: f64) -> f64 {
-    let (h, w) = (plane.height, plane.width);
-    if h < 3 || w < 3 || mean == 0.0 {
-        return 0.0;
-    }
-    let at = |y: usize, x: usize| f64::from(plane.values[y * w + x]) / mean;
-    let (mut sum, mut sum2) = (0.0, 0.0);
-    for y in 1..h - 1 {
-        for x in 1..w - 1 {
-            let l = at(y - 1, x) + at(y + 1, x) + at(y, x - 1) + at(y, x + 1) - 4.0 * at(y, x);
-            sum += l;
-            sum2 += l * l;
-        }
-    }
-    let n = ((h - 2) * (w - 2)) as f64;
-    (sum2 / n - (sum / n).powi(2)).max(0.0)
+    hcsflow_ops::quality::quality(&plane.values, plane.height, plane.width, plane.saturation)
 }
 
 /// `plane` shrunk by an integer factor so that its longer side is at most
@@ -223,29 +165,6 @@ mod tests {
         assert_eq!((s[0], s[5], s[999]), (0, 0, 255));
         assert!(s[500] > 120 && s[500] < 135, "{}", s[500]);
         assert!(stretch(&[3.0; 10]).iter().all(|&v| v == 0));
-    }
-
-    #[test]
-    fn quality_counts_saturated_and_zero_pixels_and_blur_lowers_focus() {
-        let sharp = plane(32, 32, |y, x| if (y / 4 + x / 4) % 2 == 0 { 200.0 } else { 20.0 });
-        let mut values = sharp.values.clone();
-        values[0] = 255.0;
-        values[1] = 0.0;
-        let q = quality(&Plane { values, ..sharp.clone() });
-        assert_eq!((q.saturated, q.zero), (1.0 / 1024.0, 1.0 / 1024.0));
-        // A 3×3 box blur of the checkerboard is less sharp.
-        let blurred = plane(32, 32, |y, x| {
-            let mut s = 0.0;
-            for dy in 0..3 {
-                for dx in 0..3 {
-                    let (yy, xx) = ((y + dy).saturating_sub(1).min(31), (x + dx).saturating_sub(1).min(31));
-                    s += sharp.values[yy * 32 + xx];
-                }
-            }
-            s / 9.0
-        });
-        assert!(quality(&blurred).focus < 0.5 * quality(&sharp).focus);
-        assert_eq!(quality(&plane(2, 2, |_, _| 1.0)).focus, 0.0);
     }
 
     #[test]

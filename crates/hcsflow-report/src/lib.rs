@@ -25,6 +25,7 @@
 
 mod data;
 pub mod image;
+pub mod tables;
 
 use std::path::{Path, PathBuf};
 

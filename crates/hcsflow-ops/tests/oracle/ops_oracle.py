@@ -95,6 +95,23 @@ def apply_mask(a, mask_index, fill):
     return np.where(m != 0, rest, fill)
 
 
+def image_quality(a, saturation=None):
+    """Per plane: mean, std, min, max, var(laplace(p / mean)) over the interior,
+    % of pixels at `saturation`, % zero (float64, scipy.ndimage.laplace)."""
+    rows = []
+    for p in a.astype(np.float64):
+        mean = p.mean()
+        if mean != 0 and min(p.shape) >= 3:
+            from scipy import ndimage as ndi
+
+            focus = ndi.laplace(p / mean)[1:-1, 1:-1].var()
+        else:
+            focus = 0.0
+        saturated = 0.0 if saturation is None else (p == saturation).mean() * 100
+        rows.append([mean, p.std(), p.min(), p.max(), focus, saturated, (p == 0).mean() * 100])
+    return np.array(rows)
+
+
 OPS = {
     "max": lambda a: a.max(axis=0),
     "min": lambda a: a.min(axis=0),
@@ -113,6 +130,7 @@ OPS = {
     "crop": lambda a, y, x, height, width: a[:, y : y + height, x : x + width],
     "composite": composite,
     "apply_mask": apply_mask,
+    "image_quality": image_quality,
     "percentile_normalize_slices": lambda a, **k: np.stack([percentile_normalize(p, **k) for p in a]),
 }
 
