@@ -9,7 +9,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::Args;
-use hcsflow::pipeline::{MissingPolicy, Plan, Progress, RunSummary};
+use hcsflow::pipeline::{MissingPolicy, Plan, Progress, RunSummary, Shard};
 use hcsflow::plate::Format;
 use hcsflow::{Engine, RunOptions, RunProblem};
 
@@ -54,11 +54,54 @@ pub struct RunArgs {
     /// Override plate auto-detection: imagexpress | opera-phenix.
     #[arg(long)]
     format: Option<String>,
+    /// Run only shard I of N (1-based): the I-th of N contiguous groups of the plate's
+    /// wells in plate order. Shards run side by side into the same OUT, each with its
+    /// own manifest under OUT/.hcsflow-shards/; a shard re-run skips its complete wells.
+    /// Then --finalize merges them.
+    #[arg(long, value_name = "I/N", conflicts_with_all = ["overwrite", "finalize", "plate_steps_only"])]
+    shard: Option<Shard>,
+    /// Only the set-up of a sharded run: create the OME-Zarr plates and run the
+    /// plate-wide steps (scope = "plate") once, before the shards (a cluster's first job).
+    #[arg(long, conflicts_with_all = ["overwrite", "finalize", "resume"])]
+    plate_steps_only: bool,
+    /// Merge the shards run into OUT: run_manifest.json, summaries, tables, OME-Zarr
+    /// plate metadata, run report and report.html, as one run writes them. Names the
+    /// shards that did not run or did not complete (exit 1 then).
+    #[arg(long, conflicts_with_all = ["overwrite", "resume"])]
+    finalize: bool,
     #[command(flatten)]
     pub output: OutputArgs,
 }
 
 pub fn run(a: RunArgs) -> CliResult {
+    let (engine, plan, options) = plan(&a)?;
+    if a.dry_run {
+        out!("{}", hcsflow::plan_text(&plan))?;
+        return Ok(());
+    }
+    if a.plate_steps_only {
+        let tty = std::io::stderr().is_terminal();
+        let reporter = Reporter::new(0, tty);
+        let result = engine.prepare_shards(&plan, &options, &|p: Progress<'_>| reporter.event(p));
+        reporter.finish();
+        result?;
+        errln!("plate-wide steps of {} done ({} step(s)); run the shards next", plan.out.display(), plan.plate_steps.len());
+        return Ok(());
+    }
+    if a.finalize {
+        let summary = engine.finalize(&plan, &options)?;
+        return finish(&plan, &summary, a.report.as_deref());
+    }
+    if let Some(shard) = a.shard {
+        let wells: Vec<&str> = shard.wells(&plan).into_iter().map(|i| plan.wells[i].well.as_str()).collect();
+        errln!("shard {shard}: {} well(s){}{}", wells.len(), if wells.is_empty() { "" } else { ": " }, wells.join(", "));
+    }
+    let summary = execute(&engine, &plan, &options)?;
+    finish(&plan, &summary, a.report.as_deref())
+}
+
+/// The engine, the compiled plan and the run options of `a`.
+pub fn plan(a: &RunArgs) -> Result<(Engine, Plan, RunOptions), CliError> {
     let usage = |e: anyhow::Error| CliError::new(Exit::Usage, e);
     let device = a.device.options()?;
     let max_memory = a.max_memory.as_deref().map(hcsflow::parse_size).transpose().map_err(|e| usage(anyhow::anyhow!(e)))?;
@@ -73,15 +116,11 @@ pub fn run(a: RunArgs) -> CliResult {
         resume: a.resume,
         overwrite: a.overwrite,
         zarr_format,
+        shard: a.shard,
     };
     let engine = Engine::builtin();
     let plan = engine.plan(&a.plate, &a.pipeline, &a.out, &options)?;
-    if a.dry_run {
-        out!("{}", hcsflow::plan_text(&plan))?;
-        return Ok(());
-    }
-    let summary = execute(&engine, &plan, &options)?;
-    finish(&plan, &summary, a.report.as_deref())
+    Ok((engine, plan, options))
 }
 
 /// Runs a compiled plan with the graceful stop of `signals` and progress lines on stderr.
@@ -95,7 +134,8 @@ pub fn execute(engine: &Engine, plan: &Plan, options: &RunOptions) -> Result<Run
     }
     let tty = std::io::stderr().is_terminal();
     err!("{}", hcsflow::start_text(plan, options.workers));
-    let reporter = Reporter::new(plan.wells.len(), tty);
+    let wells = options.shard.map(|s| s.wells(plan).len()).unwrap_or(plan.wells.len());
+    let reporter = Reporter::new(wells, tty);
     let result = engine.execute(plan, options, cancel, &|p: Progress<'_>| reporter.event(p));
     reporter.finish();
     Ok(result?)

@@ -4,7 +4,9 @@
 //! Contract:
 //! - One run at a time per output folder: `OUT/.hcsflow.lock` is locked for
 //!   the whole run (released by the OS when the process ends, even killed);
-//!   a second run into OUT is refused before it writes anything.
+//!   a second run into OUT is refused before it writes anything. Shards
+//!   ([`RunOptions::shard`]) hold it shared and run side by side, each with
+//!   its own manifest and no plate-level output ([`crate::shard`]).
 //! - OUT holding another run (its manifest names another pipeline digest or
 //!   plate) is refused, unless [`RunOptions::overwrite`]: then what that
 //!   manifest lists, and only that, is removed first.
@@ -53,7 +55,7 @@ use hcsflow_core::{
 pub use hcsflow_io::peak_rss_bytes;
 use hcsflow_plate::{ImageError, PlaneAt};
 use rayon::prelude::*;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::compile::{scope_text, Action, GroupPlan, InputPlane, Key, MissingPlane, MissingPolicy, Plan, Slot, StepPlan, WellPlan};
 use crate::outdir;
@@ -62,6 +64,7 @@ use crate::output::tables::{write_artifact_tables, write_summary_csv, write_well
 use crate::output::zarr::ZarrOutput;
 use crate::output::{self};
 use crate::plate_run::{run_plate_steps, PlateResults};
+use crate::shard::Shard;
 use crate::spec::Component;
 use crate::spec::{InputSource, Materialize};
 use crate::PipelineError;
@@ -83,6 +86,10 @@ pub struct RunOptions {
     /// Run even if OUT holds another run's outputs (another pipeline or
     /// plate): remove what its manifest lists first. Not with `resume`.
     pub overwrite: bool,
+    /// Run only this shard's wells, side by side with the other shards
+    /// ([`crate::shard`]: its own manifest, no plate-level outputs; always
+    /// resuming its complete wells). Not with `overwrite`.
+    pub shard: Option<Shard>,
 }
 
 impl Default for RunOptions {
@@ -94,6 +101,7 @@ impl Default for RunOptions {
             cancel: Arc::new(AtomicBool::new(false)),
             zarr_format: Default::default(),
             overwrite: false,
+            shard: None,
         }
     }
 }
@@ -140,7 +148,7 @@ pub enum Progress<'a> {
 }
 
 /// Timings of one step in one well, seconds.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StepTiming {
     pub step: String,
     pub read: f64,
@@ -256,6 +264,10 @@ pub struct RunSummary {
     pub zarr_plates: Vec<PathBuf>,
     /// Plate-level artifact tables written (`OUT/<step>/<artifact>.csv`).
     pub artifact_tables: Vec<PathBuf>,
+    /// A finalize ([`crate::finalize`]): the shards that did not run or did
+    /// not complete all their wells, one text each (e.g. `shard 2/3 did not
+    /// run (well(s) A03, A04)`); re-run them, then finalize again.
+    pub shard_problems: Vec<String>,
     pub report: RunReport,
 }
 
@@ -352,15 +364,16 @@ pub fn execute(
     progress: &(dyn Fn(Progress<'_>) + Sync),
 ) -> Result<RunSummary, PipelineError> {
     let started = Instant::now();
-    let (_lock, mut manifest, zarr) = prepare_out(plan, options)?;
-    let plate = run_plate_steps(plan, registry, conversions, options, &mut manifest, progress)?;
-    let plate_notes: Vec<Note> = manifest.plate_steps.values().flat_map(|r| r.notes.iter().cloned()).collect();
-    let on_disk = manifest.wells.iter().map(|(w, r)| (w.clone(), r.status)).collect();
+    let Prepared { locks: _locks, state, zarr, plate, plate_notes, wells } = match options.shard {
+        None => prepare_run(plan, registry, conversions, options, progress)?,
+        Some(shard) => crate::shard::prepare(plan, shard, registry, conversions, options, progress)?,
+    };
 
     let mut skipped = Vec::new();
     let mut queue = VecDeque::new();
-    for (i, w) in plan.wells.iter().enumerate() {
-        if manifest.wells.contains_key(&w.well) {
+    for &i in &wells {
+        let w = &plan.wells[i];
+        if state.manifest.wells.contains_key(&w.well) {
             progress(Progress::Skipped { well: &w.well });
             skipped.push(w.well.clone());
         } else {
@@ -376,9 +389,10 @@ pub fn execute(
         progress,
         zarr: &zarr,
         plate: &plate,
+        total: wells.len(),
         queue: Mutex::new(queue),
         budget: MemoryBudget::new(options.max_memory),
-        manifest: Mutex::new(ManifestState { manifest, on_disk, error: None }),
+        manifest: Mutex::new(state),
         reports: Mutex::new(Vec::new()),
         done: Mutex::new(skipped.len()),
         stopped: Mutex::new(None),
@@ -388,13 +402,13 @@ pub fn execute(
             scope.spawn(|| run.run_worker());
         }
     });
-    let Run { queue, manifest, reports, stopped, .. } = run;
+    let Run { queue, manifest, reports, stopped, total, .. } = run;
     let stopped = stopped.into_inner().unwrap_or_else(|p| p.into_inner());
     let state = manifest.into_inner().unwrap_or_else(|p| p.into_inner());
     let wells = reports.into_inner().unwrap_or_else(|p| p.into_inner());
     let not_started: Vec<String> =
         queue.into_inner().unwrap_or_else(|p| p.into_inner()).into_iter().map(|i| plan.wells[i].well.clone()).collect();
-    let ended = EndedRun { workers, started, skipped, not_started, stopped, wells, plate_notes };
+    let ended = EndedRun { workers, started, total, skipped, not_started, stopped, wells, plate_notes };
     Ok(ended.finish(plan, options, state, zarr))
 }
 
@@ -426,6 +440,44 @@ fn prepare_out(plan: &Plan, options: &RunOptions) -> Result<(outdir::OutputLock,
     manifest.write(&plan.out)?;
     let zarr = ZarrOutput::open(layouts)?;
     Ok((lock, manifest, zarr))
+}
+
+/// What a run has before its wells start: the locks it holds for its whole
+/// length, its manifest, its OME-Zarr plates, the plate-wide steps' results,
+/// and the wells it is for.
+pub(crate) struct Prepared {
+    pub(crate) locks: Vec<outdir::OutputLock>,
+    /// Wells complete before (`--resume`, a shard re-run) are in its manifest.
+    pub(crate) state: ManifestState,
+    pub(crate) zarr: ZarrOutput,
+    pub(crate) plate: PlateResults,
+    /// What the plate-wide steps' functions said.
+    pub(crate) plate_notes: Vec<Note>,
+    /// The wells of this run, as indices into [`Plan::wells`]: all of them, or a shard's.
+    pub(crate) wells: Vec<usize>,
+}
+
+/// [`Prepared`] for a whole run: [`prepare_out`], then the plate-wide steps.
+fn prepare_run(
+    plan: &Plan,
+    registry: &Registry,
+    conversions: &Conversions,
+    options: &RunOptions,
+    progress: &(dyn Fn(Progress<'_>) + Sync),
+) -> Result<Prepared, PipelineError> {
+    let (lock, mut manifest, zarr) = prepare_out(plan, options)?;
+    let path = plan.out.join(crate::MANIFEST_NAME);
+    let plate = run_plate_steps(plan, registry, conversions, options.resume, &mut manifest, &path, progress)?;
+    let plate_notes = manifest.plate_steps.values().flat_map(|r| r.notes.iter().cloned()).collect();
+    let on_disk = manifest.wells.iter().map(|(w, r)| (w.clone(), r.status)).collect();
+    Ok(Prepared {
+        locks: vec![lock],
+        state: ManifestState { path, manifest, on_disk, error: None },
+        zarr,
+        plate,
+        plate_notes,
+        wells: (0..plan.wells.len()).collect(),
+    })
 }
 
 /// The `--max-memory` budget of the wells in flight: a counting semaphore
@@ -481,6 +533,8 @@ struct Run<'a> {
     zarr: &'a ZarrOutput,
     /// The plate-wide steps' results, for the wells' consumers.
     plate: &'a PlateResults,
+    /// Wells of this run (the plate's, or a shard's).
+    total: usize,
     /// Wells not started yet, as indices into [`Plan::wells`].
     queue: Mutex<VecDeque<usize>>,
     budget: MemoryBudget,
@@ -588,7 +642,7 @@ impl Run<'_> {
     fn record(&self, well: &WellPlan, record: WellRecord, report: WellReport, seconds: f64) {
         let error = report.error.clone();
         if let Ok(mut m) = self.manifest.lock() {
-            m.record(&self.plan.out, &well.well, record);
+            m.record(&well.well, record);
             if let Some(e) = m.error.as_ref().filter(|e| storage_exhausted(*e)) {
                 self.stop(format!("the output file system takes no more data: the run manifest could not be written: {e}"));
             }
@@ -600,7 +654,7 @@ impl Run<'_> {
             *d += 1;
             *d
         });
-        let total = self.plan.wells.len();
+        let total = self.total;
         (self.progress)(Progress::Finished { well: &well.well, done: n.unwrap_or(0), total, seconds, error: error.as_deref() });
     }
 }
@@ -609,6 +663,8 @@ impl Run<'_> {
 struct EndedRun {
     workers: usize,
     started: Instant,
+    /// Wells of the run.
+    total: usize,
     /// Wells complete in an earlier run (`--resume`).
     skipped: Vec<String>,
     /// Wells never started (cancelled or stopped).
@@ -625,7 +681,7 @@ impl EndedRun {
     /// plate-level outputs (OME-Zarr metadata, summaries, joined tables) and
     /// assembles the summary and its report.
     fn finish(self, plan: &Plan, options: &RunOptions, mut state: ManifestState, zarr: ZarrOutput) -> RunSummary {
-        let EndedRun { workers, started, skipped, not_started, stopped, mut wells, plate_notes } = self;
+        let EndedRun { workers, started, total, skipped, not_started, stopped, mut wells, plate_notes } = self;
         // Every well's outcome is in the manifest, the wells never started too.
         let why_not = match &stopped {
             Some(reason) => format!("not started: {reason}"),
@@ -635,26 +691,20 @@ impl EndedRun {
             state.manifest.wells.insert(w.clone(), WellRecord::ended(WellStatus::NotStarted, 0.0, Some(why_not.clone())));
         }
         if !not_started.is_empty() || state.error.is_some() {
-            state.save(&plan.out);
+            state.save();
         }
         let manifest_error =
             state.error.as_ref().map(|e| format!("{e}; the file on disk misses the outcome of well(s) {}", state.unrecorded().join(", ")));
         let manifest = state.manifest;
-        let mut write_errors = Vec::new();
-        let zarr_plates = zarr.finish().unwrap_or_else(|e| {
-            write_errors.push(e.to_string());
-            Vec::new()
-        });
-        if let Err(e) = write_summary_csv(&plan.out, &manifest) {
-            write_errors.push(e.to_string());
-        }
-        let artifact_tables = write_artifact_tables(plan, &manifest).unwrap_or_else(|e| {
-            write_errors.push(e.to_string());
-            Vec::new()
-        });
-        if let Err(e) = crate::output::plate::write_output_plates(plan, &manifest) {
-            write_errors.push(e.to_string());
-        }
+        // A shard writes no plate-level output: the finalize does, for all shards.
+        let PlateOutputs { zarr_plates, artifact_tables, write_errors } = match options.shard {
+            None => write_plate_outputs(plan, &manifest, zarr),
+            Some(shard) => {
+                drop(zarr);
+                let timings = crate::shard::write_timings(plan, shard, started.elapsed().as_secs_f64(), &wells);
+                PlateOutputs { write_errors: timings.err().map(|e| e.to_string()).into_iter().collect(), ..PlateOutputs::default() }
+            }
+        };
 
         for w in &skipped {
             let record = manifest.wells.get(w);
@@ -671,12 +721,14 @@ impl EndedRun {
         let mut run = RunOutcome { workers, seconds: started.elapsed().as_secs_f64(), stopped, manifest_error, write_errors };
         let mut report = RunReport::from_wells(plan, options, wells, &run);
         report.notes.splice(0..0, plate_notes);
-        if let Err(e) = crate::output::write_run_report(&plan.out, &report) {
-            report.write_errors.push(e.to_string());
-            run.write_errors.push(e.to_string());
+        if options.shard.is_none() {
+            if let Err(e) = crate::output::write_run_report(&plan.out, &report) {
+                report.write_errors.push(e.to_string());
+                run.write_errors.push(e.to_string());
+            }
         }
         RunSummary {
-            total: plan.wells.len(),
+            total,
             completed,
             skipped,
             failed: report.failures.clone(),
@@ -687,25 +739,57 @@ impl EndedRun {
             write_errors: run.write_errors,
             zarr_plates,
             artifact_tables,
+            shard_problems: Vec::new(),
             report,
         }
     }
 }
 
+/// The plate-level outputs a run writes at its end, and what could not be written.
+#[derive(Default)]
+pub(crate) struct PlateOutputs {
+    pub(crate) zarr_plates: Vec<PathBuf>,
+    pub(crate) artifact_tables: Vec<PathBuf>,
+    pub(crate) write_errors: Vec<String>,
+}
+
+/// Writes the plate-level outputs of a run from its `manifest`: the OME-Zarr
+/// plate metadata, `summary.csv`, the joined artifact tables with
+/// `artifacts.csv`, and each TIFF step's plate descriptor. Each failure is
+/// kept (naming its file) and the others are still written.
+pub(crate) fn write_plate_outputs(plan: &Plan, manifest: &Manifest, zarr: ZarrOutput) -> PlateOutputs {
+    let mut write_errors = Vec::new();
+    let zarr_plates = zarr.finish().unwrap_or_else(|e| {
+        write_errors.push(e.to_string());
+        Vec::new()
+    });
+    if let Err(e) = write_summary_csv(&plan.out, manifest) {
+        write_errors.push(e.to_string());
+    }
+    let artifact_tables = write_artifact_tables(plan, manifest).unwrap_or_else(|e| {
+        write_errors.push(e.to_string());
+        Vec::new()
+    });
+    if let Err(e) = crate::output::plate::write_output_plates(plan, manifest) {
+        write_errors.push(e.to_string());
+    }
+    PlateOutputs { zarr_plates, artifact_tables, write_errors }
+}
+
 /// What a run says about itself besides its wells, for [`RunReport::from_wells`].
-struct RunOutcome {
-    workers: usize,
-    seconds: f64,
-    stopped: Option<String>,
-    manifest_error: Option<String>,
-    write_errors: Vec<String>,
+pub(crate) struct RunOutcome {
+    pub(crate) workers: usize,
+    pub(crate) seconds: f64,
+    pub(crate) stopped: Option<String>,
+    pub(crate) manifest_error: Option<String>,
+    pub(crate) write_errors: Vec<String>,
 }
 
 impl RunReport {
     /// The report of a run of `plan` from its wells' reports (in plate
     /// order): failures, notes and filled planes gathered, step times summed
     /// over wells, throughput over the run's time.
-    fn from_wells(plan: &Plan, options: &RunOptions, wells: Vec<WellReport>, run: &RunOutcome) -> RunReport {
+    pub(crate) fn from_wells(plan: &Plan, options: &RunOptions, wells: Vec<WellReport>, run: &RunOutcome) -> RunReport {
         let failures: Vec<Failure> = wells
             .iter()
             .filter(|w| w.status == WellStatus::Failed)

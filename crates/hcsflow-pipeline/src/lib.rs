@@ -11,7 +11,8 @@
 //! 3. [`execute`] — wells in parallel within a memory budget, each well
 //!    isolated (a failing well does not lose the others), resumable through
 //!    `OUT/run_manifest.json`, atomic writes, cancellation between wells, one
-//!    run at a time per output folder (`OUT/.hcsflow.lock`).
+//!    run at a time per output folder (`OUT/.hcsflow.lock`), or the wells
+//!    split into shards run side by side, then merged by [`finalize`].
 //!
 //! The pipeline receives the functions it may call as a
 //! [`Registry`](hcsflow_core::Registry) and their converters as
@@ -26,6 +27,7 @@ mod outdir;
 mod output;
 mod plate_run;
 mod scope;
+mod shard;
 pub mod spec;
 
 pub use compile::{
@@ -40,6 +42,7 @@ pub use output::manifest::{
 };
 pub use output::tables::{ARTIFACTS_NAME, SUMMARY_NAME};
 pub use output::{REPORT_HTML_NAME, REPORT_MQC_NAME, RUN_REPORT_NAME};
+pub use shard::{finalize, prepare_shards, recorded_shards, shard_state, Shard, ShardError, ShardRecord, ShardState, SHARDS_DIR};
 pub use scope::{plate_scope_text, PlateGroupPlan, PlatePlane, PlateSampling, PlateStepPlan};
 pub use spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, Scope, StepSpec, DEFAULT_SAMPLE};
 

@@ -46,36 +46,48 @@ pub(crate) struct OutputLock {
     _file: File,
 }
 
-/// Takes `OUT/.hcsflow.lock` (OUT must exist) for the run of `plan`. If
-/// another process holds it: a usage error naming that run ([`PipelineError::Config`]).
-/// A file system without locks (some network mounts) gets a warning, not a refusal.
+/// Takes `OUT/.hcsflow.lock` (OUT must exist) for the run of `plan`,
+/// exclusively: a whole run, or the finalize of a sharded run. If another
+/// process holds it (a run, or shards running: they hold it shared): a usage
+/// error naming them ([`PipelineError::Config`]). A file system without locks
+/// (some network mounts) gets a warning, not a refusal.
 pub(crate) fn lock(out: &Path, plan: &Plan) -> Result<OutputLock, PipelineError> {
     let path = out.join(LOCK_NAME);
-    let io = |e: std::io::Error| PipelineError::io(&path, e);
-    let mut file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(&path).map_err(io)?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(TryLockError::WouldBlock) => {
-            let holder = std::fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str::<LockHolder>(&t).ok());
-            let who = match holder {
-                Some(h) => {
-                    format!("hcsflow run pid {} on host {} since {} (pipeline '{}': {})", h.pid, h.host, h.started, h.pipeline, h.command)
-                }
-                None => "another hcsflow run".to_string(),
-            };
-            return Err(PipelineError::Config {
-                message: format!(
-                    "{} is in use by {who}; a second run into the same folder would mix its outputs with that run's (lock: {})",
-                    out.display(),
-                    path.display()
-                ),
-                fix: "wait for that run to finish, or choose another output folder".into(),
-            });
+    match take(&path, plan, false)? {
+        Ok(lock) => Ok(lock),
+        Err(holder) => {
+            let shards = crate::shard::running_shards(out);
+            let who = if shards.is_empty() { holder } else { shards.join("; ") };
+            Err(in_use(out, &path, &who))
         }
+    }
+}
+
+/// Takes `OUT/.hcsflow.lock` shared, for one shard of a run: shards run side
+/// by side, a whole run or a finalize (exclusive) is refused while any runs,
+/// and a shard is refused while one of those runs.
+pub(crate) fn lock_shared(out: &Path, plan: &Plan) -> Result<OutputLock, PipelineError> {
+    let path = out.join(LOCK_NAME);
+    take(&path, plan, true)?.map_err(|who| in_use(out, &path, &who))
+}
+
+/// Takes the lock file `path` exclusively and records who holds it; if
+/// another process holds it, its holder as text (`Err` inside `Ok`).
+pub(crate) fn take(path: &Path, plan: &Plan, shared: bool) -> Result<Result<OutputLock, String>, PipelineError> {
+    let io = |e: std::io::Error| PipelineError::io(path, e);
+    let mut file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(io)?;
+    let taken = if shared { file.try_lock_shared() } else { file.try_lock() };
+    match taken {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => return Ok(Err(holder_text(path))),
         Err(TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {
             tracing::warn!("{}: the file system does not support locks ({e}); nothing stops a second run into this folder", path.display());
         }
         Err(TryLockError::Error(e)) => return Err(io(e)),
+    }
+    if shared {
+        // Several holders: none of them can say it is the one.
+        return Ok(Ok(OutputLock { _file: file }));
     }
     let holder = LockHolder {
         pid: std::process::id(),
@@ -92,7 +104,47 @@ pub(crate) fn lock(out: &Path, plan: &Plan) -> Result<OutputLock, PipelineError>
             tracing::warn!("{}: cannot record the run holding the lock: {e}", path.display());
         }
     }
+    Ok(Ok(OutputLock { _file: file }))
+}
+
+/// Takes the lock file `path` exclusively, waiting for its holder to release
+/// it (the set-up of a sharded run: one shard at a time).
+pub(crate) fn wait_for(path: &Path) -> Result<OutputLock, PipelineError> {
+    let io = |e: std::io::Error| PipelineError::io(path, e);
+    let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(io)?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => {
+            tracing::info!("{}: waiting for another shard to finish setting up the run", path.display());
+            file.lock().map_err(io)?;
+        }
+        Err(TryLockError::Error(e)) if e.kind() == std::io::ErrorKind::Unsupported => {
+            tracing::warn!("{}: the file system does not support locks ({e}); shards are not serialised", path.display());
+        }
+        Err(TryLockError::Error(e)) => return Err(io(e)),
+    }
     Ok(OutputLock { _file: file })
+}
+
+/// Who the lock file `path` says holds it.
+pub(crate) fn holder_text(path: &Path) -> String {
+    let holder = std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str::<LockHolder>(&t).ok());
+    match holder {
+        Some(h) => format!("hcsflow run pid {} on host {} since {} (pipeline '{}': {})", h.pid, h.host, h.started, h.pipeline, h.command),
+        None => "another hcsflow run".to_string(),
+    }
+}
+
+/// The usage error of an OUT in use by `who`.
+fn in_use(out: &Path, lock: &Path, who: &str) -> PipelineError {
+    PipelineError::Config {
+        message: format!(
+            "{} is in use by {who}; a second run into the same folder would mix its outputs with that run's (lock: {})",
+            out.display(),
+            lock.display()
+        ),
+        fix: "wait for that run to finish, or choose another output folder".into(),
+    }
 }
 
 /// This machine's name, as far as it can be found without a system call binding.

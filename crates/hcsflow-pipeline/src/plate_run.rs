@@ -34,7 +34,7 @@ use hcsflow_tiff::WriteOptions;
 use rayon::prelude::*;
 
 use crate::compile::{Action, Key, Plan, StepPlan};
-use crate::exec::{plane_info, read_plate_image, Progress, RunOptions, StepError};
+use crate::exec::{plane_info, read_plate_image, Progress, StepError};
 use crate::output::manifest::{ArtifactRecord, Manifest, Note, PlateOutputRecord, PlateStepRecord, WellStatus};
 use crate::output::tables::write_plate_artifact;
 use crate::scope::{fnv1a, plate_scope_text, PlateGroupPlan, PlatePlane, PlateStepPlan};
@@ -53,15 +53,17 @@ struct GroupOutcome {
     notes: Vec<String>,
 }
 
-/// Runs (or, under `--resume`, re-reads) every plate-wide step of `plan` in
-/// order and records each in `manifest` (written after each step). A failure
-/// is recorded and returned: the run must not start its wells.
+/// Runs (or, with `reuse` — `--resume`, shards —, re-reads) every plate-wide
+/// step of `plan` in order and records each in `manifest` (written to
+/// `manifest_path` after each step). A failure is recorded and returned: the
+/// run must not start its wells.
 pub(crate) fn run_plate_steps(
     plan: &Plan,
     registry: &Registry,
     conversions: &Conversions,
-    options: &RunOptions,
+    reuse_results: bool,
     manifest: &mut Manifest,
+    manifest_path: &Path,
     progress: &(dyn Fn(Progress<'_>) + Sync),
 ) -> Result<PlateResults, PipelineError> {
     let mut results = PlateResults::new();
@@ -71,7 +73,7 @@ pub(crate) fn run_plate_steps(
         let finished = |reused: bool, error: Option<&str>| {
             progress(Progress::PlateStepFinished { step: &step.name, seconds: started.elapsed().as_secs_f64(), reused, error });
         };
-        if options.resume {
+        if reuse_results {
             if let Some(previous) = manifest.plate_steps.get(&step.name).and_then(|r| reuse(plan, ps, r)) {
                 tracing::info!("plate-wide step '{}': complete in an earlier run, its results re-read (--resume)", step.name);
                 results.extend(previous.into_iter().map(|(gi, s)| ((ps.step, gi), Arc::new(s))));
@@ -88,7 +90,7 @@ pub(crate) fn run_plate_steps(
             Ok((groups, record)) => {
                 let record = PlateStepRecord { seconds: started.elapsed().as_secs_f64(), ..record };
                 manifest.plate_steps.insert(step.name.clone(), record);
-                manifest.write(&plan.out)?;
+                manifest.write_to(manifest_path)?;
                 results.extend(groups.into_iter().map(|(gi, s)| ((ps.step, gi), Arc::new(s))));
                 finished(false, None);
             }
@@ -105,7 +107,7 @@ pub(crate) fn run_plate_steps(
                     notes: Vec::new(),
                 };
                 manifest.plate_steps.insert(step.name.clone(), record);
-                if let Err(write) = manifest.write(&plan.out) {
+                if let Err(write) = manifest.write_to(manifest_path) {
                     tracing::warn!("the run manifest could not record the failure of plate-wide step '{}': {write}", step.name);
                 }
                 return Err(PipelineError::PlateStep { step: step.name.clone(), message });

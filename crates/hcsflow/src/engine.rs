@@ -23,6 +23,16 @@ pub struct Engine {
     conversions: Conversions,
 }
 
+/// Writes the QC report from what the run wrote: a failure to write it is a
+/// write error of the run (in the summary), never a failed run.
+fn write_qc_report(plan: &Plan, summary: &mut RunSummary) {
+    if let Err(e) = hcsflow_report::write_report(&plan.out) {
+        let message = format!("the QC report {}: {e}", plan.out.join(hcsflow_pipeline::REPORT_HTML_NAME).display());
+        summary.report.write_errors.push(message.clone());
+        summary.write_errors.push(message);
+    }
+}
+
 /// One function call planned for a device ([`Engine::plan_call`]): host
 /// memory in, the chosen implementation, host memory out.
 #[derive(Debug, Clone)]
@@ -113,15 +123,35 @@ impl Engine {
             cancel,
             zarr_format: options.zarr_format,
             overwrite: options.overwrite,
+            shard: options.shard,
         };
         let mut summary = hcsflow_pipeline::execute(plan, &self.registry, &self.conversions, &run, progress)?;
-        // The QC report, from what the run wrote: a failure to write it is a
-        // write error of the run (in the summary), never a failed run.
-        if let Err(e) = hcsflow_report::write_report(&plan.out) {
-            let message = format!("the QC report {}: {e}", plan.out.join(hcsflow_pipeline::REPORT_HTML_NAME).display());
-            summary.report.write_errors.push(message.clone());
-            summary.write_errors.push(message);
+        // A shard writes no plate-level output: its finalize writes the report.
+        if options.shard.is_none() {
+            write_qc_report(plan, &mut summary);
         }
+        Ok(summary)
+    }
+
+    /// The plate job of a sharded run ([`hcsflow_pipeline::prepare_shards`]):
+    /// creates the OME-Zarr plates and runs the plate-wide steps once, so
+    /// that the shards ([`RunOptions::shard`]) only re-read their results.
+    /// A plan without plate-wide steps needs no plate job (it does no harm).
+    pub fn prepare_shards(&self, plan: &Plan, options: &RunOptions, progress: &(dyn Fn(Progress<'_>) + Sync)) -> Result<(), Error> {
+        let run = hcsflow_pipeline::RunOptions { zarr_format: options.zarr_format, overwrite: options.overwrite, ..Default::default() };
+        Ok(hcsflow_pipeline::prepare_shards(plan, &self.registry, &self.conversions, &run, progress)?)
+    }
+
+    /// Merges the shards of `plan`'s run into one output
+    /// ([`hcsflow_pipeline::finalize`]: `run_manifest.json`, summaries,
+    /// tables, OME-Zarr plate metadata, run report) and writes the QC report.
+    /// Shards that did not run or did not complete are in
+    /// [`RunSummary::shard_problems`] and [`crate::run_problems`]; an error is
+    /// what stops it before it writes (a shard still running, another run's files).
+    pub fn finalize(&self, plan: &Plan, options: &RunOptions) -> Result<RunSummary, Error> {
+        let run = hcsflow_pipeline::RunOptions { workers: options.workers, zarr_format: options.zarr_format, ..Default::default() };
+        let mut summary = hcsflow_pipeline::finalize(plan, &run)?;
+        write_qc_report(plan, &mut summary);
         Ok(summary)
     }
 

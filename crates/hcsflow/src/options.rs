@@ -1,6 +1,6 @@
 //! The options of a pipeline run, with their defaults.
 
-use hcsflow_pipeline::{MissingPolicy, NgffVersion};
+use hcsflow_pipeline::{MissingPolicy, NgffVersion, Shard};
 use hcsflow_plate::Format;
 
 use crate::device::DeviceOptions;
@@ -35,6 +35,10 @@ pub struct RunOptions {
     pub overwrite: bool,
     /// NGFF version of OME-Zarr outputs (default 0.5).
     pub zarr_format: NgffVersion,
+    /// Run only this shard of the plate's wells, side by side with the other
+    /// shards, into the same output folder; [`crate::Engine::finalize`]
+    /// merges them (default: `None`, the whole plate).
+    pub shard: Option<Shard>,
 }
 
 impl Default for RunOptions {
@@ -48,6 +52,7 @@ impl Default for RunOptions {
             resume: false,
             overwrite: false,
             zarr_format: NgffVersion::default(),
+            shard: None,
         }
     }
 }

@@ -301,6 +301,9 @@ pub enum RunProblem {
     /// The run was cancelled (its cancel flag was set), by `cause` (e.g.
     /// `SIGTERM`), with `not_started` wells left.
     Cancelled { not_started: usize, cause: String },
+    /// A finalize found shards that did not run or did not complete, one
+    /// text each ([`RunSummary::shard_problems`]).
+    ShardsIncomplete(Vec<String>),
 }
 
 impl fmt::Display for RunProblem {
@@ -327,6 +330,15 @@ impl fmt::Display for RunProblem {
             RunProblem::Cancelled { not_started, cause } => {
                 write!(f, "interrupted ({cause}): {not_started} well(s) not started; re-run with --resume to finish")
             }
+            RunProblem::ShardsIncomplete(shards) => {
+                let list: Vec<String> = shards.iter().map(|s| format!("  {s}")).collect();
+                write!(
+                    f,
+                    "{} shard(s) incomplete (re-run them: a shard skips its complete wells; then finalize again):\n{}",
+                    shards.len(),
+                    list.join("\n")
+                )
+            }
         }
     }
 }
@@ -343,7 +355,10 @@ pub fn run_problems(summary: &RunSummary, cancel_cause: &str) -> Vec<RunProblem>
     if !summary.failed.is_empty() {
         problems.push(RunProblem::WellsFailed(summary.failed.iter().map(|f| (f.well.clone(), f.error.clone())).collect()));
     }
-    if !summary.not_started.is_empty() {
+    if !summary.shard_problems.is_empty() {
+        // Its wells not started are those of shards that did not run or stopped.
+        problems.push(RunProblem::ShardsIncomplete(summary.shard_problems.clone()));
+    } else if !summary.not_started.is_empty() {
         let not_started = summary.not_started.len();
         problems.push(match &summary.stopped {
             Some(reason) => RunProblem::Stopped { not_started, reason: reason.clone() },

@@ -6,6 +6,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+pub mod outputs;
+
 /// Runs the `hcsflow` binary of this build. The software-GPU allowance is
 /// removed from the environment so that a test only gets it by asking.
 pub fn hcsflow(args: &[&str]) -> Output {

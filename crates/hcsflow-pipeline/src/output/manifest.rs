@@ -208,7 +208,12 @@ impl Manifest {
 
     /// Reads `OUT/run_manifest.json`, `None` if absent.
     pub fn read(out: &Path) -> Result<Option<Manifest>, PipelineError> {
-        let path = out.join(MANIFEST_NAME);
+        Manifest::read_from(&out.join(MANIFEST_NAME))
+    }
+
+    /// Reads the manifest at `path` (a run's, or a shard's), `None` if absent.
+    pub fn read_from(path: &Path) -> Result<Option<Manifest>, PipelineError> {
+        let path = path.to_path_buf();
         match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|source| PipelineError::Manifest { path, source }),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
@@ -219,18 +224,23 @@ impl Manifest {
     /// Writes the manifest atomically; if that fails (a full disk), once more
     /// as compact JSON, which is smaller. The error is the last attempt's.
     pub(crate) fn write(&self, out: &Path) -> Result<(), PipelineError> {
-        let path = out.join(MANIFEST_NAME);
+        self.write_to(&out.join(MANIFEST_NAME))
+    }
+
+    /// [`Manifest::write`] to `path` (a shard's manifest).
+    pub(crate) fn write_to(&self, path: &Path) -> Result<(), PipelineError> {
         let json = |pretty: bool| {
-            (if pretty { serde_json::to_vec_pretty(self) } else { serde_json::to_vec(self) })
-                .map_err(|e| PipelineError::io(&path, e.into()))
+            (if pretty { serde_json::to_vec_pretty(self) } else { serde_json::to_vec(self) }).map_err(|e| PipelineError::io(path, e.into()))
         };
-        write_atomic(&path, &json(true)?).or_else(|_| write_atomic(&path, &json(false)?))
+        write_atomic(path, &json(true)?).or_else(|_| write_atomic(path, &json(false)?))
     }
 }
 
 /// The manifest in memory (every well's outcome, always) and what the file
 /// on disk holds.
 pub(crate) struct ManifestState {
+    /// Where it is written: `OUT/run_manifest.json`, or a shard's manifest.
+    pub(crate) path: PathBuf,
     pub(crate) manifest: Manifest,
     /// Well → status of the last manifest written.
     pub(crate) on_disk: BTreeMap<String, WellStatus>,
@@ -240,13 +250,13 @@ pub(crate) struct ManifestState {
 
 impl ManifestState {
     /// Records `record` for `well` and rewrites the file.
-    pub(crate) fn record(&mut self, out: &Path, well: &str, record: WellRecord) {
+    pub(crate) fn record(&mut self, well: &str, record: WellRecord) {
         self.manifest.wells.insert(well.to_string(), record);
-        self.save(out);
+        self.save();
     }
 
-    pub(crate) fn save(&mut self, out: &Path) {
-        match self.manifest.write(out) {
+    pub(crate) fn save(&mut self) {
+        match self.manifest.write_to(&self.path) {
             Ok(()) => {
                 self.on_disk = self.manifest.wells.iter().map(|(w, r)| (w.clone(), r.status)).collect();
                 self.error = None;
@@ -297,7 +307,7 @@ mod tests {
             .into(),
         };
         let on_disk = [("A01".to_string(), WellStatus::Complete), ("A03".to_string(), WellStatus::Failed)].into();
-        let state = ManifestState { manifest, on_disk, error: None };
+        let state = ManifestState { path: PathBuf::from("/o/run_manifest.json"), manifest, on_disk, error: None };
         assert_eq!(state.unrecorded(), ["A02 (failed)", "A03 (not started)"]);
     }
 

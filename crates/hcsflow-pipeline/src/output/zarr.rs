@@ -138,6 +138,11 @@ impl ZarrOutput {
         Ok(ZarrOutput { writers })
     }
 
+    /// The plate roots, in the order of the layouts.
+    pub(crate) fn roots(&self) -> Vec<PathBuf> {
+        self.writers.iter().map(|(l, _)| l.root.clone()).collect()
+    }
+
     /// Writes one output plane of step `step` of `well`.
     pub(crate) fn write(&self, step: usize, well: &str, key: &Key, plane: &Stack) -> Result<(), StepError> {
         let Some((layout, writer)) = self.writers.iter().find(|(l, _)| l.step == step) else { return Ok(()) };
