@@ -15,6 +15,7 @@ mod progress;
 mod report;
 mod run;
 mod signals;
+mod slurm;
 mod synth;
 
 use std::process::ExitCode;
@@ -107,6 +108,8 @@ enum Command {
     Demo(demo::DemoArgs),
     /// (Re)write the QC report of a run's output folder: OUT/report.html and OUT/hcsflow_mqc.json.
     Report(report::ReportArgs),
+    /// Run a plate's shards on a Slurm cluster: submit the jobs, or read where they stand.
+    Slurm(slurm::SlurmArgs),
 }
 
 /// Logs to stderr (`RUST_LOG`, default warn; write errors ignored, see [`console`]) and, with `--trace FILE`, every
@@ -166,6 +169,7 @@ fn main() -> ExitCode {
         Command::Run(a) => run::run(a),
         Command::Demo(a) => demo::run(a),
         Command::Report(a) => report::run(a),
+        Command::Slurm(a) => slurm::run(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -123,6 +123,37 @@ pub fn plan(a: &RunArgs) -> Result<(Engine, Plan, RunOptions), CliError> {
     Ok((engine, plan, options))
 }
 
+/// The flags of `hcsflow run` given after `--` to `hcsflow slurm submit`,
+/// parsed as the jobs will parse them (errors are usage errors). Flags that
+/// choose what a job does (`--shard`, `--finalize`, …) are refused: the
+/// submission sets them.
+pub fn forwarded(plate: &Path, pipeline: &Path, out: &Path, args: &[String]) -> Result<RunArgs, CliError> {
+    #[derive(clap::Parser)]
+    #[command(name = "hcsflow run")]
+    struct Forwarded {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+    let usage = |e: anyhow::Error| CliError::new(Exit::Usage, e);
+    let mut argv: Vec<std::ffi::OsString> = vec!["run".into(), plate.into(), pipeline.into(), out.into()];
+    argv.extend(args.iter().map(Into::into));
+    let parsed = <Forwarded as clap::Parser>::try_parse_from(argv).map_err(|e| usage(anyhow::anyhow!("the flags after --: {e}")))?.run;
+    let chosen = [
+        (parsed.shard.is_some(), "--shard"),
+        (parsed.finalize, "--finalize"),
+        (parsed.plate_steps_only, "--plate-steps-only"),
+        (parsed.resume, "--resume"),
+        (parsed.overwrite, "--overwrite"),
+        (parsed.dry_run, "--dry-run"),
+        (parsed.report.is_some(), "--report"),
+        (parsed.output.trace.is_some(), "--trace"),
+    ];
+    if let Some((_, flag)) = chosen.iter().find(|(set, _)| *set) {
+        return Err(usage(anyhow::anyhow!("{flag} cannot be given to the jobs: the submission chooses what each job runs")));
+    }
+    Ok(parsed)
+}
+
 /// Runs a compiled plan with the graceful stop of `signals` and progress lines on stderr.
 pub fn execute(engine: &Engine, plan: &Plan, options: &RunOptions) -> Result<RunSummary, CliError> {
     let cancel = Arc::new(AtomicBool::new(false));
