@@ -286,3 +286,40 @@ fn a_cancelled_shard_is_reported_and_a_second_submission_runs_only_it() {
     assert_same_outputs(&out, &reference);
     assert_report_covers_every_well(&out, &WELLS);
 }
+
+/// A corrupt image in one well fails that well only: its shard's task fails,
+/// the finalize (afterany) still runs, records the well failed naming the
+/// file, names the shard, and keeps every other well complete.
+#[test]
+fn a_corrupt_image_fails_its_well_only() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let Some(cluster) = cluster() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let plate = dir.path().join("plate");
+    synth(&plate, &WELLS);
+    let corrupt = hcsflow_testkit::snapshot(&plate)
+        .into_keys()
+        .find(|p| p.to_string_lossy().contains("_B02_") && p.extension().is_some_and(|e| e == "tif"))
+        .expect("an image of B02");
+    std::fs::write(&corrupt, b"not a TIFF at all").unwrap();
+
+    let out = dir.path().join("out");
+    let ids = job_ids(&submit(&cluster, &plate, &out, "2"));
+    cluster.wait_for(&ids.iter().map(String::as_str).collect::<Vec<_>>(), Duration::from_secs(600));
+    let logs = out.join(".hcsflow-shards/slurm/logs");
+    let finalize_log = std::fs::read_to_string(logs.join(format!("finalize_{}.out", ids[1]))).unwrap_or_default();
+    assert!(finalize_log.contains("shard 3/3: 1 of 2 well(s) not complete (B02 failed)"), "{finalize_log}\n{}", cluster.logs());
+    let manifest: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("run_manifest.json")).unwrap()).unwrap();
+    for w in WELLS {
+        let record = &manifest["wells"][w];
+        if w == "B02" {
+            assert_eq!(record["status"], "failed", "{record}");
+            let file = corrupt.file_name().unwrap().to_string_lossy();
+            assert!(record["error"].as_str().is_some_and(|e| e.contains(file.as_ref())), "{record}");
+        } else {
+            assert_eq!(record["status"], "complete", "{w}: {record}");
+        }
+    }
+    let summary = std::fs::read_to_string(out.join("summary.csv")).unwrap();
+    assert!(summary.lines().any(|l| l.starts_with("B03,")) && !summary.lines().any(|l| l.starts_with("B02,")), "{summary}");
+}
