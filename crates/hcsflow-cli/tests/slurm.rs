@@ -323,3 +323,29 @@ fn a_corrupt_image_fails_its_well_only() {
     let summary = std::fs::read_to_string(out.join("summary.csv")).unwrap();
     assert!(summary.lines().any(|l| l.starts_with("B03,")) && !summary.lines().any(|l| l.starts_with("B02,")), "{summary}");
 }
+
+/// Without a cluster: what cannot be submitted is a usage error (exit 2)
+/// before anything is written or queued: a flag after `--` that chooses the
+/// jobs' mode, more shards than wells, a bad run flag.
+#[test]
+fn a_submission_that_cannot_work_exits_2_before_anything_is_queued() {
+    let dir = tempfile::tempdir().unwrap();
+    let plate = dir.path().join("plate");
+    synth(&plate, &WELLS[..2]);
+    let out = dir.path().join("out");
+    let pipeline = demo_toml();
+    let base = ["slurm", "submit", s(&plate), &pipeline, s(&out), "--sbatch", "/nonexistent/sbatch"];
+    for (extra, says) in [
+        (&["--", "--shard", "1/2"][..], "--shard cannot be given to the jobs"),
+        (&["--", "--finalize"][..], "--finalize cannot be given to the jobs"),
+        (&["--", "--workers", "x"][..], "the flags after --"),
+        (&["--shards", "3"][..], "--shards 3: the plate has 2 well(s)"),
+        (&["--shards", "2", "--sbatch-arg", "time=1"][..], "sbatch option \"time=1\""),
+    ] {
+        let args: Vec<&str> = base.iter().copied().chain(extra.iter().copied()).collect();
+        let o = hcsflow(&args);
+        assert_eq!(o.status.code(), Some(2), "{extra:?}: {}", stderr(&o));
+        assert!(stderr(&o).contains(says), "{extra:?}: {}", stderr(&o));
+        assert!(!out.exists(), "{extra:?}: something was written");
+    }
+}
