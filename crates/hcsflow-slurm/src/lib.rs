@@ -17,9 +17,10 @@
 //!   shards missing or incomplete ([`hcsflow_pipeline::shard_state`]); a
 //!   shard run again skips its complete wells anyway.
 //! - **Status** ([`status`]) reads the shard manifests and locks in OUT, the
-//!   recorded job ids and, when `squeue` is on `PATH`, their queue states.
-//!   (`sacct` needs an accounting database that minimal clusters lack; the
-//!   manifests and the finalize's report say what each shard did.)
+//!   recorded job ids and, when `squeue` is on `PATH`, their queue states,
+//!   and with `sacct` (which needs an accounting database, which minimal
+//!   clusters lack) their final states and exit codes. Without either, the
+//!   manifests and the finalize's report say what each shard did.
 //! - Scripts quote every argument for the shell; the job runs the same
 //!   `hcsflow` binary with the same plate, pipeline, output folder and run
 //!   flags, so a shard computes exactly what `hcsflow run` would.
@@ -372,6 +373,41 @@ pub fn parse_squeue(text: &str) -> Vec<QueuedJob> {
         .collect()
 }
 
+/// A job (or array task) as the accounting database recorded it (`sacct`):
+/// its final or current state and exit code (`0:0`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AccountedJob {
+    pub id: String,
+    pub state: String,
+    pub exit_code: String,
+}
+
+/// The jobs of `ids` (array tasks included, job steps left out) as `sacct`
+/// records them; `None` when `sacct` is missing or has no accounting
+/// database (minimal clusters: "Slurm accounting storage is disabled").
+pub fn sacct(ids: &[&str]) -> Option<Vec<AccountedJob>> {
+    if ids.is_empty() {
+        return Some(Vec::new());
+    }
+    let output = Command::new("sacct")
+        .args(["--noheader", "--parsable2", "--format=JobID,State,ExitCode"])
+        .arg(format!("--jobs={}", ids.join(",")))
+        .output()
+        .ok()?;
+    output.status.success().then(|| parse_sacct(&String::from_utf8_lossy(&output.stdout)))
+}
+
+/// Lines `ID|STATE|EXIT` of `sacct --parsable2`, without job steps (`12.batch`).
+pub fn parse_sacct(text: &str) -> Vec<AccountedJob> {
+    text.lines()
+        .filter_map(|l| {
+            let mut parts = l.split('|');
+            let (id, state, exit_code) = (parts.next()?.trim(), parts.next()?.trim(), parts.next()?.trim());
+            (!id.is_empty() && !id.contains('.')).then(|| AccountedJob { id: id.into(), state: state.into(), exit_code: exit_code.into() })
+        })
+        .collect()
+}
+
 /// Where a sharded run in OUT stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Status {
@@ -381,6 +417,9 @@ pub struct Status {
     pub shards: Vec<ShardRecord>,
     /// The submitted jobs still queued; `None` without `squeue`.
     pub queue: Option<Vec<QueuedJob>>,
+    /// The submitted jobs as accounting recorded them; `None` without `sacct`
+    /// or an accounting database.
+    pub accounting: Option<Vec<AccountedJob>>,
     /// `OUT/run_manifest.json` exists: a finalize (or a whole run) wrote it.
     pub finalized: bool,
 }
@@ -389,11 +428,10 @@ pub struct Status {
 pub fn status(out: &Path) -> Result<Status, SlurmError> {
     let submitted = read_submitted(out)?;
     let shards = recorded_shards(out).map_err(|e| SlurmError::Invalid(e.to_string()))?;
-    let queue = match &submitted {
-        Some(s) => squeue(&s.job_ids())?,
-        None => Some(Vec::new()),
-    };
-    Ok(Status { submitted, shards, queue, finalized: out.join(hcsflow_pipeline::MANIFEST_NAME).is_file() })
+    let ids = submitted.as_ref().map(Submitted::job_ids).unwrap_or_default();
+    let queue = squeue(&ids)?;
+    let accounting = if ids.is_empty() { None } else { sacct(&ids) };
+    Ok(Status { submitted, shards, queue, accounting, finalized: out.join(hcsflow_pipeline::MANIFEST_NAME).is_file() })
 }
 
 impl std::fmt::Display for Status {
@@ -430,6 +468,10 @@ impl std::fmt::Display for Status {
                 let jobs: Vec<String> = q.iter().map(|j| format!("{} {}", j.id, j.state)).collect();
                 writeln!(f, "queue: {}", jobs.join(", "))?
             }
+        }
+        if let Some(jobs) = self.accounting.as_ref().filter(|j| !j.is_empty()) {
+            let jobs: Vec<String> = jobs.iter().map(|j| format!("{} {} (exit {})", j.id, j.state, j.exit_code)).collect();
+            writeln!(f, "accounting: {}", jobs.join(", "))?;
         }
         writeln!(f, "finalized: {}", if self.finalized { "yes (run_manifest.json written)" } else { "no" })
     }
@@ -524,6 +566,9 @@ mod tests {
         let q = parse_squeue("12_[1-2%1] PENDING\n12_0 RUNNING\n13 PENDING\n");
         assert_eq!(q.len(), 3);
         assert_eq!(q[1], QueuedJob { id: "12_0".into(), state: "RUNNING".into() });
+        let a = parse_sacct("12_0|COMPLETED|0:0\n12_0.batch|COMPLETED|0:0\n12_1|CANCELLED by 0|0:15\n13|FAILED|1:0\n");
+        assert_eq!(a.len(), 3);
+        assert_eq!(a[1], AccountedJob { id: "12_1".into(), state: "CANCELLED by 0".into(), exit_code: "0:15".into() });
         let s =
             Submitted { shards: 3, array: Some("0-2".into()), plate_job: None, array_job: Some("12".into()), finalize_job: "13".into() };
         assert_eq!(s.scancel(), "scancel 12 13");
