@@ -87,10 +87,23 @@ def package_versions(py, packages):
     return last_json(p.stdout) or {"error": p.stderr[-200:]}
 
 
+# Peer scripts of this repository (bench/peers/), for peer ops ../shared/bench lacks: a suite op with
+# "peer_local": true runs bench/peers/<peer_script>, which imports the shared bench's common.py.
+LOCAL_PEERS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench", "peers")
+
+
+def script_path(peer_dir, script):
+    """A peer script: ../shared/bench's, else this repository's bench/peers/ one."""
+    shared = os.path.join(peer_dir, script)
+    return shared if os.path.exists(shared) else os.path.join(LOCAL_PEERS, script)
+
+
 def run_peer(py, peer_dir, script, op, env=None, extra=()):
     """One peer op in its own interpreter; returns (its JSON line or an error, process CPU s)."""
     c0 = children_cpu()
-    p = subprocess.run([py, "-W", "ignore", os.path.join(peer_dir, script), *(["--op", op] if op else []), *extra],
+    env = dict(env if env is not None else os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (peer_dir, env.get("PYTHONPATH")) if p)
+    p = subprocess.run([py, "-W", "ignore", script_path(peer_dir, script), *(["--op", op] if op else []), *extra],
                        capture_output=True, text=True, env=env)
     cpu = children_cpu() - c0
     res = last_json(p.stdout)
@@ -103,6 +116,7 @@ def run_peer(py, peer_dir, script, op, env=None, extra=()):
 def reference(peer_dir, script, op, out_path):
     """Run the peer op once (its own code) and save its output for the accuracy column."""
     sys.path.insert(0, peer_dir)
+    sys.path.insert(1, LOCAL_PEERS)
     mod = __import__(os.path.splitext(script)[0])
     import common
     f, _repeats, needs = mod.OPS[op]
@@ -182,6 +196,28 @@ def rl_inputs(common, peer_dir, work):
     return path, sha256(sub), psf
 
 
+def object_inputs(common, work, wanted):
+    """The derived inputs of bench/peers/bench_objects.py's ops as .npy files for our side, made by its
+    own helpers from the cached cells image: nuclei_mask (u8), watershed ([−EDT, markers, mask] f32),
+    labels_image ([labels, image] u16), coloc_image ([A, B] u16); returns ({name: path}, {name: SHA-256})."""
+    sys.path.insert(1, LOCAL_PEERS)
+    import bench_objects
+    img = common.cells_image()
+    makers = {
+        "nuclei_mask": lambda: bench_objects.nuclei_mask(img).astype(np.uint8)[None],
+        "watershed": lambda: np.stack([a.astype(np.float32) for a in bench_objects.watershed_inputs(img)]),
+        "labels_image": lambda: np.stack([bench_objects.nuclei_labels(img).astype(np.uint16), img]),
+        "coloc_image": lambda: np.stack(bench_objects.coloc_channels(img)),
+    }
+    paths, sums = {}, {}
+    for name in wanted & set(makers):
+        arr = makers[name]()
+        paths[name] = os.path.join(work, f"objects_{name}.npy")
+        np.save(paths[name], arr)
+        sums[name] = sha256(arr)
+    return paths, sums
+
+
 def peer_library(script, op):
     """The peer library an op measures (the peer scripts name ops after what they call)."""
     by_script = {"bench_basicpy.py": "BaSiCPy", "bench_n2v.py": "CAREamics", "bench_ashlar.py": "ASHLAR",
@@ -209,6 +245,10 @@ def run_ops(a, suite, venvs, registered, common, rows):
         sums = {k: sha256(np.load(p)) for k, p in inputs.items()}
     if "rl_stack" in wanted:
         inputs["rl_stack"], sums["rl_stack"], inputs["rl_psf"] = rl_inputs(common, a.peer_dir, a.work)
+    if wanted & {"nuclei_mask", "watershed", "labels_image", "coloc_image"}:
+        p, s = object_inputs(common, a.work, wanted)
+        inputs.update(p)
+        sums.update(s)
     true_flat = None
     if "basic" in wanted:
         # The peer loads these same tiles from bench_basicpy.py's cache: its input checksum is theirs.
@@ -218,7 +258,7 @@ def run_ops(a, suite, venvs, registered, common, rows):
     for o in ops:
         venv = o.get("venv", "main")
         lib = peer_library(o["peer_script"], o["peer_op"])
-        label = o["peer_op"] if o["peer_script"] == "bench_skimage.py" else f"{lib} {o['peer_op']}"
+        label = o["peer_op"] if o["peer_script"] in ("bench_skimage.py", "bench_objects.py") else f"{lib} {o['peer_op']}"
         row = {"section": "ops", "op": label, "peer": lib, "peer_op": o["peer_op"],
                "function": o["function"], "notes": o.get("note", "")}
         implemented = o["function"] in registered
@@ -233,7 +273,7 @@ def run_ops(a, suite, venvs, registered, common, rows):
             if "error" not in res and res.get("median_s") is not None:
                 row["peer_time"] = timing(res)
                 if venv == "main" or o.get("input") == "basic":
-                    row["input_sha256_peer"] = sums[o["input"]]
+                    row["input_sha256_peer"] = sums[o.get("input", "image")]
             else:
                 row["peer_error"] = res.get("error", "no timing")
         else:
