@@ -468,7 +468,8 @@ pub fn finalize(plan: &Plan, options: &RunOptions) -> Result<RunSummary, Pipelin
         }
         Some((count, files)) => {
             for index in 1..=count {
-                let shard = Shard::new(index, count).map_err(|e| PipelineError::Config { message: e.to_string(), fix: String::new() })?;
+                // 1 ≤ index ≤ count: always a shard.
+                let Ok(shard) = Shard::new(index, count) else { continue };
                 let wells = shard.wells(plan);
                 let Some(path) = files.get(&index) else {
                     problems.push(format!("shard {shard} did not run (well(s) {})", names(&wells)));
@@ -533,7 +534,9 @@ pub fn finalize(plan: &Plan, options: &RunOptions) -> Result<RunSummary, Pipelin
         .iter()
         .map(|&i| {
             let w = &plan.wells[i];
-            let record = &manifest.wells[&w.well];
+            // Every well of the plan was recorded above; a gap would be "not started".
+            let missing = WellRecord::ended(WellStatus::NotStarted, 0.0, Some("not started".into()));
+            let record = manifest.wells.get(&w.well).unwrap_or(&missing);
             let steps = timings.iter().find_map(|t| t.get(&w.well)).cloned().unwrap_or_default();
             let bytes_read = if record.status == WellStatus::Complete { w.input_bytes } else { 0 };
             WellReport { steps, bytes_read, ..record.report(&w.well) }
