@@ -86,6 +86,7 @@ fn shards_in_sequence_and_side_by_side_then_finalize_give_one_runs_output() {
         let o = hcsflow(&run_args(&plate, &pipeline, &seq, &["--shard", &shard]));
         ok(&o, &shard);
         assert!(stderr(&o).contains(&format!("shard {shard}: {} well(s): {}", wells.len(), wells.join(", "))), "{}", stderr(&o));
+        assert!(stderr(&o).contains(&format!("(shard {shard}: its wells only; `hcsflow run … --finalize` writes")), "{}", stderr(&o));
         let manifest: serde_json::Value =
             serde_json::from_slice(&std::fs::read(seq.join(format!(".hcsflow-shards/shard-{i}-of-3.json"))).unwrap()).unwrap();
         let recorded: Vec<&str> = manifest["wells"].as_object().unwrap().keys().map(String::as_str).collect();

@@ -268,6 +268,9 @@ pub struct RunSummary {
     /// not complete all their wells, one text each (e.g. `shard 2/3 did not
     /// run (well(s) A03, A04)`); re-run them, then finalize again.
     pub shard_problems: Vec<String>,
+    /// The shard this run was ([`RunOptions::shard`]): it wrote its wells'
+    /// outputs only, no plate-level output.
+    pub shard: Option<Shard>,
     pub report: RunReport,
 }
 
@@ -740,6 +743,7 @@ impl EndedRun {
             zarr_plates,
             artifact_tables,
             shard_problems: Vec::new(),
+            shard: options.shard,
             report,
         }
     }

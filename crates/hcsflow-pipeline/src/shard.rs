@@ -568,6 +568,7 @@ pub fn finalize(plan: &Plan, options: &RunOptions) -> Result<RunSummary, Pipelin
         zarr_plates,
         artifact_tables,
         shard_problems: problems,
+        shard: None,
         report,
     })
 }

@@ -256,7 +256,18 @@ pub fn summary_text(plan: &Plan, summary: &RunSummary) -> String {
         r.mb_per_s,
         r.peak_rss_bytes.map(|b| format!("{:.0} MiB", b as f64 / (1u64 << 20) as f64)).unwrap_or_else(|| "unknown".into())
     );
-    let _ = writeln!(s, "outputs: {} (summary: {})", plan.out.display(), plan.out.join(SUMMARY_NAME).display());
+    match summary.shard {
+        Some(shard) => {
+            let _ = writeln!(
+                s,
+                "outputs: {} (shard {shard}: its wells only; `hcsflow run … --finalize` writes the summaries, tables and report once every shard is done)",
+                plan.out.display()
+            );
+        }
+        None => {
+            let _ = writeln!(s, "outputs: {} (summary: {})", plan.out.display(), plan.out.join(SUMMARY_NAME).display());
+        }
+    }
     for z in &summary.zarr_plates {
         let _ = writeln!(s, "OME-Zarr: {}", z.display());
     }
