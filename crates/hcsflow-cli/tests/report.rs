@@ -90,6 +90,9 @@ fn the_demo_run_writes_a_self_contained_report_that_chromium_renders() {
         page.contains("Count per well (count&#x2f;counts)") && page.contains("Objects per well (count&#x2f;objects)"),
         "table heatmaps"
     );
+    for title in ["Median edge score (positions&#x2f;edges)", "Largest tile shift from the stage, px (positions&#x2f;positions)"] {
+        assert!(page.contains(title), "a stitching heatmap titled {title}");
+    }
     // The MultiQC side output: one row per well.
     let mqc: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("hcsflow_mqc.json")).unwrap()).unwrap();
     assert_eq!(mqc["plot_type"], "table");

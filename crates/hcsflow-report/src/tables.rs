@@ -5,7 +5,12 @@
 //!   the table's rows;
 //! - a `count` column (per-image counts): their sum per well;
 //! - the `image_quality` function's focus, saturation and mean-intensity
-//!   columns: their mean per well and channel (the table's `channel` column).
+//!   columns: their mean per well and channel (the table's `channel` column);
+//! - `tile_positions`' tables: the edges' median score and how many edges were
+//!   not accepted (`score`, `status`), and the largest shift of a tile from its
+//!   stage position (`x_px`, `y_px`, `stage_x_px`, `stage_y_px`): each tile's
+//!   registered − stage offset, less the well's mean offset (registration
+//!   anchors the grid anywhere), its length in pixels.
 
 use std::path::Path;
 
@@ -51,6 +56,29 @@ pub fn well_measures(out: &Path, artifacts: &[ArtifactRecord], problems: &mut Ve
         if let Some(c) = column("count") {
             let sum = rows.iter().filter_map(|r| number(r, c)).sum();
             measures.push(TableMeasure { title: format!("Count per well ({source})"), value: sum, unit: "" });
+        }
+        if let (Some(score), Some(status)) = (column("score"), column("status")) {
+            let mut scores: Vec<f64> = rows.iter().filter_map(|r| number(r, score)).collect();
+            scores.sort_by(f64::total_cmp);
+            if let Some(&median) = scores.get(scores.len() / 2) {
+                measures.push(TableMeasure { title: format!("Median edge score ({source})"), value: median, unit: "" });
+            }
+            let rejected = rows.iter().filter(|r| r.get(status).is_some_and(|s| s != "accepted")).count();
+            measures.push(TableMeasure { title: format!("Edges not accepted ({source})"), value: rejected as f64, unit: "" });
+        }
+        if let [Some(x), Some(y), Some(sx), Some(sy)] = ["x_px", "y_px", "stage_x_px", "stage_y_px"].map(column) {
+            let offsets: Vec<(f64, f64)> =
+                rows.iter().filter_map(|r| Some((number(r, x)? - number(r, sx)?, number(r, y)? - number(r, sy)?))).collect();
+            if !offsets.is_empty() {
+                let n = offsets.len() as f64;
+                let (mx, my) = offsets.iter().fold((0.0, 0.0), |(a, b), (dx, dy)| (a + dx / n, b + dy / n));
+                let largest = offsets.iter().map(|(dx, dy)| (dx - mx).hypot(dy - my)).fold(0.0, f64::max);
+                measures.push(TableMeasure {
+                    title: format!("Largest tile shift from the stage, px ({source})"),
+                    value: largest,
+                    unit: "",
+                });
+            }
         }
         let channel = column("channel");
         for (name, title, unit) in QUALITY_SHOWN {
@@ -146,9 +174,17 @@ mod tests {
             "well,site,channel,z_index,timepoint,ImageQuality_MeanIntensity,ImageQuality_LaplacianVariance,ImageQuality_PercentSaturated\n\
              A01,1,1,,,100,0.5,0\nA01,2,1,,,300,1.5,2\nA01,1,2,,,50,0.25,1\n",
         );
+        let edges = write(
+            "edges.csv",
+            "well,site,channel,z_index,timepoint,tile_a,tile_b,score,status\nA01,,,,,1,2,0.9,accepted\nA01,,,,,1,3,0.2,low_score\nA01,,,,,2,4,0.7,accepted\n",
+        );
+        let positions = write(
+            "positions.csv",
+            "well,site,channel,z_index,timepoint,x_px,y_px,stage_x_px,stage_y_px\nA01,1,,,,10,20,0,0\nA01,2,,,,110,20,100,0\nA01,3,,,,13,124,0,100\nA01,4,,,,110,120,100,100\n",
+        );
         let missing = ArtifactRecord { step: "s".into(), artifact: "gone".into(), path: "gone.csv".into(), rows: 0 };
         let mut problems = Vec::new();
-        let m = well_measures(dir.path(), &[objects, counts, quality, missing], &mut problems);
+        let m = well_measures(dir.path(), &[objects, counts, quality, edges, positions, missing], &mut problems);
         let value = |t: &str| m.iter().find(|x| x.title == t).map(|x| x.value);
         assert_eq!(value("Objects per well (s/objects)"), Some(2.0));
         assert_eq!(value("Count per well (s/counts)"), Some(12.0));
@@ -156,7 +192,11 @@ mod tests {
         assert_eq!(value("Mean intensity, channel 2 (s/q)"), Some(50.0));
         assert_eq!(value("Focus (variance of the Laplacian / mean), channel 1 (s/q)"), Some(1.0));
         assert_eq!(value("Saturated pixels (%), channel 2 (s/q)"), Some(1.0));
-        assert_eq!(m.len(), 2 + 3 * 2);
+        assert_eq!(value("Median edge score (s/edges)"), Some(0.7));
+        assert_eq!(value("Edges not accepted (s/edges)"), Some(1.0));
+        // Offsets (10,20), (10,20), (13,24), (10,20): mean (10.75, 21); tile 3 is off by (2.25, 3).
+        assert_eq!(value("Largest tile shift from the stage, px (s/positions)"), Some(2.25f64.hypot(3.0)));
+        assert_eq!(m.len(), 2 + 3 * 2 + 3);
         assert!(problems.len() == 1 && problems[0].contains("gone.csv"), "{problems:?}");
     }
 }
