@@ -97,17 +97,21 @@ def _(img):
 @op("skimage_colocalization_2ch_2048")
 def _(img):
     """Per image: the four skimage.measure coefficients of two channels (the cells
-    image and a second channel made from it), thresholds by Otsu."""
+    image and a second channel made from it), with the fixed thresholds COLOC_THRESHOLDS
+    (our side gets the same as threshold_method=manual)."""
     from skimage import measure
-    from skimage.filters import threshold_otsu
     a, b = coloc_channels(img)
-    ta, tb = threshold_otsu(a), threshold_otsu(b)
+    ta, tb = COLOC_THRESHOLDS
 
     def run():
         return (measure.pearson_corr_coeff(a, b)[0], measure.manders_coloc_coeff(a, b > tb),
                 measure.manders_coloc_coeff(b, a > ta), measure.manders_overlap_coeff(a, b),
                 measure.intersection_coeff(a > ta, b > tb), measure.intersection_coeff(b > tb, a > ta))
     return run
+
+
+# Channel thresholds of the colocalisation op (the cells image's background is ~300).
+COLOC_THRESHOLDS = (1000.0, 500.0)
 
 
 def coloc_channels(img):

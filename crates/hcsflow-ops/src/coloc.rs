@@ -18,6 +18,10 @@
 //!   the fraction of A's above-threshold pixels where B is above its threshold
 //!   (0 when A has none); `Correlation_Intersection_BA` the reverse.
 //!
+//! u8/u16 planes are summed exactly in integers (in parallel, so the result
+//! does not depend on the thread count) and Pearson's terms formed exactly;
+//! f32 planes in f64, sequentially, Pearson's about a shift.
+//!
 //! Manders' coefficients and the overlap need non-negative intensities:
 //! a negative pixel in a measured region is an error, as in skimage.
 //! The column names follow CellProfiler's MeasureColocalization
@@ -28,6 +32,9 @@
 use hcsflow_core::{
     with_pixels, ArgProblem, ArtifactDecl, Cell, Contract, FunctionDecl, FunctionError, Pixel, Registry, Stack, StackShape, Table,
 };
+
+use hcsflow_core::DType;
+use rayon::prelude::*;
 
 use crate::threshold::{threshold_value, ThresholdMethod};
 
@@ -120,6 +127,134 @@ impl Sums {
     }
 }
 
+/// Exact sums over one region of an integer (u8/u16) image pair: every sum
+/// fits a u64 for planes below 2³² pixels, so they merge across threads in any
+/// order with the same result, and Pearson's terms are formed exactly in i128.
+#[derive(Clone, Copy, Default)]
+struct IntSums {
+    n: u64,
+    sa: u64,
+    sb: u64,
+    saa: u64,
+    sbb: u64,
+    sab: u64,
+    a_where_b: u64,
+    b_where_a: u64,
+    above_a: u64,
+    above_b: u64,
+    above_both: u64,
+}
+
+impl IntSums {
+    #[inline]
+    fn add(&mut self, a: u64, b: u64, pa: bool, pb: bool) {
+        self.n += 1;
+        self.sa += a;
+        self.sb += b;
+        self.saa += a * a;
+        self.sbb += b * b;
+        self.sab += a * b;
+        self.a_where_b += a * u64::from(pb);
+        self.b_where_a += b * u64::from(pa);
+        self.above_a += u64::from(pa);
+        self.above_b += u64::from(pb);
+        self.above_both += u64::from(pa & pb);
+    }
+
+    fn merge(&mut self, o: &IntSums) {
+        self.n += o.n;
+        self.sa += o.sa;
+        self.sb += o.sb;
+        self.saa += o.saa;
+        self.sbb += o.sbb;
+        self.sab += o.sab;
+        self.a_where_b += o.a_where_b;
+        self.b_where_a += o.b_where_a;
+        self.above_a += o.above_a;
+        self.above_b += o.above_b;
+        self.above_both += o.above_both;
+    }
+
+    fn finish(&self, label: u32) -> Colocalization {
+        let (n, sa, sb) = (i128::from(self.n), i128::from(self.sa), i128::from(self.sb));
+        // n² × covariance and variances, exact.
+        let cov = n * i128::from(self.sab) - sa * sb;
+        let va = n * i128::from(self.saa) - sa * sa;
+        let vb = n * i128::from(self.sbb) - sb * sb;
+        let pearson = if self.n < 2 || va <= 0 || vb <= 0 {
+            f64::NAN
+        } else {
+            (cov as f64 / ((va as f64).sqrt() * (vb as f64).sqrt())).clamp(-1.0, 1.0)
+        };
+        let frac = |num: u64, den: u64| if den == 0 { 0.0 } else { num as f64 / den as f64 };
+        Colocalization {
+            label,
+            pixels: self.n,
+            pearson,
+            manders_m1: frac(self.a_where_b, self.sa),
+            manders_m2: frac(self.b_where_a, self.sb),
+            overlap: self.sab as f64 / ((self.saa as f64).sqrt() * (self.sbb as f64).sqrt()),
+            intersection_ab: frac(self.above_both, self.above_a),
+            intersection_ba: frac(self.above_both, self.above_b),
+        }
+    }
+}
+
+/// The smallest integer pixel value greater than `t` (`u64::MAX`, above
+/// every pixel, when `t` is NaN or beyond any pixel value).
+fn smallest_above(t: f64) -> u64 {
+    if t < 0.0 {
+        0
+    } else if t < 4_294_967_296.0 {
+        t.floor() as u64 + 1
+    } else {
+        u64::MAX
+    }
+}
+
+/// [`colocalization`] of integer planes: exact sums over blocks of pixels in
+/// parallel (with labels, one block per thread, each with its per-object sums).
+fn colocalization_int<T: Pixel>(a: &[T], b: &[T], labels: Option<&[u32]>, max_label: u32, ta: f64, tb: f64) -> Vec<Colocalization> {
+    let n_obj = if labels.is_some() { max_label as usize + 1 } else { 0 };
+    let threads = rayon::current_num_threads().clamp(1, 8);
+    let block = if labels.is_some() { a.len().div_ceil(threads) } else { 1 << 18 }.max(1);
+    let (above_a, above_b) = (smallest_above(ta), smallest_above(tb));
+    let partial: Vec<(IntSums, Vec<IntSums>)> = a
+        .par_chunks(block)
+        .zip(b.par_chunks(block))
+        .enumerate()
+        .map(|(k, (ca, cb))| {
+            let mut image = IntSums::default();
+            let mut objects = vec![IntSums::default(); n_obj];
+            let pixels = ca.iter().zip(cb).map(|(&va, &vb)| {
+                let (x, y) = (va.to_f32() as u64, vb.to_f32() as u64);
+                (x, y, x >= above_a, y >= above_b)
+            });
+            match labels {
+                None => pixels.for_each(|(x, y, pa, pb)| image.add(x, y, pa, pb)),
+                Some(l) => {
+                    for ((x, y, pa, pb), &l) in pixels.zip(&l[k * block..k * block + ca.len()]) {
+                        image.add(x, y, pa, pb);
+                        if l != 0 {
+                            objects[l as usize].add(x, y, pa, pb);
+                        }
+                    }
+                }
+            }
+            (image, objects)
+        })
+        .collect();
+    let mut image = IntSums::default();
+    let mut objects = vec![IntSums::default(); n_obj];
+    for (im, obj) in &partial {
+        image.merge(im);
+        objects.iter_mut().zip(obj).for_each(|(o, p)| o.merge(p));
+    }
+    let mut out = vec![image.finish(0)];
+    out.extend(objects.iter().enumerate().skip(1).filter(|(_, s)| s.n > 0).map(|(l, s)| s.finish(l as u32)));
+    out
+}
+
 /// Colocalisation of planes `a` and `b` (`h × w` pixels each, row-major) over
 /// the whole image (first row, label 0) and, when `labels` is given, over each
 /// object (one row per label present, in label order), with thresholds `ta`,
@@ -131,7 +266,13 @@ pub fn colocalization<T: Pixel>(a: &[T], b: &[T], labels: Option<&[u32]>, ta: f6
     if a.len() != b.len() || labels.is_some_and(|l| l.len() != a.len()) {
         return Err(FunctionError::invalid(NAME, "the two channels (and the label image) must have the same size"));
     }
-    let max = labels.map_or(0, |l| l.iter().copied().max().unwrap_or(0)) as usize;
+    // Integer pixels: exact sums in parallel (u16² × 2³² pixels fits a u64), per-object
+    // sums kept per thread, so only for label counts that keep that small.
+    let max_label = labels.map_or(0, |l| l.iter().copied().max().unwrap_or(0));
+    if T::DTYPE != DType::F32 && a.len() < (1 << 32) && max_label <= 1 << 16 {
+        return Ok(colocalization_int(a, b, labels, max_label, ta, tb));
+    }
+    let max = max_label as usize;
     let mut image = Sums::default();
     let mut objects = vec![Sums::default(); if labels.is_some() { max + 1 } else { 0 }];
     for (i, (&va, &vb)) in a.iter().zip(b).enumerate() {
