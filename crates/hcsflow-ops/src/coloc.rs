@@ -325,8 +325,7 @@ pub const COLOC_TABLE: &str = "colocalization";
 
 fn check_coloc(_: &ColocalizationArgs, shape: &StackShape) -> Result<(), ArgProblem> {
     if !(2..=3).contains(&shape.depth) {
-        return Err(ArgProblem::new(
-            "stack",
+        return Err(ArgProblem::input(
             format!("needs 2 planes (channels A and B) or 3 (A, B and a label image), but the stack has {}", shape.depth),
             "make the step's stacks hold the two channels, e.g. variable_components = [\"channel\"] and group_by = \"none\"",
         ));

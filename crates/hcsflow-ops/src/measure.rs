@@ -249,8 +249,7 @@ pub static MEASURE_OBJECTS: FunctionDecl<NoArgs> = FunctionDecl::new(
 
 fn check_measure(_: &NoArgs, shape: &StackShape) -> Result<(), ArgProblem> {
     if shape.depth < 2 {
-        return Err(ArgProblem::new(
-            "stack",
+        return Err(ArgProblem::input(
             format!("needs a label image and at least one intensity plane, but the stack has {} plane", shape.depth),
             "make the step's stacks hold the labels first, then the channels to measure, e.g. variable_components = [\"channel\"] and group_by = \"none\"",
         ));

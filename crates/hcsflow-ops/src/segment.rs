@@ -590,8 +590,7 @@ hcsflow_core::function_args! {
 
 fn check_watershed(_: &WatershedArgs, shape: &StackShape) -> Result<(), ArgProblem> {
     if !(2..=3).contains(&shape.depth) {
-        return Err(ArgProblem::new(
-            "stack",
+        return Err(ArgProblem::input(
             format!("needs 2 planes (image, markers) or 3 (image, markers, mask), but the stack has {}", shape.depth),
             "make the step's stacks hold the image, its markers and optionally a mask, e.g. variable_components = [\"channel\"] and group_by = \"none\"",
         ));
