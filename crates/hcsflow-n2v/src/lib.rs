@@ -38,6 +38,7 @@
 //! `flex`'s convolutions (im2col + gemm, forward and backward): short of the targets.
 
 pub mod config;
+pub mod function;
 pub mod masking;
 pub mod model;
 mod predict;
@@ -52,7 +53,9 @@ use ndarray::{Array2, ArrayView2};
 use serde::{Deserialize, Serialize};
 
 pub use config::N2vConfig;
+pub use function::{n2v_denoise, register, N2vDenoiseArgs, N2V_DENOISE};
 pub use model::UNet;
+pub use store::{FORMAT, META_FILE, WEIGHTS_FILE};
 pub use train::{masked_mse, train, TrainReport};
 
 /// What can go wrong training, predicting, saving or loading.
