@@ -3,7 +3,8 @@
 //!
 //! The engine crates each have one job ([`core`] stacks, memory types and the
 //! function registry; [`plate`] microscope layouts; [`tiff`] and [`zarr`]
-//! image files; [`stitch`] tile registration and assembly; [`pipeline`]
+//! image files; [`stitch`] tile registration and assembly; [`n2v`] N2V2
+//! denoising (the function `n2v_denoise`); [`pipeline`]
 //! compile and run). They do not choose which implementations of the
 //! functions a build has: this crate does, with cargo features, as ripgrep's
 //! `grep` and burn's facades do. It also owns what every front end would
@@ -75,6 +76,7 @@ mod options;
 mod text;
 
 pub use hcsflow_core as core;
+pub use hcsflow_n2v as n2v;
 pub use hcsflow_pipeline as pipeline;
 pub use hcsflow_plate as plate;
 pub use hcsflow_report as report;
@@ -101,6 +103,7 @@ pub fn builtin() -> (Registry, Conversions) {
     let mut conversions = Conversions::default();
     hcsflow_ops::register(&mut registry);
     hcsflow_stitch::register(&mut registry);
+    hcsflow_n2v::register(&mut registry);
     #[cfg(feature = "wgpu")]
     hcsflow_gpu::register(&mut registry, &mut conversions);
     (registry, conversions)
