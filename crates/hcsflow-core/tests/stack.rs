@@ -208,7 +208,7 @@ fn from_planes_writes_every_value_once() {
     assert_eq!(s.pixels(), want.as_slice());
     assert_eq!(s.dim(), (n, h, w));
 
-    let short = StackArray::<u16>::from_planes([2, 2, 2], |z| std::iter::repeat(7 + z as u16).take(if z == 0 { 3 } else { 9 }));
+    let short = StackArray::<u16>::from_planes([2, 2, 2], |z| std::iter::repeat_n(7 + z as u16, if z == 0 { 3 } else { 9 }));
     assert_eq!(short.pixels(), &[7, 7, 7, 0, 8, 8, 8, 8]);
 
     for shape in [[0, 2, 2], [2, 0, 2], [2, 2, 0]] {
