@@ -28,8 +28,8 @@ pub mod catalogue;
 pub mod implementation;
 
 pub use args::{
-    blamed, closest, one_plane, same_shape, ArgCheck, ArgDecl, ArgError, ArgKind, ArgProblem, ArgSpec, ArgType, ArgValue, Args, FunctionArgs,
-    NoArgs, ShapeRule, StackShape,
+    blamed, closest, one_plane, same_shape, ArgCheck, ArgDecl, ArgError, ArgKind, ArgProblem, ArgSpec, ArgType, ArgValue, Args,
+    FunctionArgs, NoArgs, ShapeRule, StackShape,
 };
 pub use call::{CallPlan, PlanError};
 pub use catalogue::{

@@ -169,8 +169,9 @@ fn check(args: &RichardsonLucyArgs, shape: &StackShape) -> Result<(), ArgProblem
 /// `richardson_lucy` on a host stack; notes the FFT grid and buffers.
 pub fn richardson_lucy(stack: &Stack, args: &RichardsonLucyArgs, context: &mut CallContext) -> Result<Stack, FunctionError> {
     let name = RICHARDSON_LUCY.name;
-    let psf =
-        args.psf(context.stack.pixel_size_um).map_err(|p| FunctionError::invalid(name, format!("{}: {}; {}", hcsflow_core::blamed(p.arg), p.problem, p.fix)))?;
+    let psf = args
+        .psf(context.stack.pixel_size_um)
+        .map_err(|p| FunctionError::invalid(name, format!("{}: {}; {}", hcsflow_core::blamed(p.arg), p.problem, p.fix)))?;
     let image = stack.to_f32();
     let plan = Plan::new(stack.shape(), &psf, &args.params()).map_err(|e| FunctionError::invalid(name, e.to_string()))?;
     context.note(format!("{} (PSF {}, {:?})", plan.describe(), psf.origin(), psf.shape()));

@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use hcsflow_core::{
-    blamed, ArgError, CallPlan, Contract, ConversionPolicy, Conversions, DType, DTypeConversion, DTypePolicy, Device, MemoryType, OutputDType,
-    PlanError, Registry, Route, StackShape,
+    blamed, ArgError, CallPlan, Contract, ConversionPolicy, Conversions, DType, DTypeConversion, DTypePolicy, Device, MemoryType,
+    OutputDType, PlanError, Registry, Route, StackShape,
 };
 use hcsflow_plate::naming::z_reduced_rel;
 use hcsflow_plate::{ImageError, PlaneAt, Plate};
@@ -1386,7 +1386,10 @@ fn check_call_shapes(plan: &Plan, registry: &Registry) -> Result<(), PipelineErr
                                     match e {
                                         ArgError::Invalid { function, name, problem, fix, shape } => PipelineError::step(
                                             &step.name,
-                                            format!("{entry}{function}: {}: {problem} (checked against {shape}: {context})", blamed(name.as_deref())),
+                                            format!(
+                                                "{entry}{function}: {}: {problem} (checked against {shape}: {context})",
+                                                blamed(name.as_deref())
+                                            ),
                                             fix,
                                         ),
                                         other => PipelineError::step(

@@ -42,8 +42,8 @@ pub use output::manifest::{
 };
 pub use output::tables::{ARTIFACTS_NAME, SUMMARY_NAME};
 pub use output::{REPORT_HTML_NAME, REPORT_MQC_NAME, RUN_REPORT_NAME};
-pub use shard::{finalize, prepare_shards, recorded_shards, shard_state, Shard, ShardError, ShardRecord, ShardState, SHARDS_DIR};
 pub use scope::{plate_scope_text, PlateGroupPlan, PlatePlane, PlateSampling, PlateStepPlan};
+pub use shard::{finalize, prepare_shards, recorded_shards, shard_state, Shard, ShardError, ShardRecord, ShardState, SHARDS_DIR};
 pub use spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, Scope, StepSpec, DEFAULT_SAMPLE};
 
 pub use hcsflow_zarr::NgffVersion;
