@@ -215,16 +215,22 @@ fn job_ids(stdout: &str) -> Vec<String> {
     line.split_whitespace().map(String::from).collect()
 }
 
+/// The 6-well plate in `dir/plate` and the demo pipeline's single-machine
+/// run of it in `dir/reference`, which the cluster's output must equal.
+fn plate_and_reference(dir: &Path) -> (PathBuf, PathBuf) {
+    let (plate, reference) = (dir.join("plate"), dir.join("reference"));
+    synth(&plate, &WELLS);
+    let o = hcsflow(&run_args(&plate, &demo_toml(), &reference, &["--workers", "1"]));
+    assert!(o.status.success(), "{}", stderr(&o));
+    (plate, reference)
+}
+
 #[test]
 fn a_plate_submitted_as_three_shards_gives_one_runs_output() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let Some(cluster) = cluster() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let plate = dir.path().join("plate");
-    synth(&plate, &WELLS);
-    let reference = dir.path().join("reference");
-    let o = hcsflow(&run_args(&plate, &demo_toml(), &reference, &["--workers", "1"]));
-    assert!(o.status.success(), "{}", stderr(&o));
+    let (plate, reference) = plate_and_reference(dir.path());
 
     let out = dir.path().join("out");
     let stdout = submit(&cluster, &plate, &out, "2");
@@ -259,11 +265,7 @@ fn a_cancelled_shard_is_reported_and_a_second_submission_runs_only_it() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let Some(cluster) = cluster() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let plate = dir.path().join("plate");
-    synth(&plate, &WELLS);
-    let reference = dir.path().join("reference");
-    let o = hcsflow(&run_args(&plate, &demo_toml(), &reference, &["--workers", "1"]));
-    assert!(o.status.success(), "{}", stderr(&o));
+    let (plate, reference) = plate_and_reference(dir.path());
 
     let out = dir.path().join("out");
     // One task at a time: task 1 is still pending when it is cancelled.
