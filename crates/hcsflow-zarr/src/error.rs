@@ -53,6 +53,11 @@ pub enum ZarrError {
     #[error("well {well} field {field} (t={t}, c={c}): stack shape {got:?}, expected {expected:?} ([Z, Y, X])")]
     StackShape { well: String, field: usize, t: usize, c: usize, expected: [usize; 3], got: [usize; 3] },
 
+    /// A label plane or label name that `write_label_plane` cannot store
+    /// (not an integer plane, wrong shape, a name that is not a path segment).
+    #[error("well {well} field {field}: label image '{name}' (t={t}, z={z}): {problem}")]
+    LabelPlane { well: String, field: usize, name: String, t: usize, z: usize, problem: String },
+
     /// File system error on a path.
     #[error("{path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },

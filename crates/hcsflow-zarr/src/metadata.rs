@@ -204,3 +204,35 @@ pub(crate) fn image(spec: &PlateSpec, name: &str, position: Option<(f64, f64)>) 
     );
     m
 }
+
+/// The `labels` group of an image: `labels` lists the label images under it
+/// (NGFF "labels" metadata, under `ome` in 0.5).
+pub(crate) fn labels(names: &[String]) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("labels".into(), json!(names));
+    m
+}
+
+/// A label image of a field (NGFF "image-label"): the field's `multiscales`
+/// (same axes, levels and transforms, so it overlays the image), with its
+/// pyramid described as nearest-neighbour subsampling, no `omero`, and
+/// `image-label` naming the image as its source (`../../`, the field group
+/// two levels up). In 0.4 `image-label` carries `version` itself; in 0.5 the
+/// version is the group's `ome.version`.
+pub(crate) fn label_image(spec: &PlateSpec, name: &str, position: Option<(f64, f64)>) -> Map<String, Value> {
+    let mut m = image(spec, name, position);
+    m.remove("omero");
+    if let Some(ms) = m.get_mut("multiscales").and_then(Value::as_array_mut).and_then(|l| l.first_mut()).and_then(Value::as_object_mut) {
+        ms.insert("type".into(), json!("nearest"));
+        ms.insert(
+            "metadata".into(),
+            json!({"description": "level k keeps every 2^k-th pixel in y and x (labels are never averaged; hcsflow)"}),
+        );
+    }
+    let mut label = json!({"source": {"image": "../../"}});
+    if spec.version == NgffVersion::V04 {
+        label["version"] = json!("0.4");
+    }
+    m.insert("image-label".into(), label);
+    m
+}

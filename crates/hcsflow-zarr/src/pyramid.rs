@@ -54,9 +54,33 @@ pub(crate) fn downsample<T: Pixel>(plane: &[T], h: usize, w: usize, levels: usiz
     out
 }
 
+/// Levels 1..`levels` of a `h × w` label plane by nearest-neighbour
+/// subsampling: level k keeps pixel `(2^k·i, 2^k·j)` (so `ceil(n / 2^k)` per
+/// axis, the sizes of [`downsample`]); label values are never mixed.
+pub(crate) fn subsample<T: Copy>(plane: &[T], h: usize, w: usize, levels: usize) -> Vec<(Vec<T>, usize, usize)> {
+    (1..levels)
+        .map(|k| {
+            let step = 1usize << k;
+            let (lh, lw) = (h.div_ceil(step), w.div_ceil(step));
+            let level = (0..lh).flat_map(|i| plane[i * step * w..][..w].iter().step_by(step).copied()).collect();
+            (level, lh, lw)
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn label_levels_keep_every_other_pixel() {
+        // 3 × 5 plane: level 1 rows 0, 2 and columns 0, 2, 4; level 2 row 0, columns 0, 4.
+        let p: Vec<u16> = (0..15).collect();
+        let l = subsample(&p, 3, 5, 3);
+        assert_eq!(l[0], (vec![0, 2, 4, 10, 12, 14], 2, 3));
+        assert_eq!(l[1], (vec![0, 4], 1, 2));
+        assert!(subsample(&p, 3, 5, 1).is_empty());
+    }
 
     #[test]
     fn mean_of_blocks_with_odd_edges() {

@@ -15,7 +15,7 @@ use zarrs::metadata::Endianness;
 
 use crate::error::ZarrError;
 use crate::metadata::{self, HCSFLOW_FORMAT, HCSFLOW_KEY};
-use crate::pyramid::downsample;
+use crate::pyramid::{downsample, subsample};
 use crate::spec::{level_of, FieldExtent, NgffVersion, PlateSpec, WellPos, ZarrCompression};
 use crate::store::AtomicFsStore;
 
@@ -56,6 +56,8 @@ pub struct PlateWriter {
     well_index: HashMap<WellPos, usize>,
     /// Fields whose group and arrays exist, keyed by (well index, field).
     fields: Mutex<HashMap<(usize, usize), Field>>,
+    /// Label images whose group and arrays exist, keyed by (well index, field, name).
+    labels: Mutex<HashMap<(usize, usize, String), Field>>,
     /// Row and well groups already written by this writer.
     groups: Mutex<HashSet<String>>,
     /// Serialises `update_metadata` so a slower, older scan never overwrites a newer one.
@@ -179,6 +181,7 @@ impl PlateWriter {
             spec,
             well_index,
             fields: Mutex::new(HashMap::new()),
+            labels: Mutex::new(HashMap::new()),
             groups: Mutex::new(HashSet::new()),
             metadata_lock: Mutex::new(()),
         })
@@ -268,6 +271,104 @@ impl PlateWriter {
         })
     }
 
+    /// Writes plane `(t, z)` of the label image `name` of `field` of `well`
+    /// (e.g. a segmentation of that field): an OME-NGFF label image at
+    /// `{row}/{column}/{field}/labels/{name}`, listed in the field's `labels`
+    /// group, so that ome-zarr-py and napari show it over the field.
+    ///
+    /// The label image has the field's axes, pyramid levels and coordinate
+    /// transforms with one channel (`[t, 1, z, y, x]`), u16 values (0 =
+    /// background), and a nearest-neighbour pyramid (level k keeps every
+    /// 2^k-th pixel: labels are never averaged). `plane` is `[1, Y, X]`, u8 or
+    /// u16, with the field's Y, X (with [`FieldExtent::Grow`] any Y, X: the
+    /// label image always has its field's extent, padded with 0 like the
+    /// field). The field is created (empty) if nothing was written to it yet.
+    /// `name` is a path segment: ASCII letters, digits, `_` or `-`. Errors
+    /// name the well, field, label, t and z.
+    pub fn write_label_plane(&self, well: &str, field: usize, name: &str, t: usize, z: usize, plane: &Stack) -> Result<(), ZarrError> {
+        let pos = self.check_indices(well, field, t, 0, z)?;
+        let bad = |problem: String| ZarrError::LabelPlane { well: well.into(), field, name: name.into(), t, z, problem };
+        if name.is_empty() || !name.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_' || ch == '-') {
+            return Err(bad("a label name must be ASCII letters, digits, '_' or '-' (it is a path segment)".into()));
+        }
+        let [n, h, w] = plane.shape();
+        let s = self.spec.shape;
+        let fits = match self.spec.extent {
+            FieldExtent::Fixed => [n, h, w] == [1, s.y, s.x],
+            FieldExtent::Grow => n == 1 && h > 0 && w > 0,
+        };
+        if !fits {
+            return Err(bad(format!("plane shape {:?}, expected [1, {}, {}]", plane.shape(), s.y, s.x)));
+        }
+        let values: std::borrow::Cow<'_, [u16]> = match plane {
+            Stack::U8(a) => a.plane(0).iter().map(|&v| u16::from(v)).collect::<Vec<u16>>().into(),
+            Stack::U16(a) => a.plane(0).into(),
+            Stack::F32(_) => return Err(bad("labels must be integers (u8 or u16), got f32".into())),
+        };
+        let levels = self.label_arrays(pos, field, name, (h, w))?;
+        let key = format!("{}/{field}/labels/{name}", self.well_path(well)?);
+        self.store_typed(&levels, &key, [t, 0, z], (h, w), &values, subsample(&values, h, w, levels.len()))
+    }
+
+    /// The level arrays of label image `name` of a field, creating the field
+    /// (when new), the label image and the `labels` group listing it on first
+    /// use. The label image always has the field's extent: the field grows
+    /// first to hold `at_least` (with [`FieldExtent::Grow`]).
+    fn label_arrays(&self, pos: WellPos, field: usize, name: &str, at_least: (usize, usize)) -> Result<FieldLevels, ZarrError> {
+        self.field_arrays(pos, field, at_least)?;
+        let yx = self.field_yx(pos, field)?.unwrap_or(at_least);
+        let wi = self.well_index.get(&pos).copied().unwrap_or_default();
+        let mut labels = self.labels.lock().unwrap_or_else(|p| p.into_inner());
+        let id = (wi, field, name.to_string());
+        if let Some(l) = labels.get(&id) {
+            if l.yx == yx {
+                return Ok(l.levels.clone());
+            }
+        }
+        let field_key = format!("{}/{}/{field}", self.spec.rows[pos.row], self.spec.columns[pos.col]);
+        let labels_dir = self.root.join(format!("{field_key}/labels"));
+        let label_key = format!("{field_key}/labels/{name}");
+        let levels = Arc::new(self.label_level_arrays(&label_key, yx)?);
+        if !labels.contains_key(&id) {
+            let well = &self.spec.wells[wi];
+            let position = self.spec.field_positions_um.iter().find(|p| &p.well == well && p.field == field).map(|p| (p.y_um, p.x_um));
+            // The multiscale's name is the label's: what napari names the layer.
+            metadata::write_group(
+                &self.root.join(&label_key),
+                self.spec.version,
+                metadata::label_image(&self.spec, name, position),
+                Map::new(),
+            )?;
+            let mut names = self.label_names(&labels_dir)?;
+            if !names.iter().any(|n| n == name) {
+                names.push(name.to_string());
+                names.sort();
+            }
+            metadata::write_group(&labels_dir, self.spec.version, metadata::labels(&names), Map::new())?;
+        }
+        labels.insert(id, Field { levels: levels.clone(), yx });
+        Ok(levels)
+    }
+
+    /// The label images under a `labels` directory (sub-groups with metadata), sorted.
+    fn label_names(&self, labels_dir: &Path) -> Result<Vec<String>, ZarrError> {
+        let entries = match std::fs::read_dir(labels_dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(ZarrError::io(labels_dir, e)),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|e| ZarrError::io(labels_dir, e))?;
+            let dir = entry.path();
+            if dir.join("zarr.json").exists() || dir.join(".zattrs").exists() {
+                names.push(entry.file_name().to_string_lossy().into_owned());
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
     fn check_indices(&self, well: &str, field: usize, t: usize, c: usize, z: usize) -> Result<WellPos, ZarrError> {
         let pos = self.locate(well)?;
         if field >= self.spec.fields_per_well {
@@ -340,7 +441,16 @@ impl PlateWriter {
     /// Creates (writes the metadata of) every pyramid level array of the field
     /// at `field_key` with level-0 extent `yx`.
     fn level_arrays(&self, field_key: &str, yx: (usize, usize)) -> Result<Vec<LevelArray>, ZarrError> {
-        (0..self.spec.pyramid_levels).map(|k| self.create_level_array(&format!("{field_key}/{k}"), k, level_of(yx, k))).collect()
+        let (dtype, c) = (self.spec.dtype, self.spec.shape.c);
+        (0..self.spec.pyramid_levels).map(|k| self.create_level_array(&format!("{field_key}/{k}"), k, level_of(yx, k), dtype, c)).collect()
+    }
+
+    /// [`level_arrays`](Self::level_arrays) of a label image at `label_key`:
+    /// u16, one channel.
+    fn label_level_arrays(&self, label_key: &str, yx: (usize, usize)) -> Result<Vec<LevelArray>, ZarrError> {
+        (0..self.spec.pyramid_levels)
+            .map(|k| self.create_level_array(&format!("{label_key}/{k}"), k, level_of(yx, k), DType::U16, 1))
+            .collect()
     }
 
     /// Level-0 (y, x) of the field at `field_key` as its array metadata on
@@ -387,24 +497,31 @@ impl PlateWriter {
     }
 
     /// Builds the zarrs array of pyramid level `k` at `key`, `(ly, lx)` in y
-    /// and x, and writes its metadata (atomically, by us: zarrs validates and
-    /// serialises it). Chunks: one per plane (fixed extent), or the spec's
-    /// level-`k` plane size (grown extent).
-    fn create_level_array(&self, key: &str, k: usize, (ly, lx): (usize, usize)) -> Result<LevelArray, ZarrError> {
+    /// and x, `channels` in c, of `dtype`, and writes its metadata
+    /// (atomically, by us: zarrs validates and serialises it). Chunks: one per
+    /// plane (fixed extent), or the spec's level-`k` plane size (grown extent).
+    fn create_level_array(
+        &self,
+        key: &str,
+        k: usize,
+        (ly, lx): (usize, usize),
+        dtype: DType,
+        channels: usize,
+    ) -> Result<LevelArray, ZarrError> {
         let s = self.spec.shape;
-        let shape = vec![s.t as u64, s.c as u64, s.z as u64, ly as u64, lx as u64];
+        let shape = vec![s.t as u64, channels as u64, s.z as u64, ly as u64, lx as u64];
         let (cy, cx) = self.chunk_yx(k, (ly, lx));
         let chunks = vec![1u64, 1, 1, cy as u64, cx as u64];
         let dir = self.root.join(key);
         let store = self.store.clone();
         match self.spec.version {
             NgffVersion::V05 => {
-                let dt = match self.spec.dtype {
+                let dt = match dtype {
                     DType::U8 => data_type::uint8(),
                     DType::U16 => data_type::uint16(),
                     DType::F32 => data_type::float32(),
                 };
-                let mut builder = match self.spec.dtype {
+                let mut builder = match dtype {
                     DType::U8 => ArrayBuilder::new(shape, chunks, dt, 0u8),
                     DType::U16 => ArrayBuilder::new(shape, chunks, dt, 0u16),
                     DType::F32 => ArrayBuilder::new(shape, chunks, dt, 0f32),
@@ -425,7 +542,7 @@ impl PlateWriter {
                 Ok(array)
             }
             NgffVersion::V04 => {
-                let (dtype, fill) = match self.spec.dtype {
+                let (dtype, fill) = match dtype {
                     DType::U8 => ("|u1", json!(0)),
                     DType::U16 => ("<u2", json!(0)),
                     DType::F32 => ("<f4", json!(0.0)),
@@ -474,31 +591,32 @@ impl PlateWriter {
         hw: (usize, usize),
         plane: PlaneRef<'_>,
     ) -> Result<(), ZarrError> {
+        let key = format!("{}/{field}", self.well_path(well)?);
         match plane {
-            PlaneRef::U8(p) => self.store_typed(levels, well, field, tcz, hw, p),
-            PlaneRef::U16(p) => self.store_typed(levels, well, field, tcz, hw, p),
-            PlaneRef::F32(p) => self.store_typed(levels, well, field, tcz, hw, p),
+            PlaneRef::U8(p) => self.store_typed(levels, &key, tcz, hw, p, downsample(p, hw.0, hw.1, levels.len())),
+            PlaneRef::U16(p) => self.store_typed(levels, &key, tcz, hw, p, downsample(p, hw.0, hw.1, levels.len())),
+            PlaneRef::F32(p) => self.store_typed(levels, &key, tcz, hw, p, downsample(p, hw.0, hw.1, levels.len())),
         }
     }
 
-    /// Stores a `h × w` plane and its pyramid at `(t, c, z)` of a field.
+    /// Stores a `h × w` plane (level 0) and its `pyramid` (levels 1..) at
+    /// `(t, c, z)` of the image at `key` (errors name `key/level`).
     fn store_typed<T: Pixel + Element>(
         &self,
         levels: &[LevelArray],
-        well: &str,
-        field: usize,
+        key: &str,
         [t, c, z]: [usize; 3],
         (h, w): (usize, usize),
         plane: &[T],
+        pyramid: Vec<(Vec<T>, usize, usize)>,
     ) -> Result<(), ZarrError> {
         let err = |k: usize, e: zarrs::array::ArrayError| {
-            let key = self.well_path(well).unwrap_or_else(|_| well.to_string());
-            ZarrError::array(self.root.join(format!("{key}/{field}/{k}")), format_args!("plane t={t} c={c} z={z}"), &e)
+            ZarrError::array(self.root.join(format!("{key}/{k}")), format_args!("plane t={t} c={c} z={z}"), &e)
         };
         if let Some(l0) = levels.first() {
             self.store_level(l0, 0, [t, c, z], (h, w), plane).map_err(|e| err(0, e))?;
         }
-        for (k, (data, lh, lw)) in downsample(plane, h, w, levels.len()).iter().enumerate() {
+        for (k, (data, lh, lw)) in pyramid.iter().enumerate() {
             self.store_level(&levels[k + 1], k + 1, [t, c, z], (*lh, *lw), data).map_err(|e| err(k + 1, e))?;
         }
         Ok(())
@@ -612,6 +730,12 @@ impl PlateWriter {
             for f in &fields {
                 if !exists[*f] || self.spec.extent == FieldExtent::Grow {
                     self.field_arrays(pos, *f, extent)?;
+                }
+                if self.spec.extent == FieldExtent::Grow {
+                    // Label images keep their field's (grown) extent.
+                    for name in self.label_names(&self.root.join(format!("{key}/{f}/labels")))? {
+                        self.label_arrays(pos, *f, &name, extent)?;
+                    }
                 }
             }
             field_count = field_count.max(fields.len());

@@ -150,3 +150,114 @@ fn oracle_reads_a_partial_plate() {
         assert!(report.contains("ORACLE OK: NGFF"), "{report}");
     }
 }
+
+fn labels_script() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/ngff_labels_oracle.py")
+}
+
+/// A `h × w` label plane: 8×8 blocks numbered differently per (field, label, z), a background stripe of 0.
+fn label_plane(h: usize, w: usize, salt: usize) -> Vec<u16> {
+    (0..h * w)
+        .map(|i| {
+            let (y, x) = (i / w, i % w);
+            if x % 11 == 0 {
+                0
+            } else {
+                (((y / 8) * 7 + x / 8 + salt * 13) % 400 + 1) as u16
+            }
+        })
+        .collect()
+}
+
+/// napari's OME-Zarr reader (ome-zarr-py) lists the label images written
+/// under each field, with our values on every level (level k: every 2^k-th
+/// pixel), the image's transforms and an integer dtype; zarr-python reads the
+/// `labels` lists and ome-zarr-models accepts each field image with its labels.
+/// NGFF 0.5 with a fixed extent, and 0.4 with grown fields (a label written at
+/// a field's smaller size is padded with 0 to the field's final extent).
+#[test]
+fn ome_zarr_reads_the_labels_of_every_field() {
+    let Some(python) = zarr_python() else { return };
+    for (version, grow) in [(NgffVersion::V05, false), (NgffVersion::V04, true)] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("labels.zarr");
+        let mut spec = small_spec(version);
+        if grow {
+            spec.extent = hcsflow_zarr::FieldExtent::Grow;
+        }
+        let s = spec.shape;
+        let writer = PlateWriter::create(&root, spec.clone()).unwrap();
+        // (well, path, field, labels, plane size); with grow, A01 field 0 is larger than the chunk size.
+        let (big, small) = if grow { ((70, 50), (40, 30)) } else { ((s.y, s.x), (s.y, s.x)) };
+        let fields = [
+            ("A01", "A/1/0", 0, vec!["cells", "nuclei"], big),
+            ("A01", "A/1/1", 1, vec!["nuclei"], small),
+            ("B02", "B/2/0", 0, vec!["nuclei"], small),
+            ("B02", "B/2/1", 1, vec!["nuclei"], small),
+        ];
+        let extent = fields.iter().fold((0, 0), |a, f| (a.0.max(f.4 .0), a.1.max(f.4 .1)));
+        let expected = dir.path().join("expected");
+        std::fs::create_dir_all(&expected).unwrap();
+        let mut listed = serde_json::Map::new();
+        for (i, (well, path, field, names, (h, w))) in fields.iter().enumerate() {
+            let data: Vec<hcsflow_core::Stack> = (0..s.c)
+                .map(|c| {
+                    let v = values(seed(well, *field), 0, c, s.z * h * w).iter().map(|&v| v as u16).collect();
+                    hcsflow_core::Stack::from(ndarray::Array3::from_shape_vec((s.z, *h, *w), v).unwrap())
+                })
+                .collect();
+            writer.write_field(well, *field, &data).unwrap();
+            for (j, name) in names.iter().enumerate() {
+                let mut level0 = Vec::new();
+                for z in 0..s.z {
+                    let plane = label_plane(*h, *w, i * 10 + j * 3 + z);
+                    let stack = hcsflow_core::Stack::from(ndarray::Array3::from_shape_vec((1, *h, *w), plane.clone()).unwrap());
+                    writer.write_label_plane(well, *field, name, 0, z, &stack).unwrap();
+                    // The expected level 0 at the field's final extent (padded with 0).
+                    for y in 0..extent.0 {
+                        for x in 0..extent.1 {
+                            let v = if y < *h && x < *w { plane[y * w + x] } else { 0 };
+                            level0.extend_from_slice(&v.to_le_bytes());
+                        }
+                    }
+                }
+                std::fs::write(expected.join(format!("{}_{name}.bin", path.replace('/', "_"))), level0).unwrap();
+            }
+            listed.insert(path.to_string(), json!(names));
+        }
+        writer.finish().unwrap();
+        let doc = json!({
+            "version": version.as_str(),
+            "levels": spec.pyramid_levels,
+            "shape": [s.t, 1, s.z, extent.0, extent.1],
+            "fields": listed,
+        });
+        std::fs::write(expected.join("labels.json"), serde_json::to_vec_pretty(&doc).unwrap()).unwrap();
+        let report = python.run([labels_script().as_os_str(), root.as_os_str(), expected.as_os_str()]);
+        println!("{report}");
+        assert!(report.contains("ORACLE OK: NGFF"), "{report}");
+    }
+}
+
+/// Label planes the writer refuses, each error naming the label and the problem.
+#[test]
+fn label_planes_that_cannot_be_labels_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = small_spec(NgffVersion::V05);
+    let s = spec.shape;
+    let writer = PlateWriter::create(&dir.path().join("p.zarr"), spec).unwrap();
+    let u16_plane = |h, w| hcsflow_core::Stack::from(ndarray::Array3::<u16>::zeros((1, h, w)));
+    let f32_plane = hcsflow_core::Stack::from(ndarray::Array3::<f32>::zeros((1, s.y, s.x)));
+    let cases = [
+        (writer.write_label_plane("A01", 0, "nuclei", 0, 0, &f32_plane), "labels must be integers"),
+        (writer.write_label_plane("A01", 0, "nuclei", 0, 0, &u16_plane(s.y + 1, s.x)), "plane shape [1, 65, 48]"),
+        (writer.write_label_plane("A01", 0, "../x", 0, 0, &u16_plane(s.y, s.x)), "a label name must be"),
+        (writer.write_label_plane("A01", 0, "nuclei", 0, s.z, &u16_plane(s.y, s.x)), "z = 3 out of range"),
+        (writer.write_label_plane("C09", 0, "nuclei", 0, 0, &u16_plane(s.y, s.x)), "unknown well 'C09'"),
+    ];
+    for (result, needle) in cases {
+        let text = result.expect_err(needle).to_string();
+        assert!(text.contains(needle), "{text} lacks {needle}");
+    }
+    assert!(!dir.path().join("p.zarr/A/1/0/labels").exists(), "nothing was written");
+}
