@@ -53,90 +53,127 @@ use crate::threshold::{threshold_value, ThresholdMethod};
 /// foreground pixel to the nearest background pixel, 0 on the background,
 /// `+∞` when the plane has no background. See the module docs.
 pub fn distance_transform_edt(mask: &[bool], h: usize, w: usize, sampling: (f64, f64)) -> Vec<f32> {
-    let mut sq = squared_edt(mask, h, w, sampling);
-    sq.par_chunks_mut(w.max(1)).for_each(|row| row.iter_mut().for_each(|v| *v = v.sqrt()));
-    sq.into_iter().map(|v| v as f32).collect()
-}
-
-/// Squared distances (f64) of [`distance_transform_edt`].
-fn squared_edt(mask: &[bool], h: usize, w: usize, (sy, sx): (f64, f64)) -> Vec<f64> {
+    let mut out = vec![0f32; h * w];
     if h == 0 || w == 0 {
-        return Vec::new();
+        return out;
     }
-    // Pass 1, along Y: distance in rows to the nearest background pixel of the
-    // column (forward then backward scan, whole rows at a time).
-    let inf = u32::MAX;
-    let mut up = vec![inf; h * w];
-    for y in 0..h {
-        for x in 0..w {
-            let i = y * w + x;
-            up[i] = if !mask[i] {
-                0
-            } else if y > 0 && up[i - w] != inf {
-                up[i - w] + 1
-            } else {
-                inf
-            };
-        }
-    }
-    for y in (0..h.saturating_sub(1)).rev() {
-        for x in 0..w {
-            let i = y * w + x;
-            let below = up[i + w];
-            if below != inf && below + 1 < up[i] {
-                up[i] = below + 1;
+    // Pass 1, along Y: distance in rows to the nearest background pixel of
+    // the column, per strip of columns (in parallel), stored strip by strip.
+    let strips: Vec<Vec<u32>> = (0..w.div_ceil(EDT_STRIP)).into_par_iter().map(|s| column_distances(mask, h, w, s * EDT_STRIP)).collect();
+    // Pass 2, along X: lower envelope of the parabolas sx²(x − q)² + g(q) of
+    // each row, g(q) = sy²·(column distance)², written as the square root.
+    let (sy2, sx2) = (sampling.0 * sampling.0, sampling.1 * sampling.1);
+    out.par_chunks_mut(w).enumerate().for_each_init(
+        || (vec![0usize; w], vec![0f64; w + 1], vec![0f64; w], vec![0f64; w]),
+        |(v, z, f, a), (y, row)| {
+            for (s, strip) in strips.iter().enumerate() {
+                let x0 = s * EDT_STRIP;
+                let sw = EDT_STRIP.min(w - x0);
+                for (x, &d) in (x0..).zip(&strip[y * sw..(y + 1) * sw]) {
+                    f[x] = if d == u32::MAX { f64::INFINITY } else { (d as f64) * (d as f64) * sy2 };
+                }
             }
-        }
-    }
-    let sy2 = sy * sy;
-    let mut g: Vec<f64> = up.iter().map(|&d| if d == inf { f64::INFINITY } else { (d as f64) * (d as f64) * sy2 }).collect();
-    // Pass 2, along X: lower envelope of the parabolas sx²(x − q)² + g(q).
-    let sx2 = sx * sx;
-    g.par_chunks_mut(w).for_each_init(
-        || (vec![0usize; w], vec![0f64; w + 1], vec![0f64; w]),
-        |(v, z, f), row| {
-            f.copy_from_slice(row);
-            let mut k: isize = -1;
-            for q in 0..w {
-                if f[q].is_infinite() {
+            // A background pixel (f = 0) is 0, and no parabola beyond one
+            // reaches past it (it is lower there, by at least half a pixel in
+            // where envelopes cross), so each run of foreground pixels with the
+            // background pixels bounding it is an envelope of its own: the
+            // same parabolas, crossings and values as over the whole row.
+            let mut x = 0;
+            while x < w {
+                if f[x] == 0.0 {
+                    row[x] = 0.0;
+                    x += 1;
                     continue;
                 }
-                loop {
-                    if k < 0 {
-                        k = 0;
-                        v[0] = q;
-                        z[0] = f64::NEG_INFINITY;
-                        z[1] = f64::INFINITY;
-                        break;
-                    }
-                    let p = v[k as usize];
-                    let s = ((f[q] + sx2 * (q * q) as f64) - (f[p] + sx2 * (p * p) as f64)) / (2.0 * sx2 * (q - p) as f64);
-                    if s <= z[k as usize] {
-                        k -= 1;
-                        continue;
-                    }
-                    k += 1;
-                    v[k as usize] = q;
-                    z[k as usize] = s;
-                    z[k as usize + 1] = f64::INFINITY;
-                    break;
+                let start = x;
+                while x < w && f[x] != 0.0 {
+                    x += 1;
                 }
-            }
-            if k < 0 {
-                row.iter_mut().for_each(|o| *o = f64::INFINITY);
-                return;
-            }
-            let mut j = 0usize;
-            for (x, o) in row.iter_mut().enumerate() {
-                while z[j + 1] < x as f64 {
-                    j += 1;
-                }
-                let d = x as f64 - v[j] as f64;
-                *o = sx2 * d * d + f[v[j]];
+                let (lo, hi) = (start.saturating_sub(1), x.min(w - 1));
+                lower_envelope_sqrt(&f[..=hi], lo, sx2, v, z, a, row);
             }
         },
     );
-    g
+    out
+}
+
+/// Columns per strip of the distance transform's first pass.
+const EDT_STRIP: usize = 128;
+
+/// Pass 1 of [`distance_transform_edt`] on the columns `x0..x0 + 128` (fewer
+/// at the right edge): for each pixel the distance in rows to the nearest
+/// background pixel of its column (`u32::MAX`: none), `h × strip width`,
+/// row-major. Forward then backward scan, whole strip rows at a time.
+fn column_distances(mask: &[bool], h: usize, w: usize, x0: usize) -> Vec<u32> {
+    let sw = EDT_STRIP.min(w - x0);
+    let mut up = vec![0u32; h * sw];
+    for (o, &m) in up[..sw].iter_mut().zip(&mask[x0..x0 + sw]) {
+        *o = if m { u32::MAX } else { 0 };
+    }
+    for y in 1..h {
+        let (done, rest) = up.split_at_mut(y * sw);
+        let prev = &done[(y - 1) * sw..];
+        for ((o, &p), &m) in rest[..sw].iter_mut().zip(prev).zip(&mask[y * w + x0..y * w + x0 + sw]) {
+            *o = if m { p.saturating_add(1) } else { 0 };
+        }
+    }
+    for y in (0..h - 1).rev() {
+        let (head, below) = up.split_at_mut((y + 1) * sw);
+        for (o, &b) in head[y * sw..].iter_mut().zip(&below[..sw]) {
+            *o = (*o).min(b.saturating_add(1));
+        }
+    }
+    up
+}
+
+/// Pass 2 of [`distance_transform_edt`] on pixels `lo..f.len()` of a row:
+/// `row[x] = √min_q(sx2·(x − q)² + f[q])` over `q` in the same range
+/// (Felzenszwalb–Huttenlocher; `+∞` when every `f` there is infinite),
+/// indices absolute. `v`, `z`, `a`: work buffers of at least `f.len()`,
+/// `f.len() + 1`, `f.len()`.
+fn lower_envelope_sqrt(f: &[f64], lo: usize, sx2: f64, v: &mut [usize], z: &mut [f64], a: &mut [f64], row: &mut [f32]) {
+    let w = f.len();
+    for q in lo..w {
+        a[q] = f[q] + sx2 * (q * q) as f64;
+    }
+    let mut k: isize = -1;
+    for q in lo..w {
+        if f[q].is_infinite() {
+            continue;
+        }
+        loop {
+            if k < 0 {
+                k = 0;
+                v[0] = q;
+                z[0] = f64::NEG_INFINITY;
+                z[1] = f64::INFINITY;
+                break;
+            }
+            let p = v[k as usize];
+            let s = (a[q] - a[p]) / (2.0 * sx2 * (q - p) as f64);
+            if s <= z[k as usize] {
+                k -= 1;
+                continue;
+            }
+            k += 1;
+            v[k as usize] = q;
+            z[k as usize] = s;
+            z[k as usize + 1] = f64::INFINITY;
+            break;
+        }
+    }
+    if k < 0 {
+        row[lo..w].fill(f32::INFINITY);
+        return;
+    }
+    let mut j = 0usize;
+    for (x, o) in row.iter_mut().enumerate().take(w).skip(lo) {
+        while z[j + 1] < x as f64 {
+            j += 1;
+        }
+        let d = x as f64 - v[j] as f64;
+        *o = (sx2 * d * d + f[v[j]]).sqrt() as f32;
+    }
 }
 
 /// One queue entry of the flood: skimage's `Heapitem` (value, age, index)
@@ -300,11 +337,38 @@ pub fn watershed(
 /// scipy `binary_fill_holes(mask)`: background components (4-connected) that do
 /// not touch the image border become foreground.
 pub fn fill_holes(mask: &[bool], h: usize, w: usize) -> Vec<bool> {
-    let background: Vec<bool> = mask.iter().map(|&m| !m).collect();
-    let bg = label_mask(&background, h, w, Connectivity::Four);
-    let mut outside = vec![false; bg.count as usize + 1];
-    for_border(h, w, |i| outside[bg.labels[i] as usize] = true);
-    bg.labels.iter().zip(mask).map(|(&l, &m)| m || !outside[l as usize]).collect()
+    // Flood the background from the border (4-connected): what it does not
+    // reach is a hole, and becomes foreground.
+    let mut filled = vec![true; h * w];
+    let mut stack = Vec::new();
+    for_border(h, w, |i| {
+        if !mask[i] && filled[i] {
+            filled[i] = false;
+            stack.push(i);
+        }
+    });
+    while let Some(i) = stack.pop() {
+        let (y, x) = (i / w, i % w);
+        let mut visit = |j: usize| {
+            if !mask[j] && filled[j] {
+                filled[j] = false;
+                stack.push(j);
+            }
+        };
+        if y > 0 {
+            visit(i - w);
+        }
+        if y + 1 < h {
+            visit(i + w);
+        }
+        if x > 0 {
+            visit(i - 1);
+        }
+        if x + 1 < w {
+            visit(i + 1);
+        }
+    }
+    filled
 }
 
 /// Calls `f` with the index of every pixel on the image border.
@@ -367,22 +431,41 @@ pub fn filter_size(labels: &[u32], h: usize, w: usize, min_area: u64, max_area: 
 /// `label`, except that two separate equal maxima closer than `radius` both
 /// stay (peak_local_max keeps one).
 pub fn maxima_markers(dist: &[f32], h: usize, w: usize, radius: usize) -> Labels {
-    let mut rowmax = vec![0f32; h * w];
-    rowmax.par_chunks_mut(w.max(1)).enumerate().for_each(|(y, o)| {
-        let row = &dist[y * w..(y + 1) * w];
-        for (x, v) in o.iter_mut().enumerate() {
-            *v = row[x.saturating_sub(radius)..=(x + radius).min(w - 1)].iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    if h == 0 || w == 0 {
+        return label_mask(&[], h, w, Connectivity::Eight);
+    }
+    // Separable maximum over the clipped square: along each row, then along
+    // each column, both as element-wise maxima of shifted slices (vectorised).
+    let mut rowmax = dist.to_vec();
+    rowmax.par_chunks_mut(w).zip(dist.par_chunks(w)).for_each(|(o, row)| {
+        for k in 1..=radius.min(w - 1) {
+            window_max(&mut o[..w - k], &row[k..]);
+            window_max(&mut o[k..], &row[..w - k]);
         }
     });
-    let peak: Vec<bool> = (0..h * w)
-        .into_par_iter()
-        .map(|i| {
-            let (y, x) = (i / w, i % w);
-            let v = dist[i];
-            v > 0.0 && (y.saturating_sub(radius)..=(y + radius).min(h - 1)).all(|yy| rowmax[yy * w + x] <= v)
-        })
-        .collect();
+    let mut peak = vec![false; h * w];
+    peak.par_chunks_mut(w).enumerate().for_each_init(
+        || vec![0f32; w],
+        |m, (y, p)| {
+            m.copy_from_slice(&rowmax[y * w..(y + 1) * w]);
+            for yy in y.saturating_sub(radius)..=(y + radius).min(h - 1) {
+                window_max(m, &rowmax[yy * w..(yy + 1) * w]);
+            }
+            let row = &dist[y * w..(y + 1) * w];
+            for ((p, &v), &m) in p.iter_mut().zip(row).zip(m.iter()) {
+                *p = v > 0.0 && m <= v;
+            }
+        },
+    );
     label_mask(&peak, h, w, Connectivity::Eight)
+}
+
+/// `out[i] = max(out[i], v[i])` (the values have no NaN).
+#[inline]
+fn window_max(out: &mut [f32], v: &[f32]) {
+    for (o, &v) in out.iter_mut().zip(v) {
+        *o = if v > *o { v } else { *o };
+    }
 }
 
 /// Parameters of [`segment_nuclei`].
@@ -519,7 +602,8 @@ pub static CLEAR_BORDER: FunctionDecl<NoArgs> = FunctionDecl::new(
     "clear_border",
     Contract::Pure2d,
     "Removes the labels touching the image border (skimage.segmentation.clear_border), other values kept.",
-);
+)
+.with_label_output();
 
 hcsflow_core::function_args! {
     /// The arguments of [`FILTER_SIZE`].
@@ -533,7 +617,8 @@ pub static FILTER_SIZE: FunctionDecl<FilterSizeArgs> = FunctionDecl::new(
     "filter_size",
     Contract::Pure2d,
     "Keeps the labelled objects with min_area <= area <= max_area, relabelled 1.. in label order (u16).",
-);
+)
+.with_label_output();
 
 hcsflow_core::function_args! {
     /// The arguments of [`SEGMENT_NUCLEI`].
@@ -608,7 +693,8 @@ pub static WATERSHED: FunctionDecl<WatershedArgs> = FunctionDecl::new(
     "Seeded watershed (skimage.segmentation.watershed, identical labels): plane 0 the image, plane 1 the markers (0 = none), optional plane 2 the mask (nonzero = flood); one u16 label plane.",
 )
 .with_check(check_watershed)
-.with_output_shape(one_plane_u16);
+.with_output_shape(one_plane_u16)
+.with_label_output();
 
 /// [`watershed`] of a 2- or 3-plane stack (image, markers, optional mask) as
 /// one u16 label plane. Errors: other plane counts, NaN, labels above 65,535.
@@ -642,7 +728,8 @@ pub static SEGMENT_NUCLEI: FunctionDecl<SegmentNucleiArgs> = FunctionDecl::new(
     OBJECTS,
     "per object: ObjectNumber, AreaShape_* (area, centre, bounding box, perimeter, eccentricity, axes) and Intensity_* (mean, integrated, min, max) of the input plane",
 )])
-.with_check(check_segment);
+.with_check(check_segment)
+.with_label_output();
 
 /// Runs [`segment_nuclei`] on every plane: the u16 label stack and the per-object table.
 pub fn segment_nuclei_stack(stack: &Stack, p: &NucleiParams) -> Result<(Stack, hcsflow_core::Table), FunctionError> {
