@@ -592,7 +592,8 @@ pub static COUNT_CELLS: FunctionDecl<CountCellsArgs> = FunctionDecl::new(
     ArtifactDecl::table(COUNTS, "per image: count"),
     ArtifactDecl::table(OBJECTS, "per object: label, y, x (centroid or blob centre, px), area (px), mean_intensity, sigma (blob_log)"),
 ])
-.with_check(check_count);
+.with_check(check_count)
+.with_label_output();
 
 pub(crate) fn register(registry: &mut Registry) {
     registry.add(COUNT_CELLS.host(|s, args, ctx| {

@@ -162,7 +162,8 @@ pub static LABEL: FunctionDecl<LabelArgs> = FunctionDecl::new(
     "label",
     Contract::Pure2d,
     "Connected components of the nonzero pixels (scipy.ndimage.label / skimage.measure.label on a mask), u16 labels in raster order.",
-);
+)
+.with_label_output();
 
 pub(crate) fn register(registry: &mut Registry) {
     registry.add(LABEL.host(|s, a, _| {

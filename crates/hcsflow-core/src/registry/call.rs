@@ -40,6 +40,8 @@ pub struct CallPlan {
     pub route_in: Route,
     /// The function's artifacts (copied from its registration).
     pub artifacts: Artifacts,
+    /// The function's output is a label image ([`crate::FunctionDecl::with_label_output`]).
+    pub output_labels: bool,
 }
 
 impl CallPlan {
@@ -80,6 +82,7 @@ impl Registry {
             implementation,
             route_in,
             artifacts: function.artifacts.clone(),
+            output_labels: function.output_labels,
         })
     }
 

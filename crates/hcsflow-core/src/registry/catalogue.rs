@@ -42,6 +42,8 @@ pub struct Function {
     /// How each plane may be reduced as it is read when the function runs on
     /// a plate-wide sample ([`FunctionDecl::with_plane_reduction`]).
     pub reduction: Option<ReductionRule>,
+    /// Its output stack is a label image ([`FunctionDecl::with_label_output`]).
+    pub output_labels: bool,
 }
 
 /// A reduction of every plane as it is read, declared by a function that runs
@@ -176,6 +178,7 @@ impl fmt::Debug for Function {
             .field("check", &self.check.is_some())
             .field("shape_rule", &self.shape_rule.is_some())
             .field("reduction", &self.reduction.is_some())
+            .field("output_labels", &self.output_labels)
             .finish()
     }
 }
@@ -226,12 +229,26 @@ pub struct FunctionDecl<A> {
     pub output_shape: Option<DeclaredShapeRule<A>>,
     /// The reduction of each plane as it is read for a plate-wide sample (see [`PlaneReduction`]).
     pub reduction: Option<DeclaredReduction<A>>,
+    /// The output stack is a label image: integer object numbers, 0 the
+    /// background (a segmentation). Outputs that keep images apart from
+    /// labels (OME-Zarr's NGFF `labels`) store it as one.
+    pub output_labels: bool,
 }
 
 impl<A> FunctionDecl<A> {
     /// A declaration without artifacts, checks or shape rule.
     pub const fn new(name: &'static str, contract: Contract, doc: &'static str) -> Self {
-        FunctionDecl { name, doc, contract, produces: &[], consumes: &[], check: None, output_shape: None, reduction: None }
+        FunctionDecl {
+            name,
+            doc,
+            contract,
+            produces: &[],
+            consumes: &[],
+            check: None,
+            output_shape: None,
+            reduction: None,
+            output_labels: false,
+        }
     }
 
     /// With the artifacts it produces.
@@ -257,6 +274,11 @@ impl<A> FunctionDecl<A> {
     /// With the reduction of each plane read for a plate-wide sample.
     pub const fn with_plane_reduction(self, rule: DeclaredReduction<A>) -> Self {
         FunctionDecl { reduction: Some(rule), ..self }
+    }
+
+    /// Declares that its output stack is a label image (see [`FunctionDecl::output_labels`]).
+    pub const fn with_label_output(self) -> Self {
+        FunctionDecl { output_labels: true, ..self }
     }
 }
 
@@ -310,6 +332,7 @@ impl<A: FunctionArgs> FunctionDecl<A> {
                 check,
                 shape_rule,
                 reduction,
+                output_labels: self.output_labels,
             },
             implementation,
         }
@@ -370,6 +393,7 @@ impl Registry {
             check: None,
             shape_rule: None,
             reduction: None,
+            output_labels: false,
         });
         entry.implementations.retain(|i| i.memory_in != implementation.memory_in);
         entry.implementations.push(implementation);
