@@ -11,6 +11,11 @@
 //! every pyramid level equals the step's TIFF output (read with tifffile).
 //! Both NGFF 0.5 (Zarr v3) and 0.4 (Zarr v2).
 //!
+//! The `count` step's output is a label image (count_cells): the pipeline
+//! writes it as OME-NGFF labels named `count` under the fields of the nearest
+//! earlier image plate (the mosaic's), and the oracle checks with ome-zarr-py
+//! (napari's reader) that every field lists them, with the TIFFs' values.
+//!
 //! Needs python3 with the packages of `.ci/requirements-oracles.txt`; a missing
 //! one follows `hcsflow_testkit::oracle`'s policy (a failure with the pip
 //! command, always under `CI=true`; outside CI `HCSFLOW_SKIP_ORACLES=1` skips).
@@ -43,6 +48,9 @@ const PIXEL_UM: f64 = 0.65;
 
 /// Demo steps whose planes are whole-well mosaics, not fields.
 const MOSAIC_STEPS: [&str; 2] = ["mosaic", "count"];
+
+/// Demo steps whose output is a label image, and the image step whose plate holds it.
+const LABEL_STEPS: [(&str, &str); 1] = [("count", "mosaic")];
 
 /// Per demo step: channel names, z planes and fields per well of its output,
 /// as the pipeline defines them (composite collapses the channels; max-Z
@@ -98,7 +106,7 @@ fn run_demo_and_check(version: NgffVersion) {
     let options = RunOptions { workers: 2, zarr_format: version, ..RunOptions::default() };
     let summary = execute(&plan, &registry, &conversions, &options, &|_| {}).expect("execute");
     assert!(summary.failed.is_empty(), "{:?}", summary.failed);
-    assert_eq!(summary.zarr_plates.len(), plan.steps.len(), "one OME-Zarr plate per step");
+    assert_eq!(summary.zarr_plates.len(), plan.steps.len() - LABEL_STEPS.len(), "one OME-Zarr plate per image step");
 
     for step in &plan.steps {
         let (channels, z, fields) = expected_layout(&step.name);
@@ -121,8 +129,13 @@ fn run_demo_and_check(version: NgffVersion) {
         }
         // y, x null for mosaics: the oracle takes the largest TIFF plane.
         let (y, x) = if mosaic { (json!(null), json!(null)) } else { (json!(SIZE), json!(SIZE)) };
-        let root = out.join(format!("{}_{}.ome.zarr", cfg.plate_name, step.name));
+        let label_into = LABEL_STEPS.iter().find(|(l, _)| *l == step.name).map(|(_, image)| *image);
+        let root = out.join(format!("{}_{}.ome.zarr", cfg.plate_name, label_into.unwrap_or(&step.name)));
         assert!(summary.zarr_plates.contains(&root), "{} not in {:?}", root.display(), summary.zarr_plates);
+        if label_into.is_some() {
+            let own = out.join(format!("{}_{}.ome.zarr", cfg.plate_name, step.name));
+            assert!(!own.exists(), "the label step '{}' writes no plate of its own ({})", step.name, own.display());
+        }
         let expected = json!({
             "version": version.as_str(),
             "plate_name": cfg.plate_name,
@@ -139,8 +152,12 @@ fn run_demo_and_check(version: NgffVersion) {
         });
         let spec_path = dir.path().join(format!("{}.json", step.name));
         std::fs::write(&spec_path, serde_json::to_vec_pretty(&expected).unwrap()).unwrap();
-        let o = Command::new("python3")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/pipeline_zarr_oracle.py"))
+        let mut command = Command::new("python3");
+        command.arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/oracle/pipeline_zarr_oracle.py"));
+        if label_into.is_some() {
+            command.args(["--labels", &step.name]);
+        }
+        let o = command
             .arg(&root)
             .arg(out.join(&step.name))
             .arg(&spec_path)

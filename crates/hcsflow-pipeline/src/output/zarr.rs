@@ -16,6 +16,19 @@
 //! plate metadata is written by [`ZarrOutput::finish`] after the run, listing
 //! the wells that have fields (a failed well is left out, and added by a
 //! `--resume` run, which reopens the same plate).
+//!
+//! **Labels.** A zarr-materialised step whose output is a label image (every
+//! chain ends in a function declared with
+//! [`with_label_output`](hcsflow_core::FunctionDecl::with_label_output):
+//! `segment_nuclei`, `watershed`, `label`, ...) writes no plate of its own
+//! when another zarr-materialised step writes images (the nearest earlier
+//! one, else the nearest later one): its planes become OME-NGFF label images
+//! under that plate's fields (`{row}/{col}/{field}/labels/{name}`, u16, see
+//! [`PlateWriter::write_label_plane`]), so napari shows them over the
+//! images. The label image is named after the step (`{step}_{channel}` when
+//! the step keeps several channels), each plane going to the field, t and z of
+//! the image plate with the same site, timepoint and z. Without an image
+//! plate the step writes its labels as a plate of images, as any step.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
@@ -37,6 +50,17 @@ pub struct ZarrLayout {
     pub spec: PlateSpec,
     /// Per component (site, channel, z, t): value → 0-based index.
     index: [BTreeMap<u32, usize>; 4],
+    /// Steps whose label images go under this plate's fields.
+    pub labels: Vec<LabelLayout>,
+}
+
+/// A label step written as NGFF labels into another step's plate.
+#[derive(Debug, Clone)]
+pub struct LabelLayout {
+    /// Index into [`crate::Plan::steps`].
+    pub step: usize,
+    /// Channel value of an output plane → the label image's name.
+    names: BTreeMap<u32, String>,
 }
 
 impl ZarrLayout {
@@ -45,10 +69,23 @@ impl ZarrLayout {
         let at = |i: usize| self.index[i].get(&key[i]).copied();
         Some((at(0)?, at(3)?, at(1)?, at(2)?))
     }
+
+    /// `(field, t, z, label name)` of an output plane of label step `label`.
+    fn label_position<'a>(&self, label: &'a LabelLayout, key: &Key) -> Option<(usize, usize, usize, &'a str)> {
+        let at = |i: usize| self.index[i].get(&key[i]).copied();
+        Some((at(0)?, at(3)?, at(2)?, label.names.get(&key[1])?.as_str()))
+    }
 }
 
-/// Layouts of every zarr-materialised step. One step writes
-/// `OUT/<plate>.ome.zarr`; several write `OUT/<plate>_<step>.ome.zarr`.
+/// A name as a path segment of a label image: ASCII letters, digits, `_`
+/// and `-` kept, anything else `_`.
+fn label_segment(name: &str) -> String {
+    name.chars().map(|ch| if ch.is_ascii_alphanumeric() || ch == '-' { ch } else { '_' }).collect()
+}
+
+/// Layouts of every zarr-materialised step that writes a plate (label steps
+/// with an image plate are in that plate's [`ZarrLayout::labels`]). One plate
+/// is `OUT/<plate>.ome.zarr`; several are `OUT/<plate>_<step>.ome.zarr`.
 /// `version` is the NGFF version of every plate of the run (0.5 on Zarr v3
 /// by default; 0.4 on Zarr v2 for readers that predate Zarr v3).
 pub(crate) fn layouts(plan: &Plan, channel_names: &BTreeMap<u32, String>, version: NgffVersion) -> Vec<ZarrLayout> {
@@ -62,32 +99,66 @@ pub(crate) fn layouts(plan: &Plan, channel_names: &BTreeMap<u32, String>, versio
             cols.insert(c);
         }
     }
-    zarr_steps
-        .iter()
-        .map(|&si| {
-            let step = &plan.steps[si];
-            let mut values: [BTreeSet<u32>; 4] = Default::default();
-            for w in &plan.wells {
-                for ws in w.steps.iter().filter(|s| s.step == si) {
-                    for o in ws.groups.iter().flat_map(|g| &g.outputs) {
-                        for (i, v) in o.key.iter().enumerate() {
-                            values[i].insert(*v);
-                        }
+    // Label steps with an image plate to go into: step → the image step.
+    let is_labels = |si: usize| {
+        let chains = &plan.steps[si].chains;
+        !chains.is_empty() && chains.iter().all(|c| c.calls.last().is_some_and(|call| call.output_labels))
+    };
+    let image_steps: Vec<usize> = zarr_steps.iter().copied().filter(|&si| !is_labels(si)).collect();
+    let label_target = |si: usize| -> Option<usize> {
+        if !is_labels(si) {
+            return None;
+        }
+        image_steps.iter().rev().find(|&&i| i < si).or_else(|| image_steps.iter().find(|&&i| i > si)).copied()
+    };
+    let component_values = |si: usize| {
+        let mut values: [BTreeSet<u32>; 4] = Default::default();
+        for w in &plan.wells {
+            for ws in w.steps.iter().filter(|s| s.step == si) {
+                for o in ws.groups.iter().flat_map(|g| &g.outputs) {
+                    for (i, v) in o.key.iter().enumerate() {
+                        values[i].insert(*v);
                     }
                 }
             }
+        }
+        values
+    };
+    let channel_name = |c: u32| match Slot::of(c) {
+        Slot::Collapsed => "composite".to_string(),
+        _ => channel_names.get(&c).cloned().unwrap_or_else(|| format!("Channel {c}")),
+    };
+    let plates: Vec<usize> = zarr_steps.iter().copied().filter(|&si| label_target(si).is_none()).collect();
+    let label_layouts = |image: usize| -> Vec<LabelLayout> {
+        zarr_steps
+            .iter()
+            .copied()
+            .filter(|&si| label_target(si) == Some(image))
+            .map(|si| {
+                let step = label_segment(&plan.steps[si].name);
+                let channels = component_values(si)[1].clone();
+                let names = channels
+                    .iter()
+                    .map(|&c| {
+                        let name = if channels.len() == 1 { step.clone() } else { format!("{step}_{}", label_segment(&channel_name(c))) };
+                        (c, name)
+                    })
+                    .collect();
+                LabelLayout { step: si, names }
+            })
+            .collect()
+    };
+    plates
+        .iter()
+        .map(|&si| {
+            let step = &plan.steps[si];
+            let values = component_values(si);
             let index: [BTreeMap<u32, usize>; 4] = values.clone().map(|set| set.into_iter().enumerate().map(|(i, v)| (v, i)).collect());
             let count = |i: usize| values[i].len().max(1);
-            let channel_names = values[1]
-                .iter()
-                .map(|&c| match Slot::of(c) {
-                    Slot::Collapsed => "composite".to_string(),
-                    _ => channel_names.get(&c).cloned().unwrap_or_else(|| format!("Channel {c}")),
-                })
-                .collect();
+            let channel_names = values[1].iter().map(|&c| channel_name(c)).collect();
             let (h, w, dtype) = plan.plane;
             let dtype: DType = step.dtype.output.resolve(dtype);
-            let name = if zarr_steps.len() == 1 { format!("{plate}.ome.zarr") } else { format!("{plate}_{}.ome.zarr", step.name) };
+            let name = if plates.len() == 1 { format!("{plate}.ome.zarr") } else { format!("{plate}_{}.ome.zarr", step.name) };
             // Fields that are sites of the plate keep their stage positions (a
             // reduced site, a mosaic, has none).
             let field_positions_um = plan
@@ -114,7 +185,7 @@ pub(crate) fn layouts(plan: &Plan, channel_names: &BTreeMap<u32, String>, versio
                 field_positions_um,
                 ..PlateSpec::default()
             };
-            ZarrLayout { step: si, root: plan.out.join(name), spec, index }
+            ZarrLayout { step: si, root: plan.out.join(name), spec, index, labels: label_layouts(si) }
         })
         .collect()
 }
@@ -143,8 +214,19 @@ impl ZarrOutput {
         self.writers.iter().map(|(l, _)| l.root.clone()).collect()
     }
 
-    /// Writes one output plane of step `step` of `well`.
+    /// Writes one output plane of step `step` of `well` (as a label image
+    /// when the step's labels go into another step's plate).
     pub(crate) fn write(&self, step: usize, well: &str, key: &Key, plane: &Stack) -> Result<(), StepError> {
+        for (layout, writer) in &self.writers {
+            let Some(label) = layout.labels.iter().find(|l| l.step == step) else { continue };
+            let (field, t, z, name) = layout.label_position(label, key).ok_or_else(|| {
+                StepError::Failed(format!(
+                    "OME-Zarr labels: plane {key:?} has no field, timepoint and z of the same site, timepoint and z in {}",
+                    layout.root.display()
+                ))
+            })?;
+            return writer.write_label_plane(well, field, name, t, z, plane).map_err(|e| StepError::Zarr(Box::new(e)));
+        }
         let Some((layout, writer)) = self.writers.iter().find(|(l, _)| l.step == step) else { return Ok(()) };
         let (field, t, c, z) = layout
             .position(key)

@@ -26,6 +26,14 @@ ome-zarr-py's Reader, ome-zarr-models' HCS validation), which compare shape,
 dtype, axes with types and units, scale per level, channel labels, plate
 rows/columns/wells and every pixel of every level.
 
+With `--labels NAME` first, the step is a label step whose planes the
+pipeline writes as NGFF label images named NAME under the fields of the image
+plate ZARR_ROOT: the expected label values (every field of every well, from
+the TIFFs as above, padded with 0 to the largest TIFF plane) are handed to
+crates/hcsflow-zarr/tests/oracle/ngff_labels_oracle.py, which reads them with
+ome-zarr-py (napari's reader: the labels listed under each field, values on
+every level), zarr-python and ome-zarr-models.
+
 Prints one line per check and `PIPELINE ORACLE OK ...` at the end; exits 1
 listing the failures otherwise.
 """
@@ -39,6 +47,7 @@ import tifffile
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "hcsflow-zarr" / "tests" / "oracle"))
 import ome_zarr_oracle as zo  # noqa: E402  (the shared zarr-python / ome-zarr checks)
+import ngff_labels_oracle as lo  # noqa: E402  (the label-image checks)
 
 NAME = re.compile(r"_(?P<well>[A-Za-z]+\d+)_s(?P<site>\d+)_w(?P<ch>\d+)(?:_[0-9A-Fa-f-]{36})?\.tiff?$")
 
@@ -84,7 +93,44 @@ def well_path(name):
     return f"{m[1].upper()}/{int(m[2])}"
 
 
+def check_labels(name, root, step_dir, spec, work):
+    """The step's TIFF planes as label image `name` under every field of the image plate `root`."""
+    planes = tiff_planes(step_dir)
+    zo.check(bool(planes), f"tiff: {step_dir} has output planes")
+    y_ = max(p.shape[0] for p in planes.values())
+    x_ = max(p.shape[1] for p in planes.values())
+    sites, chans, zs, ts = ([sorted({k[i] for k in planes}) for i in range(5)])[1:]
+    zo.check(len(chans) == 1, f"tiff: one channel of labels, found {chans}")
+    fields = {}
+    for well in spec["wells"]:
+        path = well_path(well)
+        for fi, site in enumerate(sites):
+            level0 = np.zeros((len(ts), 1, len(zs), y_, x_), dtype="<u2")
+            for ti, t in enumerate(ts):
+                for zi, z in enumerate(zs):
+                    plane = planes.get((well.upper(), site, chans[0], z, t))
+                    if zo.check(plane is not None, f"tiff: {well} site {site} z{z} t{t} exists"):
+                        level0[ti, 0, zi, :plane.shape[0], :plane.shape[1]] = plane
+            field = f"{path}/{fi}"
+            fields[field] = [name]
+            (work / f"{field.replace('/', '_')}_{name}.bin").write_bytes(level0.tobytes())
+    expected = {"version": spec["version"], "levels": spec["levels"], "shape": [len(ts), 1, len(zs), y_, x_], "fields": fields}
+    (work / "labels.json").write_text(json.dumps(expected, indent=1))
+    lo.with_ome_zarr(root, expected, work)
+    lo.with_zarr_and_models(root, expected)
+    failures = zo.failures + lo.failures
+    if failures:
+        print(f"PIPELINE ORACLE FAILED: {len(failures)} check(s)")
+        sys.exit(1)
+    print(f"PIPELINE ORACLE OK: NGFF {spec['version']}, labels '{name}' of {len(fields)} fields equal the TIFF output")
+
+
 def main():
+    if sys.argv[1] == "--labels":
+        name = sys.argv[2]
+        root, step_dir, spec_path, work = (Path(a) for a in sys.argv[3:7])
+        work.mkdir(parents=True, exist_ok=True)
+        return check_labels(name, root, step_dir, json.loads(spec_path.read_text()), work)
     root, step_dir, spec_path, work = (Path(a) for a in sys.argv[1:5])
     spec = json.loads(spec_path.read_text())
     work.mkdir(parents=True, exist_ok=True)
