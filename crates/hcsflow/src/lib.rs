@@ -71,6 +71,7 @@ mod catalogue;
 mod demo;
 mod device;
 mod engine;
+pub mod mega_flex;
 mod error;
 mod options;
 mod text;
