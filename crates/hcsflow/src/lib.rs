@@ -71,8 +71,8 @@ mod catalogue;
 mod demo;
 mod device;
 mod engine;
-pub mod mega_flex;
 mod error;
+pub mod mega_flex;
 mod options;
 mod text;
 
