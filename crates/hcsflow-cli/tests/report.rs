@@ -93,6 +93,18 @@ fn the_demo_run_writes_a_self_contained_report_that_chromium_renders() {
     for title in ["Median edge score (positions&#x2f;edges)", "Largest tile shift from the stage, px (positions&#x2f;positions)"] {
         assert!(page.contains(title), "a stitching heatmap titled {title}");
     }
+    // Each enlarged mosaic carries its tile layout: 3 × 3 tiles placed and at the stage, one line per edge of the well's table.
+    assert!(page.contains("id=\"stitching\""), "the stitching section");
+    for well in ["A01", "A02", "A03", "A04"] {
+        let start = page.find(&format!("id=\"big-{well}\"")).expect("an enlarged view");
+        let view = &page[start..start + page[start..].find("</div>").unwrap()];
+        assert_eq!(view.matches("<rect class=\"tile\"").count(), 9, "{well}: placed tiles");
+        assert_eq!(view.matches("<rect class=\"stage\"").count(), 9, "{well}: stage tiles");
+        let edges = std::fs::read_to_string(out.join(format!("positions/edges/{well}.csv"))).unwrap();
+        let (accepted, total) = (edges.matches(",accepted,").count(), edges.lines().count() - 1);
+        assert_eq!(view.matches("<line class=").count(), total, "{well}: one line per edge");
+        assert_eq!(view.matches("<line class=\"ok\"").count(), accepted, "{well}: accepted edges in green");
+    }
     // The MultiQC side output: one row per well.
     let mqc: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("hcsflow_mqc.json")).unwrap()).unwrap();
     assert_eq!(mqc["plot_type"], "table");

@@ -9,6 +9,7 @@ use rayon::prelude::*;
 use serde::{Deserialize, Serialize};
 
 use crate::image::{self, Plane, Quality};
+use crate::stitching::{stitch_view, StitchView};
 use crate::tables::{well_measures, TableMeasure};
 use crate::{ReportError, THUMBNAIL_SIDE};
 
@@ -107,6 +108,8 @@ pub struct WellFacts {
     pub thumbnail: Option<String>,
     /// Per-well values of the well's artifact tables ([`crate::tables`]).
     pub tables: Vec<TableMeasure>,
+    /// The tile layout over the shown mosaic ([`crate::stitching`]).
+    pub stitching: Option<StitchView>,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -318,6 +321,7 @@ fn well_facts(out: &Path, well: &str, record: &hcsflow_pipeline::WellRecord, ord
     let mut channels = Vec::new();
     let mut stretched = Vec::new();
     let mut size = None;
+    let shown = chosen.values().next().map(|o| (o.height, o.width));
     for (&channel, o) in &chosen {
         let path = out.join(&o.path);
         let plane = match read_plane(&path) {
@@ -343,6 +347,7 @@ fn well_facts(out: &Path, well: &str, record: &hcsflow_pipeline::WellRecord, ord
             None
         }
     });
+    let stitching = thumbnail.as_ref().and_then(|_| stitch_view(out, &record.artifacts, shown));
     let facts = WellFacts {
         well: well.to_string(),
         status: status_text(record.status),
@@ -353,6 +358,7 @@ fn well_facts(out: &Path, well: &str, record: &hcsflow_pipeline::WellRecord, ord
         channels,
         thumbnail,
         tables: well_measures(out, &record.artifacts, &mut problems),
+        stitching,
     };
     (facts, problems)
 }

@@ -10,7 +10,9 @@
 //!   minijinja: the run summary, failures with their reasons, a plate-layout
 //!   heatmap per per-well measure (well time; per channel mean intensity,
 //!   focus and saturation) with failed wells crossed out in red and wells not
-//!   in the run greyed, a thumbnail per well that opens larger, the image
+//!   in the run greyed, a thumbnail per well that opens larger (a mosaic with
+//!   its tile borders, stage positions and edge scores drawn over it,
+//!   [`stitching`]), the image
 //!   quality table, per-step times, and the flat-field profiles of plate-wide
 //!   steps (BaSiC).
 //! - `OUT/hcsflow_mqc.json`: the per-well table as MultiQC custom content
@@ -25,6 +27,7 @@
 
 mod data;
 pub mod image;
+pub mod stitching;
 pub mod tables;
 
 use std::path::{Path, PathBuf};
