@@ -30,6 +30,11 @@ pub struct RunArgs {
     dry_run: bool,
     #[command(flatten)]
     device: DeviceArgs,
+    /// Refuse the run (exit 2, before anything is read or written) if any step would
+    /// run a function on the host: the CPU device, a step with device = "cpu", or a GPU
+    /// function doing part of its work on the host. The error names the steps and functions.
+    #[arg(long)]
+    require_gpu: bool,
     /// Wells processed at the same time (default: 2, or 1 on a single core).
     #[arg(long)]
     workers: Option<usize>,
@@ -117,6 +122,7 @@ pub fn plan(a: &RunArgs) -> Result<(Engine, Plan, RunOptions), CliError> {
         overwrite: a.overwrite,
         zarr_format,
         shard: a.shard,
+        require_gpu: a.require_gpu,
     };
     let engine = Engine::builtin();
     let plan = engine.plan(&a.plate, &a.pipeline, &a.out, &options)?;

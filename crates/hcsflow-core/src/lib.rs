@@ -24,6 +24,7 @@ pub mod memory;
 pub mod registry;
 pub mod slices;
 pub mod stack;
+pub mod transfer;
 
 pub use adapter::{select_device, AdapterInfo, AdapterKind, DeviceChoice, DeviceError};
 pub use artifact::{ArtifactDecl, ArtifactKind, Artifacts, CallContext, Cell, PlaneInfo, Row, StackInfo, Table};
@@ -38,3 +39,4 @@ pub use registry::{
 };
 pub use slices::{stack_slices, unstack_slices, SliceError};
 pub use stack::{HostArray, Pixel, SharedPixels, Stack, StackArray};
+pub use transfer::{AdapterUsed, TransferMeter, Transfers};

@@ -104,13 +104,13 @@ fn upload_raw(device: Device, shape: Vec<usize>, dtype: DType, bytes: Option<&[u
     let total = (planes * plane_words * 4).max(4);
     ctx.check_size("uploading the stack", total as u64)?;
     let handle = if plane_bytes.is_multiple_of(4) && !bytes.is_empty() {
-        ctx.client().create_from_slice(bytes)
+        ctx.upload_bytes(bytes)
     } else {
         let mut padded = vec![0u8; total];
         for p in 0..planes {
             padded[p * plane_words * 4..p * plane_words * 4 + plane_bytes].copy_from_slice(&bytes[p * plane_bytes..(p + 1) * plane_bytes]);
         }
-        ctx.client().create_from_slice(&padded)
+        ctx.upload_bytes(&padded)
     };
     Ok(WgpuArray { ctx, handle, shape, dtype })
 }
@@ -118,7 +118,7 @@ fn upload_raw(device: Device, shape: Vec<usize>, dtype: DType, bytes: Option<&[u
 /// Copies a GPU array back to the host.
 pub fn download(array: &WgpuArray) -> Result<HostArray, GpuError> {
     let ctx = &array.ctx;
-    let data = ctx.client().read_one(array.handle.clone()).map_err(|e| ctx.server_error("download", e))?;
+    let data = ctx.read_back(array.handle.clone()).map_err(|e| ctx.server_error("download", e))?;
     let bytes: &[u8] = &data;
     let plane_bytes = array.plane_pixels() * array.dtype.size_bytes();
     let stride = array.plane_words() * 4;

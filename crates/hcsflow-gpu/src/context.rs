@@ -4,9 +4,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cubecl::client::Client;
+use cubecl::server::Handle;
 use cubecl::server::{IoError, LaunchError, ServerError};
 use cubecl::wgpu::{try_init_setup, wgpu, AutoGraphicsApi, RuntimeOptions, WgpuBackend, WgpuDevice, WgpuDeviceKind};
-use hcsflow_core::{AdapterInfo, AdapterKind, Device, FunctionError};
+use hcsflow_core::transfer::{record_download, record_upload};
+use hcsflow_core::{AdapterInfo, AdapterKind, AdapterUsed, Device, FunctionError};
 
 /// A GPU could not be used.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -160,6 +162,38 @@ impl GpuContext {
 
     pub(crate) fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// This adapter as the run report names it.
+    pub fn adapter_used(&self) -> AdapterUsed {
+        AdapterUsed { device: self.device.to_string(), name: self.info.name.clone(), backend: self.info.backend.clone() }
+    }
+
+    /// A new device buffer holding `bytes`, copied from the host: every
+    /// host → device copy of the runtime goes through here, counted
+    /// ([`hcsflow_core::transfer`]) and traced (a `gpu_upload` span).
+    pub(crate) fn upload_bytes(&self, bytes: &[u8]) -> Handle {
+        let _span =
+            tracing::info_span!("gpu_upload", bytes = bytes.len(), adapter = %self.info.name, backend = %self.info.backend).entered();
+        record_upload(&self.adapter_used(), bytes.len() as u64);
+        self.client.create_from_slice(bytes)
+    }
+
+    /// The contents of a device buffer, copied back to the host: every
+    /// device → host copy goes through here, counted and traced (`gpu_download`).
+    pub(crate) fn read_back(&self, handle: Handle) -> Result<impl std::ops::Deref<Target = [u8]>, ServerError> {
+        let span = tracing::info_span!(
+            "gpu_download",
+            bytes = tracing::field::Empty,
+            adapter = %self.info.name,
+            backend = %self.info.backend
+        )
+        .entered();
+        let data = self.client.read_one(handle)?;
+        let bytes: &[u8] = &data;
+        span.record("bytes", bytes.len());
+        record_download(&self.adapter_used(), bytes.len() as u64);
+        Ok(data)
     }
 
     /// Fails with a clear message if one buffer of `bytes` exceeds the binding limit.

@@ -84,6 +84,11 @@ pub struct CompileConfig {
     pub out: PathBuf,
     /// What to do with images the plate declares but does not have.
     pub missing: MissingPolicy,
+    /// Refuse the plan if any call would run on the host (`--require-gpu`):
+    /// a run on the CPU, a step pinned with `device = "cpu"`, or a GPU call
+    /// that does part of its work on the host ([`PlannedHostWork`]). The
+    /// error ([`PipelineError::HostCalls`]) names every such step and function.
+    pub require_gpu: bool,
 }
 
 /// What a run does with an image the plate declares but does not have
@@ -413,6 +418,11 @@ pub fn compile(
         }
     }
     wire_artifacts(spec, registry, &mut steps, &mut errors);
+    if config.require_gpu && errors.is_empty() {
+        if let Err(e) = check_require_gpu(&steps, config) {
+            errors.push(e);
+        }
+    }
     if spec.steps.iter().all(|s| !s.enabled) {
         errors.push(PipelineError::Config {
             message: "the pipeline has no enabled step".into(),
@@ -900,6 +910,60 @@ fn wire_artifacts(spec: &PipelineSpec, registry: &Registry, steps: &mut [StepPla
             steps[si].consumes[ci].from_step = from;
         }
     }
+}
+
+/// A call that would run on the host, found by `--require-gpu`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostCall {
+    pub step: String,
+    pub function: String,
+    /// Why it runs on the host: the run's device, the step's `device = "cpu"`,
+    /// or the host work the GPU implementation does.
+    pub why: String,
+}
+
+impl std::fmt::Display for HostCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "step '{}': {} ({})", self.step, self.function, self.why)
+    }
+}
+
+/// `--require-gpu`: every call of every step (plate-wide ones included) runs
+/// on the GPU, with none of its work on the host; otherwise the error names
+/// each step and function that would not (once per step and function).
+fn check_require_gpu(steps: &[StepPlan], config: &CompileConfig) -> Result<(), PipelineError> {
+    let mut calls: Vec<HostCall> = Vec::new();
+    for step in steps {
+        for chain in &step.chains {
+            for (call, work) in chain.calls.iter().zip(&chain.host_work) {
+                let why = if call.device == Device::Cpu {
+                    if config.device == Device::Cpu {
+                        format!("the run's device is cpu: {}", config.device_reason)
+                    } else {
+                        "the step sets device = \"cpu\"".to_string()
+                    }
+                } else if let Some(w) = work {
+                    format!("on {} it {} on the host: no '{}' from an earlier step", call.device, w.work, w.without)
+                } else {
+                    continue;
+                };
+                let found = HostCall { step: step.name.clone(), function: call.function.to_string(), why };
+                if !calls.contains(&found) {
+                    calls.push(found);
+                }
+            }
+        }
+    }
+    if calls.is_empty() {
+        return Ok(());
+    }
+    let fix = if config.device == Device::Cpu {
+        "run on a GPU (--device gpu; --allow-software-gpu for lavapipe/llvmpipe), or drop --require-gpu"
+    } else {
+        "remove device = \"cpu\" from these steps and use functions with a GPU implementation (`hcsflow functions`), \
+         add the step producing the missing artifact, or drop --require-gpu"
+    };
+    Err(PipelineError::HostCalls { device: config.device, calls, fix: fix.to_string() })
 }
 
 /// The calls of `step` consuming artifact `name`, with their declaration of it.

@@ -37,6 +37,14 @@ pub enum PipelineError {
     /// A configuration problem not tied to a step (output folder inside the plate, …).
     #[error("{message}\n    fix: {fix}")]
     Config { message: String, fix: String },
+    /// `--require-gpu` ([`CompileConfig::require_gpu`](crate::CompileConfig::require_gpu)):
+    /// these calls would run on the host. A usage error, found at compile time.
+    #[error(
+        "--require-gpu: {} call(s) would run on the host, not on {device}:\n{}\n    fix: {fix}",
+        calls.len(),
+        calls.iter().map(|c| format!("  {c}")).collect::<Vec<_>>().join("\n")
+    )]
+    HostCalls { device: hcsflow_core::Device, calls: Vec<crate::compile::HostCall>, fix: String },
     /// A plate-wide step failed (an image of its sample could not be read,
     /// its function failed…); no well was started, since their consumers need
     /// its result. `--resume` runs it again.
@@ -65,6 +73,7 @@ impl PipelineError {
                 | PipelineError::Route { .. }
                 | PipelineError::Invalid(_)
                 | PipelineError::Config { .. }
+                | PipelineError::HostCalls { .. }
         )
     }
 

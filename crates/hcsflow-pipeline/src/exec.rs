@@ -51,6 +51,7 @@ use std::time::Instant;
 
 use hcsflow_core::{
     Array, ArtifactKind, CallContext, Conversions, Device, FunctionError, PlaneInfo, Registry, Route, Stack, StackInfo, Table,
+    TransferMeter, Transfers,
 };
 pub use hcsflow_io::peak_rss_bytes;
 use hcsflow_plate::{ImageError, PlaneAt};
@@ -147,14 +148,26 @@ pub enum Progress<'a> {
     },
 }
 
-/// Timings of one step in one well, seconds.
+/// One step in one well: where it ran, what it copied to and from the GPU,
+/// and its times (seconds).
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct StepTiming {
     pub step: String,
     pub read: f64,
     pub compute: f64,
     pub write: f64,
+    /// Wall time of the step in this well, from its first read to its last write.
+    #[serde(default)]
+    pub seconds: f64,
     pub stacks: usize,
+    /// The devices its calls were planned on (`cpu`, `gpu:0`), each once.
+    #[serde(default)]
+    pub devices: Vec<String>,
+    /// Host ↔ GPU copies of its stacks, counted where they happened (the GPU
+    /// runtime's uploads and read-backs), with the adapters that made them:
+    /// the proof that a GPU step ran on the GPU.
+    #[serde(default)]
+    pub transfers: Transfers,
 }
 
 /// One well in the report.
@@ -186,7 +199,7 @@ pub struct ChainReport {
     pub routes: Vec<Route>,
 }
 
-/// One step in the report: its chains and total times over wells.
+/// One step in the report: its chains, total times and GPU copies over wells.
 #[derive(Debug, Clone, Serialize)]
 pub struct StepReport {
     pub name: String,
@@ -194,6 +207,8 @@ pub struct StepReport {
     pub read_seconds: f64,
     pub compute_seconds: f64,
     pub write_seconds: f64,
+    /// Host ↔ GPU copies of the step in all wells, and the adapters that made them.
+    pub transfers: Transfers,
 }
 
 /// A failed well.
@@ -832,10 +847,12 @@ impl StepReport {
     fn of(step: &StepPlan, wells: &[WellReport]) -> StepReport {
         let timings = wells.iter().flat_map(|w| w.steps.iter().filter(|t| t.step == step.name));
         let (mut r, mut c, mut wr) = (0.0, 0.0, 0.0);
+        let mut transfers = Transfers::default();
         for t in timings {
             r += t.read;
             c += t.compute;
             wr += t.write;
+            transfers.add(&t.transfers);
         }
         let chains = step
             .chains
@@ -850,7 +867,7 @@ impl StepReport {
                 routes: ch.calls.iter().map(|c| c.route_in).chain([ch.route_out]).collect(),
             })
             .collect();
-        StepReport { name: step.name.clone(), chains, read_seconds: r, compute_seconds: c, write_seconds: wr }
+        StepReport { name: step.name.clone(), chains, read_seconds: r, compute_seconds: c, write_seconds: wr, transfers }
     }
 }
 
@@ -989,6 +1006,20 @@ struct GroupResult {
     planes: Vec<(Key, Stack)>,
     produced: Vec<Produced>,
     notes: Vec<String>,
+    /// The host ↔ GPU copies its calls made.
+    transfers: Transfers,
+}
+
+/// The devices the calls of `step` are planned on, each once, in chain order.
+fn step_devices(step: &StepPlan) -> Vec<String> {
+    let mut devices: Vec<String> = Vec::new();
+    for call in step.chains.iter().flat_map(|c| &c.calls) {
+        let d = call.device.to_string();
+        if !devices.contains(&d) {
+            devices.push(d);
+        }
+    }
+    devices
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1012,8 +1043,10 @@ fn run_well(
         progress(Progress::StepStarted { well: &well.well, step: &step.name, index: ws.step, steps: plan.steps.len() });
         let step_span = tracing::info_span!("step", step = %step.name, well = %well.well);
         let _in_step = step_span.enter();
-        let mut timing = StepTiming { step: step.name.clone(), stacks: ws.groups.len(), ..Default::default() };
-        let fail = |source: StepError, timing: StepTiming, mut timings: Vec<StepTiming>| {
+        let step_started = Instant::now();
+        let mut timing = StepTiming { step: step.name.clone(), stacks: ws.groups.len(), devices: step_devices(step), ..Default::default() };
+        let fail = |source: StepError, mut timing: StepTiming, mut timings: Vec<StepTiming>| {
+            timing.seconds = step_started.elapsed().as_secs_f64();
             timings.push(timing);
             Err((WellError::Step { step: step.name.clone(), source }, timings))
         };
@@ -1035,7 +1068,12 @@ fn run_well(
                 let _in_stack =
                     tracing::info_span!(parent: &step_span, "stack", planes = planes.iter().map(Stack::depth).sum::<usize>()).entered();
                 let sources = Sources { produced: &produced, plate };
-                run_group(plan, &well.well, ws.step, g, planes, registry, conversions, &sources)
+                // The copies this stack's calls make on this thread (nested
+                // work stolen by rayon meanwhile counts in its own window).
+                let meter = TransferMeter::start();
+                let result = run_group(plan, &well.well, ws.step, g, planes, registry, conversions, &sources);
+                let transfers = meter.finish();
+                result.map(|r| GroupResult { transfers, ..r })
             })
             .collect();
         let mut out = Planes::new();
@@ -1043,6 +1081,7 @@ fn run_well(
         for (gi, r) in results.into_iter().enumerate() {
             match r {
                 Ok(result) => {
+                    timing.transfers.add(&result.transfers);
                     out.extend(result.planes);
                     let scope = ws.groups.get(gi).map(|g| scope_text(&g.scope)).unwrap_or_default();
                     notes.extend(result.notes.into_iter().map(|text| Note {
@@ -1082,6 +1121,7 @@ fn run_well(
             }
         }
         timing.write = t.elapsed().as_secs_f64();
+        timing.seconds = step_started.elapsed().as_secs_f64();
         drop(_in_write);
         timings.push(timing);
         current = Some(out);
@@ -1113,10 +1153,12 @@ fn run_group(
 ) -> Result<GroupResult, StepError> {
     let step = &plan.steps[step_index];
     let chain = match group.action {
-        Action::Skip => return Ok(GroupResult { planes: Vec::new(), produced: Vec::new(), notes: Vec::new() }),
+        Action::Skip => {
+            return Ok(GroupResult { planes: Vec::new(), produced: Vec::new(), notes: Vec::new(), transfers: Transfers::default() })
+        }
         Action::Passthrough => {
             let planes = group.outputs.iter().map(|o| o.key).zip(planes).collect();
-            return Ok(GroupResult { planes, produced: Vec::new(), notes: Vec::new() });
+            return Ok(GroupResult { planes, produced: Vec::new(), notes: Vec::new(), transfers: Transfers::default() });
         }
         Action::Chain(i) => &step.chains[i],
     };
@@ -1184,7 +1226,7 @@ fn run_group(
         )));
     }
     let planes = group.outputs.iter().map(|o| o.key).zip(result.into_planes()).collect();
-    Ok(GroupResult { planes, produced: made, notes })
+    Ok(GroupResult { planes, produced: made, notes, transfers: Transfers::default() })
 }
 
 /// The metadata of the plane with components `key` in `well`.

@@ -31,7 +31,7 @@ mod shard;
 pub mod spec;
 
 pub use compile::{
-    compile, Action, ArtifactInput, ChainPlan, CompileConfig, GroupPlan, InputPlane, Key, MissingPlane, MissingPolicy, OutPlane, Plan,
+    compile, Action, ArtifactInput, ChainPlan, CompileConfig, GroupPlan, HostCall, InputPlane, Key, MissingPlane, MissingPolicy, OutPlane, Plan,
     PlannedHostWork, Slot, StepPlan, WellPlan, WellStepPlan, COLLAPSED, VARIABLE,
 };
 pub use error::PipelineError;

@@ -187,6 +187,7 @@ fn mutated_pipeline_files_never_panic_parse_or_compile() {
         policy: ConversionPolicy::default(),
         out: dir.path().join("out"),
         missing: Default::default(),
+        require_gpu: false,
     };
     let seeds = seeds();
     assert!(seeds.len() >= 4, "{} seed files", seeds.len());

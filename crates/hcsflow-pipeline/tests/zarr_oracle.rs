@@ -101,6 +101,7 @@ fn run_demo_and_check(version: NgffVersion) {
         policy: ConversionPolicy::default(),
         out: out.clone(),
         missing: Default::default(),
+        require_gpu: false,
     };
     let plan = compile(&plate, &spec, &registry, &conversions, &config).expect("compile the demo pipeline");
     let options = RunOptions { workers: 2, zarr_format: version, ..RunOptions::default() };

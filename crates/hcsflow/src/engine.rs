@@ -93,6 +93,7 @@ impl Engine {
             policy: options.device.conversion_policy(),
             out: out.to_path_buf(),
             missing: options.missing,
+            require_gpu: options.require_gpu,
         };
         Ok(hcsflow_pipeline::compile(&plate, spec, &self.registry, &self.conversions, &config)?)
     }

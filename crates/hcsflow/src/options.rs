@@ -39,6 +39,10 @@ pub struct RunOptions {
     /// shards, into the same output folder; [`crate::Engine::finalize`]
     /// merges them (default: `None`, the whole plate).
     pub shard: Option<Shard>,
+    /// Refuse, at compile time, a plan in which any call would run on the
+    /// host (`--require-gpu`): the error names each step and function
+    /// ([`hcsflow_pipeline::PipelineError::HostCalls`], a usage error).
+    pub require_gpu: bool,
 }
 
 impl Default for RunOptions {
@@ -53,6 +57,7 @@ impl Default for RunOptions {
             overwrite: false,
             zarr_format: NgffVersion::default(),
             shard: None,
+            require_gpu: false,
         }
     }
 }

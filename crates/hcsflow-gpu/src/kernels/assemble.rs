@@ -271,8 +271,8 @@ pub fn assemble_chunked(tiles: &WgpuArray, positions: &[(f64, f64)], blend: Blen
             coeffs.extend([0.0; COEFFS]);
         }
         let count = end - start;
-        let off_buf = client.create_from_slice(bytemuck::cast_slice(&offsets));
-        let coeff_buf = client.create_from_slice(bytemuck::cast_slice(&coeffs));
+        let off_buf = ctx.upload_bytes(bytemuck::cast_slice(&offsets));
+        let coeff_buf = ctx.upload_bytes(bytemuck::cast_slice(&coeffs));
         // SAFETY: tiles holds n × plane_words words and every pixel index is
         // inside a tile k < n (bounds tested in the kernel); offsets/coeffs hold
         // `listed` entries; the threads write words start..end < words.

@@ -71,8 +71,8 @@ pub(super) fn basic_correct(array: Array, args: &BasicCorrectArgs, context: &Cal
     // Every value is written by the kernel: no need to zero the output.
     let out = client.empty(bytes);
     if total > 0 {
-        let inverse = client.create_from_slice(bytemuck::cast_slice(&folded.inverse));
-        let shift = client.create_from_slice(bytemuck::cast_slice(&folded.shift));
+        let inverse = ctx.upload_bytes(bytemuck::cast_slice(&folded.inverse));
+        let shift = ctx.upload_bytes(bytemuck::cast_slice(&folded.shift));
         // SAFETY: input holds total_words words; inverse and shift hold `pixels`
         // values (fold checked the profiles are h × w) and p < pixels; output
         // holds planes × pixels values and plane < planes.

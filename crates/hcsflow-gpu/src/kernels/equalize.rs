@@ -157,7 +157,7 @@ fn equalize_f32(input: &WgpuArray, total: usize, nbins: usize) -> Result<Array, 
     let dim = CubeDim::new_1d(BLOCK);
     // Pass 1: min and max.
     let threads = total.div_ceil(PER_THREAD as usize);
-    let keys = client.create_from_slice(bytemuck::cast_slice(&[u32::MAX, 0u32]));
+    let keys = ctx.upload_bytes(bytemuck::cast_slice(&[u32::MAX, 0u32]));
     // SAFETY: input holds `total` f32 values (every index j < total); keys holds 2.
     unsafe {
         minmax_keys::launch(
@@ -181,7 +181,7 @@ fn equalize_f32(input: &WgpuArray, total: usize, nbins: usize) -> Result<Array, 
     let (lo, hi) = if mn == mx { (mn - 0.5, mx + 0.5) } else { (mn, mx) };
     let edges = linspace_f32(lo, hi, nbins);
     // Pass 2: histogram over the edges.
-    let edge_buf = client.create_from_slice(bytemuck::cast_slice(&edges));
+    let edge_buf = ctx.upload_bytes(bytemuck::cast_slice(&edges));
     let hist = zeros(ctx, NAME, nbins)?;
     // SAFETY: edges holds nbins + 1 values (the search reads indices < nbins + 1);
     // hist holds nbins counters and every bin is clamped below nbins.
@@ -205,8 +205,8 @@ fn equalize_f32(input: &WgpuArray, total: usize, nbins: usize) -> Result<Array, 
     let cdf32: Vec<f32> = cdf.iter().map(|&c| (c as f64 / n) as f32).collect();
     let centres: Vec<f32> = edges.windows(2).map(|w| (w[0] + w[1]) / 2.0).collect();
     // Pass 3: interpolation.
-    let centre_buf = client.create_from_slice(bytemuck::cast_slice(&centres));
-    let cdf_buf = client.create_from_slice(bytemuck::cast_slice(&cdf32));
+    let centre_buf = ctx.upload_bytes(bytemuck::cast_slice(&centres));
+    let cdf_buf = ctx.upload_bytes(bytemuck::cast_slice(&cdf32));
     let out = zeros(ctx, NAME, total)?;
     // SAFETY: centres and cdf hold nbins values, indices j + 1 ≤ nbins − 1;
     // input and output hold `total` values.

@@ -187,8 +187,8 @@ fn separable(
     let client = ctx.client();
     let tmp = zeros(ctx, name, total)?;
     let out = zeros(ctx, name, total)?;
-    let wy = client.create_from_slice(bytemuck::cast_slice(&ky.weights));
-    let wx = client.create_from_slice(bytemuck::cast_slice(&kx.weights));
+    let wy = ctx.upload_bytes(bytemuck::cast_slice(&ky.weights));
+    let wx = ctx.upload_bytes(bytemuck::cast_slice(&kx.weights));
     // SAFETY: every buffer holds `total` f32 values (weights: 2r + 1); indices
     // are reflected into the plane.
     unsafe {
@@ -266,7 +266,7 @@ pub(super) fn composite(array: Array, args: &CompositeArgs) -> Result<Array, Fun
     let client = ctx.client();
     let pixels = h * w;
     let out = zeros(ctx, NAME, pixels)?;
-    let wbuf = client.create_from_slice(bytemuck::cast_slice(&weights));
+    let wbuf = ctx.upload_bytes(bytemuck::cast_slice(&weights));
     // SAFETY: src holds planes × pixels values, weights one per plane, out pixels.
     unsafe {
         weighted_sum::launch(

@@ -268,7 +268,7 @@ pub fn focus_stack_wgpu(input: &WgpuArray, sigma: f64, method: FocusMethod) -> R
     let client = ctx.client();
     let g = focus_kernel(sigma);
     let radius = (g.len() / 2) as u32;
-    let weights = client.create_from_slice(bytemuck::cast_slice(&g));
+    let weights = ctx.upload_bytes(bytemuck::cast_slice(&g));
     let plane_f32 = pixels.max(1) * 4;
     let tmp = client.empty(plane_f32);
     let blur = client.empty(plane_f32);

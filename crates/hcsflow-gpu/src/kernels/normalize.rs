@@ -146,12 +146,12 @@ pub(super) fn failed(name: &str, e: impl Into<BoxError>) -> FunctionError {
 /// A zero-filled buffer of `words` 32-bit words.
 pub(super) fn zeros(ctx: &GpuContext, name: &str, words: usize) -> Result<Handle, FunctionError> {
     ctx.check_size(name, (words * 4) as u64).map_err(|e| e.into_function_error(name))?;
-    Ok(ctx.client().create_from_slice(&vec![0u8; words.max(1) * 4]))
+    Ok(ctx.upload_bytes(&vec![0u8; words.max(1) * 4]))
 }
 
 /// Reads `words` u32 values back from the device.
 pub(super) fn read_u32(ctx: &GpuContext, name: &str, handle: Handle, words: usize) -> Result<Vec<u32>, FunctionError> {
-    let bytes = ctx.client().read_one(handle).map_err(|e| ctx.server_error("read-back", e).into_function_error(name))?;
+    let bytes = ctx.read_back(handle).map_err(|e| ctx.server_error("read-back", e).into_function_error(name))?;
     let bytes: &[u8] = &bytes;
     if bytes.len() < words * 4 {
         return Err(failed(name, format!("read {} bytes, expected {}", bytes.len(), words * 4)));
@@ -211,7 +211,7 @@ pub(super) fn apply_luts(name: &str, input: &WgpuArray, g: &Geometry, luts: &[u3
     let ctx = input.context();
     let dtype = DeviceBuffer::dtype(input);
     let client = ctx.client();
-    let lut = client.create_from_slice(bytemuck::cast_slice(luts));
+    let lut = ctx.upload_bytes(bytemuck::cast_slice(luts));
     let out = zeros(ctx, name, g.total_words)?;
     // SAFETY: lut holds pops × lut_stride entries and indices stay below it.
     unsafe {
@@ -305,7 +305,7 @@ fn normalize_f32_stack(
     }
     // Pass 2: low key bits inside those buckets.
     let lows = zeros(ctx, name, pops * SLOTS * 65_536)?;
-    let bucket_buf = client.create_from_slice(bytemuck::cast_slice(&buckets));
+    let bucket_buf = ctx.upload_bytes(bytemuck::cast_slice(&buckets));
     // SAFETY: buckets holds pops × 4 ids; lows holds pops × 4 × 65536 counters.
     unsafe {
         let inp = BufferArg::from_raw_parts(input.handle.clone(), total);
@@ -323,7 +323,7 @@ fn normalize_f32_stack(
         let scale = if q[1] == q[0] { 0.0 } else { (p.target_max - p.target_min) / (q[1] - q[0]) };
         params.extend([q[0] as f32, q[1] as f32, scale as f32, p.target_min as f32]);
     }
-    let param_buf = client.create_from_slice(bytemuck::cast_slice(&params));
+    let param_buf = ctx.upload_bytes(bytemuck::cast_slice(&params));
     let out = zeros(ctx, name, total)?;
     // SAFETY: params holds pops × 4 values; output holds total f32 values.
     unsafe {

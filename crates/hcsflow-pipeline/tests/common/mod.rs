@@ -43,6 +43,7 @@ pub fn cpu_config(out: &Path, missing: MissingPolicy) -> CompileConfig {
         policy: ConversionPolicy::default(),
         out: out.to_path_buf(),
         missing,
+        require_gpu: false,
     }
 }
 
