@@ -22,6 +22,7 @@
 //! The truth window of a tile is the truth image sampled bilinearly at the
 //! tile's true (fractional) position.
 
+use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -400,10 +401,10 @@ fn truth_windows<'a>(
         let Some(&(x, y)) = truth.tiles.get(&(well.clone(), *site)) else {
             return Err(invalid(&truth.dir.join("tile_positions.csv"), format!("no true position of well {well} site {site}")));
         };
-        if !images.contains_key(well) {
-            images.insert(well.clone(), truth.truth_image(well, channel)?);
-        }
-        let image = &images[well];
+        let image = match images.entry(well.clone()) {
+            Entry::Occupied(e) => e.into_mut(),
+            Entry::Vacant(e) => e.insert(truth.truth_image(well, channel)?),
+        };
         out.push((key, image.window(x, y, height, width)));
     }
     Ok(out)
