@@ -12,7 +12,8 @@ use hcsflow_testkit::snapshot;
 
 mod common;
 use common::outputs::{
-    assert_report_covers_every_well, assert_same_outputs, demo_toml, describes_the_run, hcsflow_cmd, run_args, s, synth,
+    assert_report_covers_every_well, assert_same_outputs, demo_toml, describes_the_run, hcsflow_cmd, plate_and_reference, run_args, s,
+    synth,
 };
 use common::{hcsflow, stderr};
 
@@ -73,11 +74,8 @@ fn results(out: &Path) -> Vec<(std::path::PathBuf, hcsflow_testkit::Entry)> {
 #[test]
 fn shards_in_sequence_and_side_by_side_then_finalize_give_one_runs_output() {
     let dir = tempfile::tempdir().unwrap();
-    let plate = dir.path().join("plate");
-    synth(&plate, &WELLS);
+    let (plate, reference) = plate_and_reference(dir.path(), &WELLS, "2");
     let pipeline = demo_toml();
-    let reference = dir.path().join("reference");
-    ok(&hcsflow(&run_args(&plate, &pipeline, &reference, &["--workers", "2"])), "one run");
 
     // In sequence; each shard writes its wells only and no plate-level output.
     let seq = dir.path().join("sequence");
@@ -117,11 +115,8 @@ fn shards_in_sequence_and_side_by_side_then_finalize_give_one_runs_output() {
 #[test]
 fn a_finalize_with_a_shard_missing_fails_naming_it_and_the_shard_completes_the_run() {
     let dir = tempfile::tempdir().unwrap();
-    let plate = dir.path().join("plate");
-    synth(&plate, &WELLS);
+    let (plate, reference) = plate_and_reference(dir.path(), &WELLS, "2");
     let pipeline = demo_toml();
-    let reference = dir.path().join("reference");
-    ok(&hcsflow(&run_args(&plate, &pipeline, &reference, &["--workers", "2"])), "one run");
 
     let out = dir.path().join("out");
     for shard in ["1/3", "3/3"] {

@@ -16,7 +16,7 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 mod common;
-use common::outputs::{assert_report_covers_every_well, assert_same_outputs, demo_toml, run_args, s, synth};
+use common::outputs::{assert_report_covers_every_well, assert_same_outputs, demo_toml, plate_and_reference, s, synth};
 use common::{hcsflow, stderr};
 
 const WELLS: [&str; 6] = ["A01", "A02", "A03", "B01", "B02", "B03"];
@@ -217,20 +217,13 @@ fn job_ids(stdout: &str) -> Vec<String> {
 
 /// The 6-well plate in `dir/plate` and the demo pipeline's single-machine
 /// run of it in `dir/reference`, which the cluster's output must equal.
-fn plate_and_reference(dir: &Path) -> (PathBuf, PathBuf) {
-    let (plate, reference) = (dir.join("plate"), dir.join("reference"));
-    synth(&plate, &WELLS);
-    let o = hcsflow(&run_args(&plate, &demo_toml(), &reference, &["--workers", "1"]));
-    assert!(o.status.success(), "{}", stderr(&o));
-    (plate, reference)
-}
 
 #[test]
 fn a_plate_submitted_as_three_shards_gives_one_runs_output() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let Some(cluster) = cluster() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let (plate, reference) = plate_and_reference(dir.path());
+    let (plate, reference) = plate_and_reference(dir.path(), &WELLS, "1");
 
     let out = dir.path().join("out");
     let stdout = submit(&cluster, &plate, &out, "2");
@@ -265,7 +258,7 @@ fn a_cancelled_shard_is_reported_and_a_second_submission_runs_only_it() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let Some(cluster) = cluster() else { return };
     let dir = tempfile::tempdir().unwrap();
-    let (plate, reference) = plate_and_reference(dir.path());
+    let (plate, reference) = plate_and_reference(dir.path(), &WELLS, "1");
 
     let out = dir.path().join("out");
     // One task at a time: task 1 is still pending when it is cancelled.

@@ -15,6 +15,17 @@ pub fn synth(root: &Path, wells: &[&str]) {
     generate(&cfg, root).expect("generate");
 }
 
+/// A synthetic plate of `wells` in `dir/plate` ([`synth`]) and, in
+/// `dir/reference`, the demo pipeline's output of one uninterrupted run of it
+/// with `workers` workers: what sharded, resumed and cluster runs are compared with.
+pub fn plate_and_reference(dir: &Path, wells: &[&str], workers: &str) -> (PathBuf, PathBuf) {
+    let (plate, reference) = (dir.join("plate"), dir.join("reference"));
+    synth(&plate, wells);
+    let o = hcsflow_cmd(&run_args(&plate, &demo_toml(), &reference, &["--workers", workers])).output().expect("run hcsflow");
+    assert!(o.status.success(), "the reference run: {}", String::from_utf8_lossy(&o.stderr));
+    (plate, reference)
+}
+
 /// The repository's demo pipeline: TIFF, OME-Zarr and CSV artifacts.
 pub fn demo_toml() -> String {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/demo.toml").to_string_lossy().into_owned()
