@@ -327,8 +327,11 @@ fn mean(values: &[f64]) -> f64 {
     values.iter().sum::<f64>() / values.len().max(1) as f64
 }
 
-/// The measured tiles of a step: (well, site, channel) → the TIFF of each z (in z order).
-type StepTiles = BTreeMap<(String, u32, u32), BTreeMap<u32, PathBuf>>;
+/// A tile of a channel: (well, site, channel).
+type TileKey = (String, u32, u32);
+
+/// The measured tiles of a step: tile → the TIFF of each z (in z order).
+type StepTiles = BTreeMap<TileKey, BTreeMap<u32, PathBuf>>;
 
 fn step_tiles(manifest: &Manifest, out: &Path, step: &str) -> StepTiles {
     let mut tiles = StepTiles::new();
@@ -393,7 +396,7 @@ fn truth_windows<'a>(
     tiles: &'a StepTiles,
     height: usize,
     width: usize,
-) -> Result<Vec<(&'a (String, u32, u32), Vec<f32>)>, QualityError> {
+) -> Result<Vec<(&'a TileKey, Vec<f32>)>, QualityError> {
     let mut images: BTreeMap<String, Image> = BTreeMap::new();
     let mut out = Vec::new();
     for key in tiles.keys().filter(|k| k.2 == channel) {
