@@ -31,8 +31,8 @@ mod shard;
 pub mod spec;
 
 pub use compile::{
-    compile, Action, ArtifactInput, ChainPlan, CompileConfig, GroupPlan, HostCall, InputPlane, Key, MissingPlane, MissingPolicy, OutPlane, Plan,
-    PlannedHostWork, Slot, StepPlan, WellPlan, WellStepPlan, COLLAPSED, VARIABLE,
+    compile, Action, ArtifactInput, ChainPlan, CompileConfig, GroupPlan, HostCall, InputPlane, Key, MissingPlane, MissingPolicy, OutPlane,
+    Plan, PlannedHostWork, Slot, StepPlan, WellPlan, WellStepPlan, COLLAPSED, VARIABLE,
 };
 pub use error::PipelineError;
 pub use exec::{execute, peak_rss_bytes, Progress, RunOptions, RunReport, RunSummary, WellReport};
