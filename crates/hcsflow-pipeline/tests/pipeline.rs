@@ -417,8 +417,9 @@ fn memory_budget_and_cancellation() {
 #[test]
 fn example_pipelines_parse_and_compile() {
     let dir = tempfile::tempdir().unwrap();
-    let root = synth(dir.path(), &["A01"]);
-    let plate = common::open(&root);
+    // 5 z planes: mega_flex.toml deconvolves each tile's z-stack with a PSF 5 planes deep.
+    let cfg = SynthConfig { size: 64, z_planes: 5, wells: vec!["A01".into()], ..SynthConfig::default() };
+    let plate = common::open(&common::synth_plate(&dir.path().join("plate"), &cfg));
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
     let mut n = 0;
     for e in std::fs::read_dir(&examples).unwrap() {
