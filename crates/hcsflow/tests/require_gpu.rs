@@ -4,7 +4,11 @@
 //! compiles. Planning only: no pixel is read and no GPU context is created.
 //!
 //! The GPU cases need an adapter (lavapipe in CI): without one they fail,
-//! unless HCSFLOW_SKIP_GPU_TESTS=1 outside CI.
+//! unless HCSFLOW_SKIP_GPU_TESTS=1 outside CI; they are built with the `wgpu`
+//! feature only.
+
+// Without the `wgpu` feature the GPU case and its imports are not built.
+#![cfg_attr(not(feature = "wgpu"), allow(unused_imports))]
 
 use std::path::Path;
 
@@ -21,6 +25,7 @@ fn plate(dir: &Path) -> std::path::PathBuf {
 }
 
 /// Options on the software GPU (lavapipe), or `None` when skipped.
+#[cfg(feature = "wgpu")]
 fn gpu_options() -> Option<DeviceOptions> {
     if hcsflow::discover_adapters().is_empty() {
         if !hcsflow_testkit::in_ci() && std::env::var("HCSFLOW_SKIP_GPU_TESTS").as_deref() == Ok("1") {
@@ -77,6 +82,8 @@ fn on_the_cpu_every_step_is_refused_and_named() {
     Engine::builtin().plan_spec(&plate, &spec, &out, &options).expect("without --require-gpu");
 }
 
+/// Needs the GPU engine (the `wgpu` feature; `--no-default-features` has no adapter to plan for).
+#[cfg(feature = "wgpu")]
 #[test]
 fn on_the_gpu_only_the_pinned_steps_and_host_work_are_refused() {
     let Some(device) = gpu_options() else { return };
