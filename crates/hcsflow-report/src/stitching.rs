@@ -24,7 +24,7 @@ use std::path::Path;
 use hcsflow_pipeline::ArtifactRecord;
 use serde::Serialize;
 
-use crate::tables::parse_csv;
+use crate::tables::{self, parse_csv};
 
 /// One tile of the layout, in mosaic pixels.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -104,7 +104,7 @@ impl Table {
 }
 
 fn number(row: &[String], column: Option<usize>) -> Option<f64> {
-    column.and_then(|c| row.get(c)).and_then(|v| v.parse::<f64>().ok()).filter(|v| v.is_finite())
+    column.and_then(|c| tables::number(row, c))
 }
 
 /// The view of a well whose shown image is `mosaic` (`(height, width)`), from

@@ -100,7 +100,8 @@ pub fn well_measures(out: &Path, artifacts: &[ArtifactRecord], problems: &mut Ve
     measures
 }
 
-fn number(record: &[String], column: usize) -> Option<f64> {
+/// The finite number in `record`'s `column`, if any.
+pub(crate) fn number(record: &[String], column: usize) -> Option<f64> {
     record.get(column).and_then(|v| v.parse::<f64>().ok()).filter(|v| v.is_finite())
 }
 
