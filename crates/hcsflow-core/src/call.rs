@@ -109,4 +109,36 @@ mod tests {
         let err = r.call("refuse", Args::default(), s, Device::Cpu, &conv, ConversionPolicy::default()).unwrap_err();
         assert!(matches!(&err, CallError::Function(FunctionError::Failed { function, .. }) if function == "refuse"), "{err}");
     }
+
+    #[test]
+    fn a_call_says_how_it_may_split_and_what_it_holds_on_a_device() {
+        use crate::{one_plane, ArgValue, FunctionDecl, NoArgs, StackShape, ZSplit};
+        static PER_PLANE: FunctionDecl<NoArgs> = FunctionDecl::new("per_plane", Contract::Pure2d, "x");
+        static FLEX: FunctionDecl<NoArgs> = FunctionDecl::new("flex", Contract::Flexible, "x");
+        static WHOLE: FunctionDecl<NoArgs> = FunctionDecl::new("whole", Contract::Pure3d, "x");
+        static MAX: FunctionDecl<NoArgs> =
+            FunctionDecl::new("max", Contract::VolumetricToSlice, "x").with_output_shape(one_plane).with_chunk_combine();
+        static MEAN: FunctionDecl<NoArgs> = FunctionDecl::new("mean", Contract::VolumetricToSlice, "x").with_output_shape(one_plane);
+        let mut r = Registry::new();
+        for d in [&PER_PLANE, &FLEX, &WHOLE, &MAX, &MEAN] {
+            r.add(d.host(|s, _, _| Ok(s.clone())).with_scratch(|shape, _| shape.depth as u64 * 100));
+        }
+        let conv = Conversions::default();
+        let plan = |name: &str, given: Vec<(String, ArgValue)>| {
+            let args = r.get(name).unwrap().validate_args(given).unwrap();
+            r.plan_call(name, args, MemoryType::Host, Device::Cpu, &conv, ConversionPolicy::default()).unwrap()
+        };
+        let split = |name: &str| plan(name, vec![]).z_split;
+        assert_eq!(split("per_plane"), Some(ZSplit::Planes));
+        assert_eq!(split("flex"), None, "flexible on the whole stack");
+        assert_eq!(plan("flex", vec![("slice_by_slice".into(), ArgValue::Bool(true))]).z_split, Some(ZSplit::Planes));
+        assert_eq!(split("whole"), None);
+        assert_eq!(split("max"), Some(ZSplit::Combine));
+        assert_eq!(split("mean"), None, "a reduction that does not declare it combines");
+        // 3 planes of 10×10 u16 (200 bytes each) in, one f32 plane out (400), 3 × 100 scratch.
+        let max = plan("max", vec![]);
+        assert_eq!(max.working_set(&StackShape::new(3, 10, 10), crate::DType::U16, &StackShape::new(1, 10, 10)), 600 + 400 + 300);
+        // Device planes are whole 32-bit words: 3×3 u8 is 12 bytes, not 9.
+        assert_eq!(max.working_set(&StackShape::new(1, 3, 3), crate::DType::U8, &StackShape::new(1, 3, 3)), 12 + 36 + 100);
+    }
 }

@@ -35,7 +35,7 @@ pub use memory::{Array, BadDevice, Device, DeviceBuffer, DeviceRequest, MemorySp
 pub use registry::{
     blamed, one_plane, same_shape, ArgCheck, ArgDecl, ArgError, ArgProblem, ArgSpec, ArgType, ArgValue, Args, Binding, CallPlan, Contract,
     FunctionArgs, FunctionDecl, FunctionError, FunctionSpec, HostWork, Implementation, NoArgs, PlanError, PlaneReduction, Registry,
-    ShapeRule, StackShape,
+    ScratchRule, ShapeRule, StackShape, ZSplit,
 };
 pub use slices::{stack_slices, unstack_slices, SliceError};
 pub use stack::{HostArray, Pixel, SharedPixels, Stack, StackArray};

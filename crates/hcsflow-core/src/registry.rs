@@ -36,7 +36,7 @@ pub use catalogue::{
     Binding, DeclaredCheck, DeclaredReduction, DeclaredShapeRule, Function, FunctionDecl, FunctionSpec, PlaneReduction, ReductionRule,
     Registry,
 };
-pub use implementation::{ArrayKernel, HostKernel, HostWork, Implementation};
+pub use implementation::{ArrayKernel, HostKernel, HostWork, Implementation, ScratchRule};
 
 /// How a function treats the stack axis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -60,6 +60,33 @@ impl fmt::Display for Contract {
             Contract::Pure3d => "pure_3d",
             Contract::Flexible => "flexible",
             Contract::VolumetricToSlice => "volumetric_to_slice",
+        })
+    }
+}
+
+/// How a call may run on its stack cut along Z into chunks of planes, when
+/// the whole stack does not fit the device's memory budget (the executor
+/// chooses the chunks; see `hcsflow-pipeline`). A function that cannot is
+/// run whole or not at all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ZSplit {
+    /// Each plane is computed on its own (`pure_2d`, flexible with
+    /// `slice_by_slice`): the chunks' outputs concatenated in order are the
+    /// whole stack's output.
+    Planes,
+    /// A reduction N → 1 declared with
+    /// [`FunctionDecl::with_chunk_combine`]: the function run again on its
+    /// chunks' results (one plane each, concatenated in order) gives the
+    /// whole stack's result (max, min).
+    Combine,
+}
+
+impl fmt::Display for ZSplit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ZSplit::Planes => "planes",
+            ZSplit::Combine => "combine",
         })
     }
 }

@@ -492,6 +492,12 @@ impl Stack {
         })
     }
 
+    /// Planes `range` as a stack (a copy). Panics if the range is out of
+    /// bounds: callers cut `0..depth()`.
+    pub fn planes_range(&self, range: std::ops::Range<usize>) -> Stack {
+        with_pixels!(Stack, self, a, T => Stack::from(a.view().slice_axis(Axis(0), ndarray::Slice::from(range)).to_owned()))
+    }
+
     /// All pixels as f32, same shape.
     pub fn to_f32(&self) -> Array3<f32> {
         with_pixels!(Stack, self, a, T => a.view().mapv(Pixel::to_f32))

@@ -137,7 +137,12 @@ pub static MAX_PROJECTION: FunctionDecl<NoArgs> = FunctionDecl::new(
     Contract::VolumetricToSlice,
     "Per-pixel maximum over the stack axis (numpy.max(axis=0)); keeps the dtype.",
 )
-.with_output_shape(one_plane);
+.with_output_shape(one_plane)
+// The maximum of the chunks' maxima is the maximum: a stack over the GPU
+// memory budget runs in chunks. Not bit for bit for f32 with NaN: a chunk
+// whose first plane is NaN at a pixel keeps NaN there (the whole stack only
+// when its own first plane is).
+.with_chunk_combine();
 
 pub static MEAN_PROJECTION: FunctionDecl<NoArgs> = FunctionDecl::new(
     "mean_projection",
@@ -151,7 +156,9 @@ pub static MIN_PROJECTION: FunctionDecl<NoArgs> = FunctionDecl::new(
     Contract::VolumetricToSlice,
     "Per-pixel minimum over the stack axis (numpy.min(axis=0)); keeps the dtype.",
 )
-.with_output_shape(one_plane);
+.with_output_shape(one_plane)
+// The minimum of the chunks' minima, like max_projection.
+.with_chunk_combine();
 
 pub static SUM_PROJECTION: FunctionDecl<NoArgs> = FunctionDecl::new(
     "sum_projection",

@@ -6,9 +6,10 @@ use rayon::prelude::*;
 
 use super::args::{ArgError, Args, StackShape};
 use super::implementation::{HostKernel, Implementation};
-use super::{Contract, FunctionError, SLICE_BY_SLICE};
+use super::{Contract, FunctionError, ZSplit, SLICE_BY_SLICE};
 use crate::artifact::{Artifacts, CallContext, Table};
 use crate::convert::{ConversionError, ConversionPolicy, Conversions, Route, RouteKind};
+use crate::dtype::DType;
 use crate::memory::{check_device, Array, Device, MemoryType};
 use crate::registry::Registry;
 use crate::stack::Stack;
@@ -42,12 +43,27 @@ pub struct CallPlan {
     pub artifacts: Artifacts,
     /// The function's output is a label image ([`crate::FunctionDecl::with_label_output`]).
     pub output_labels: bool,
+    /// How the call may run on its stack in chunks of planes ([`crate::Function::z_split`]).
+    pub z_split: Option<ZSplit>,
 }
 
 impl CallPlan {
     /// True when the call runs one plane at a time.
     pub fn per_plane(&self) -> bool {
         self.contract == Contract::Pure2d || (self.contract == Contract::Flexible && self.args.flag(SLICE_BY_SLICE))
+    }
+
+    /// An estimate of the device memory the call holds at once on an input
+    /// of shape `input` and `dtype` giving an output of shape `output`: the
+    /// input as a device stores it (planes of 32-bit words: u8/u16 packed),
+    /// the output counted at 4 bytes a pixel (f32, the widest dtype), and the
+    /// implementation's declared scratch ([`crate::ScratchRule`]).
+    pub fn working_set(&self, input: &StackShape, dtype: DType, output: &StackShape) -> u64 {
+        let words = |pixels: usize, bytes: usize| ((pixels * bytes).div_ceil(4) * 4) as u64;
+        let input_bytes = input.depth as u64 * words(input.height * input.width, dtype.size_bytes());
+        let output_bytes = output.depth as u64 * words(output.height * output.width, 4);
+        let scratch = self.implementation.scratch.map_or(0, |rule| rule(input, dtype));
+        input_bytes + output_bytes + scratch
     }
 }
 
@@ -78,11 +94,12 @@ impl Registry {
             function: function.spec.name,
             contract: function.spec.contract,
             device,
-            args,
             implementation,
             route_in,
             artifacts: function.artifacts.clone(),
             output_labels: function.output_labels,
+            z_split: function.z_split(&args),
+            args,
         })
     }
 

@@ -10,9 +10,9 @@ use serde::Serialize;
 
 use super::args::{closest, ArgCheck, ArgError, ArgProblem, ArgSpec, ArgValue, Args, FunctionArgs, ShapeRule, StackShape};
 use super::call::PlanError;
-use super::implementation::{HostWork, Implementation};
+use super::implementation::{HostWork, Implementation, ScratchRule};
 use super::FunctionError;
-use super::{Contract, SLICE_BY_SLICE};
+use super::{Contract, ZSplit, SLICE_BY_SLICE};
 use crate::artifact::CallContext;
 use crate::artifact::{ArtifactDecl, Artifacts};
 use crate::memory::{Array, MemoryType};
@@ -44,6 +44,9 @@ pub struct Function {
     pub reduction: Option<ReductionRule>,
     /// Its output stack is a label image ([`FunctionDecl::with_label_output`]).
     pub output_labels: bool,
+    /// Run again on its chunks' results, it gives the whole stack's result
+    /// ([`FunctionDecl::with_chunk_combine`]).
+    pub chunk_combine: bool,
 }
 
 /// A reduction of every plane as it is read, declared by a function that runs
@@ -86,6 +89,24 @@ impl Function {
     /// True when a call with these arguments receives one plane at a time.
     pub fn per_plane(&self, args: &Args) -> bool {
         self.spec.contract == Contract::Pure2d || (self.spec.contract == Contract::Flexible && args.flag(SLICE_BY_SLICE))
+    }
+
+    /// How a call with these arguments may run on its stack in chunks of
+    /// planes ([`ZSplit`]); `None`: only whole. Per-plane calls split by
+    /// planes, reductions declared [`FunctionDecl::with_chunk_combine`] by
+    /// combining; a function with artifacts (tables produced or consumed) is
+    /// never split, since its tables are not merged chunk by chunk.
+    pub fn z_split(&self, args: &Args) -> Option<ZSplit> {
+        if !self.artifacts.produces.is_empty() || !self.artifacts.consumes.is_empty() {
+            return None;
+        }
+        if self.per_plane(args) {
+            Some(ZSplit::Planes)
+        } else if self.chunk_combine && self.spec.contract == Contract::VolumetricToSlice {
+            Some(ZSplit::Combine)
+        } else {
+            None
+        }
     }
 
     /// Runs the function's [`ArgCheck`] for a call on a stack of shape `stack`
@@ -179,6 +200,7 @@ impl fmt::Debug for Function {
             .field("shape_rule", &self.shape_rule.is_some())
             .field("reduction", &self.reduction.is_some())
             .field("output_labels", &self.output_labels)
+            .field("chunk_combine", &self.chunk_combine)
             .finish()
     }
 }
@@ -233,6 +255,9 @@ pub struct FunctionDecl<A> {
     /// background (a segmentation). Outputs that keep images apart from
     /// labels (OME-Zarr's NGFF `labels`) store it as one.
     pub output_labels: bool,
+    /// A reduction (N → 1) whose result on a stack equals its result on the
+    /// concatenated results of the stack's chunks ([`Self::with_chunk_combine`]).
+    pub chunk_combine: bool,
 }
 
 impl<A> FunctionDecl<A> {
@@ -248,6 +273,7 @@ impl<A> FunctionDecl<A> {
             output_shape: None,
             reduction: None,
             output_labels: false,
+            chunk_combine: false,
         }
     }
 
@@ -279,6 +305,17 @@ impl<A> FunctionDecl<A> {
     /// Declares that its output stack is a label image (see [`FunctionDecl::output_labels`]).
     pub const fn with_label_output(self) -> Self {
         FunctionDecl { output_labels: true, ..self }
+    }
+
+    /// Declares a reduction (N → 1, [`Contract::VolumetricToSlice`]) that
+    /// combines: run on the concatenated results of the stack's chunks, it
+    /// returns its result on the whole stack, bit for bit (max, min; not a
+    /// mean of unequal chunks, nor an f32 sum whose rounding depends on the
+    /// order; a declaration's comment states any exception, such as NaN). A stack too large for the device's memory budget then runs in
+    /// chunks of planes, and the function once more on the chunks' results
+    /// ([`ZSplit::Combine`]).
+    pub const fn with_chunk_combine(self) -> Self {
+        FunctionDecl { chunk_combine: true, ..self }
     }
 }
 
@@ -333,6 +370,7 @@ impl<A: FunctionArgs> FunctionDecl<A> {
                 shape_rule,
                 reduction,
                 output_labels: self.output_labels,
+                chunk_combine: self.chunk_combine,
             },
             implementation,
         }
@@ -362,6 +400,13 @@ impl Binding {
     /// brings its input to the host and does `work` there ([`HostWork`]).
     pub fn with_host_work(mut self, without: &'static str, work: &'static str) -> Binding {
         self.implementation.host_work = Some(HostWork { without, work });
+        self
+    }
+
+    /// Declares the device memory the implementation allocates besides its
+    /// input and output ([`ScratchRule`]), for the executor's memory budget.
+    pub fn with_scratch(mut self, scratch: ScratchRule) -> Binding {
+        self.implementation.scratch = Some(scratch);
         self
     }
 }
@@ -394,6 +439,7 @@ impl Registry {
             shape_rule: None,
             reduction: None,
             output_labels: false,
+            chunk_combine: false,
         });
         entry.implementations.retain(|i| i.memory_in != implementation.memory_in);
         entry.implementations.push(implementation);

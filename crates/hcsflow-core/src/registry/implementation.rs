@@ -5,9 +5,10 @@
 use std::fmt;
 use std::sync::Arc;
 
-use super::args::Args;
+use super::args::{Args, StackShape};
 use super::FunctionError;
 use crate::artifact::CallContext;
+use crate::dtype::DType;
 use crate::memory::{Array, MemoryType};
 use crate::stack::Stack;
 
@@ -30,7 +31,17 @@ pub struct Implementation {
     /// Work this implementation does on the host, with its input brought
     /// there, when a call has no `without` artifact (see [`HostWork`]).
     pub host_work: Option<HostWork>,
+    /// Device memory it allocates besides its input and output (see
+    /// [`ScratchRule`]); `None`: none.
+    pub scratch: Option<ScratchRule>,
 }
+
+/// The bytes of device memory an implementation allocates for a stack of
+/// `shape` and `dtype`, besides its input and output buffers (temporary
+/// planes, histograms, look-up tables): declared by the GPU crate with its
+/// kernels ([`Binding::with_scratch`](crate::Binding::with_scratch)), read by
+/// [`CallPlan::working_set`](crate::CallPlan::working_set).
+pub type ScratchRule = fn(&StackShape, DType) -> u64;
 
 /// What a device implementation does on the host when an optional artifact
 /// it consumes is absent: e.g. the wgpu `assemble` downloads the tiles and
@@ -66,6 +77,7 @@ impl Implementation {
             kernel: Arc::new(move |array, args, context| Ok(Array::from(whole(&host_input(array)?, args, context)?))),
             per_plane_host: Some(kernel),
             host_work: None,
+            scratch: None,
         }
     }
 
@@ -88,7 +100,7 @@ impl Implementation {
         memory_out: MemoryType,
         kernel: impl Fn(Array, &Args, &mut CallContext) -> Result<Array, FunctionError> + Send + Sync + 'static,
     ) -> Self {
-        Implementation { memory_in, memory_out, kernel: Arc::new(kernel), per_plane_host: None, host_work: None }
+        Implementation { memory_in, memory_out, kernel: Arc::new(kernel), per_plane_host: None, host_work: None, scratch: None }
     }
 }
 
