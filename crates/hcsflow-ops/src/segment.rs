@@ -14,17 +14,23 @@
 //! # Watershed ([`watershed`])
 //! skimage.segmentation `watershed(image, markers, connectivity, mask)` with
 //! `compactness=0`, `watershed_line=False`: a priority flood from the marker
-//! pixels (in raster order), each pixel labelled when first pushed, the queue
-//! ordered by (cost, push age), a pixel's cost being the larger of its value and
-//! the cost of the pixel it was reached from (packed into one integer key). The
-//! queue is the same binary heap as skimage's (`heap_general.pxi`: the same
-//! sift-up/sift-down steps), and the neighbours are visited in skimage's order
-//! (edge neighbours N, W, E, S, then corners NW, NE, SW, SE), so even the marker
-//! pixels (all age 0, equal ages resolved by heap position) pop in the same
-//! order and the labels are identical. Values are compared in f64 as skimage
-//! does (our input is f32, so where skimage is given a float64 image that is not
-//! representable in f32 the orders can differ). Mask pixels not connected to
-//! any marker stay 0.
+//! pixels, each pixel labelled when first pushed, the queue ordered by (cost,
+//! push age), a pixel's cost being the larger of its value and the cost of the
+//! pixel it was reached from; neighbours visited in skimage's order (edge
+//! neighbours N, W, E, S, then corners NW, NE, SW, SE). Values are compared in
+//! f64 as skimage does (our input is f32, so where skimage is given a float64
+//! image that is not representable in f32 the orders can differ). Mask pixels
+//! not connected to any marker stay 0.
+//!
+//! The one place we differ: all marker pixels have age 0, and skimage leaves
+//! the order of markers of *equal value* to the positions they happen to have
+//! in its binary heap; we take them in raster order. With markers of distinct
+//! values the labels are identical to skimage's (tested); with equal values
+//! they can differ where the two floods meet at equal cost (on the
+//! 2048² benchmark image 24 of 327,133 flooded pixels, one pair of nuclei). In
+//! exchange the queue can be a radix heap with first-in-first-out buckets
+//! (pushes never go below the last cost popped), which needs no comparisons
+//! between equal costs: a few times faster than a binary heap on large floods.
 //!
 //! # Hole filling, border clearing, size filter
 //! - [`fill_holes`]: scipy `binary_fill_holes(mask)` (default structure: a hole
@@ -176,14 +182,6 @@ fn lower_envelope_sqrt(f: &[f64], lo: usize, sx2: f64, v: &mut [usize], z: &mut 
     }
 }
 
-/// One queue entry of the flood: skimage's `Heapitem` (value, age, index)
-/// without `source`, the value and age packed into one key (see [`key`]).
-#[derive(Clone, Copy)]
-struct Item {
-    key: u64,
-    index: u32,
-}
-
 /// An f32 as a u32 of the same order (−0 and +0 equal, as they compare in f64).
 #[inline]
 fn ordered_bits(v: f32) -> u32 {
@@ -192,71 +190,6 @@ fn ordered_bits(v: f32) -> u32 {
         !b
     } else {
         b | 0x8000_0000
-    }
-}
-
-/// The heap key of a pixel of cost `cost` (from [`ordered_bits`]) pushed at
-/// `age`: ordering keys is ordering by (value, age), as skimage does (f32
-/// values compare the same in f64).
-#[inline]
-fn key(cost: u32, age: u32) -> u64 {
-    (u64::from(cost) << 32) | u64::from(age)
-}
-
-#[inline]
-fn smaller(a: &Item, b: &Item) -> bool {
-    a.key < b.key
-}
-
-/// The binary min-heap of skimage's `heap_general.pxi` (same steps, so equal
-/// keys leave in the same order).
-struct Heap(Vec<Item>);
-
-impl Heap {
-    fn push(&mut self, item: Item) {
-        let h = &mut self.0;
-        h.push(item);
-        let mut child = h.len() - 1;
-        while child > 0 {
-            let parent = (child - 1) / 2;
-            if smaller(&h[child], &h[parent]) {
-                h.swap(parent, child);
-                child = parent;
-            } else {
-                break;
-            }
-        }
-    }
-
-    fn pop(&mut self) -> Option<Item> {
-        let h = &mut self.0;
-        let n = h.len();
-        if n == 0 {
-            return None;
-        }
-        h.swap(0, n - 1);
-        let top = h.pop();
-        let n = h.len();
-        let mut i = 0;
-        loop {
-            let (l, r) = (2 * i + 1, 2 * i + 2);
-            if l >= n {
-                break;
-            }
-            let mut smallest = i;
-            if smaller(&h[l], &h[i]) {
-                smallest = l;
-            }
-            if r < n && smaller(&h[r], &h[smallest]) {
-                smallest = r;
-            }
-            if smallest == i {
-                break;
-            }
-            h.swap(i, smallest);
-            i = smallest;
-        }
-        top
     }
 }
 
@@ -278,60 +211,178 @@ pub fn watershed(
     if image.len() != n || markers.len() != n || mask.is_some_and(|m| m.len() != n) {
         return Err(FunctionError::invalid(NAME, format!("image, markers and mask must all have {h}×{w} pixels")));
     }
-    if image.iter().any(|v| v.is_nan()) {
-        return Err(FunctionError::invalid(NAME, "the image contains NaN"));
+    let (cells, _) = flood(h, w, connectivity, |i| image[i], |i| markers[i], |i| mask.is_none_or(|m| m[i]))?;
+    Ok(unpadded(&cells, h, w, |l| l))
+}
+
+/// The flood's priority queue: a radix heap (Ahuja, Mehlhorn, Orlin, Tarjan
+/// 1990) on 32-bit costs, first in first out among equal costs. The flood only
+/// pushes costs at least the last one popped (a pixel costs at least as much as
+/// the one it is reached from), which is what a radix heap needs; in exchange a
+/// push is O(1) and a pop amortised O(1) per bit of the cost, with no
+/// comparisons between items of one cost. Equal costs leave in the order they
+/// came in, i.e. by push age, which is skimage's (cost, age) order.
+struct Queue {
+    /// `buckets[0]`: items of cost `last` (read from `head`); `buckets[b]`:
+    /// items whose cost first differs from `last` at bit `b − 1`.
+    buckets: [Vec<(u32, u32)>; 33],
+    head: usize,
+    last: u32,
+    len: usize,
+}
+
+impl Queue {
+    fn new() -> Self {
+        Queue { buckets: std::array::from_fn(|_| Vec::new()), head: 0, last: 0, len: 0 }
     }
-    // Padded by one pixel on every side, outside the mask (skimage pads the same way).
+
+    #[inline]
+    fn bucket(&self, cost: u32) -> usize {
+        (32 - (cost ^ self.last).leading_zeros()) as usize
+    }
+
+    /// Queues `index` at `cost`, which must not be below the last cost popped.
+    #[inline]
+    fn push(&mut self, cost: u32, index: u32) {
+        debug_assert!(cost >= self.last);
+        let b = self.bucket(cost);
+        self.buckets[b].push((cost, index));
+        self.len += 1;
+    }
+
+    /// The oldest item of the lowest cost, as (cost, index).
+    fn pop(&mut self) -> Option<(u32, u32)> {
+        if self.len == 0 {
+            return None;
+        }
+        if self.head == self.buckets[0].len() {
+            self.buckets[0].clear();
+            self.head = 0;
+            // The lowest non-empty bucket holds the next cost: it becomes
+            // `last` and the bucket's items move down, keeping their order
+            // (every lower bucket is empty, so order by age is kept).
+            let b = (1..33).find(|&b| !self.buckets[b].is_empty())?;
+            let items = std::mem::take(&mut self.buckets[b]);
+            self.last = items.iter().map(|&(c, _)| c).min()?;
+            for &(c, i) in &items {
+                let to = self.bucket(c);
+                self.buckets[to].push((c, i));
+            }
+            // Keep the allocation for the next time this bucket fills.
+            let mut items = items;
+            items.clear();
+            self.buckets[b] = items;
+        }
+        let item = self.buckets[0][self.head];
+        self.head += 1;
+        self.len -= 1;
+        Some(item)
+    }
+}
+
+/// The label of a pixel of the padded flood that the flood may not enter:
+/// outside the mask, or the one-pixel frame around the image. Other labels are
+/// markers' (0 = not reached yet).
+const OUTSIDE: u32 = u32::MAX;
+
+/// A pixel of the padded flood: its label and its cost (the order key of its
+/// value, [`ordered_bits`]) side by side, so a neighbour's visit reads one place.
+#[derive(Clone, Copy)]
+struct Cell {
+    label: u32,
+    cost: u32,
+}
+
+/// The seeded flood behind [`watershed`] and [`watershed_stack`], on a plane
+/// given pixel by pixel: `value(i)` pixel `i`'s value, `marker(i)` its marker
+/// label (0 = none) and `inside(i)` whether the flood may enter it. Returns the
+/// padded flood (`(h + 2) × (w + 2)`; labels inside, [`OUTSIDE`] elsewhere) and
+/// the largest marker label inside the mask. Errors: a NaN value anywhere, a
+/// marker label of `u32::MAX`, more than 2³² pixels.
+fn flood(
+    h: usize,
+    w: usize,
+    connectivity: Connectivity,
+    value: impl Fn(usize) -> f32 + Sync,
+    marker: impl Fn(usize) -> u32 + Sync,
+    inside: impl Fn(usize) -> bool + Sync,
+) -> Result<(Vec<Cell>, u32), FunctionError> {
+    const NAME: &str = "watershed";
     let (ph, pw) = (h + 2, w + 2);
     if ph.saturating_mul(pw) >= u32::MAX as usize {
         return Err(FunctionError::invalid(NAME, format!("{h}×{w} is too large (at most 2³² pixels)")));
     }
-    let mut inside = vec![false; ph * pw];
-    let mut out = vec![0u32; ph * pw];
-    let mut value = vec![0u32; ph * pw];
-    for y in 0..h {
-        for x in 0..w {
-            let (i, p) = (y * w + x, (y + 1) * pw + x + 1);
-            inside[p] = mask.is_none_or(|m| m[i]);
-            out[p] = if inside[p] { markers[i] } else { 0 };
-            value[p] = ordered_bits(image[i]);
-        }
+    // One pass, rows in parallel: the cells, each row's marker pixels in
+    // raster order (skimage pushes the markers in that order) and whether it
+    // holds a NaN.
+    let mut cells = vec![Cell { label: OUTSIDE, cost: 0 }; ph * pw];
+    let rows: Vec<(Vec<u32>, bool)> = cells[pw..(h + 1) * pw]
+        .par_chunks_mut(pw)
+        .enumerate()
+        .map(|(y, row)| {
+            let (mut seeds, mut nan) = (Vec::new(), false);
+            for x in 0..w {
+                let i = y * w + x;
+                let v = value(i);
+                nan |= v.is_nan();
+                if inside(i) {
+                    let label = marker(i);
+                    row[x + 1] = Cell { label, cost: ordered_bits(v) };
+                    if label != 0 {
+                        seeds.push(((y + 1) * pw + x + 1) as u32);
+                    }
+                }
+            }
+            (seeds, nan)
+        })
+        .collect();
+    if rows.iter().any(|r| r.1) {
+        return Err(FunctionError::invalid(NAME, "the image contains NaN"));
     }
     let pw_i = pw as isize;
     let edge = [-pw_i, -1, 1, pw_i];
-    let corner = [-pw_i - 1, -pw_i + 1, pw_i - 1, pw_i + 1];
-    let offsets: Vec<isize> = match connectivity {
-        Connectivity::Four => edge.to_vec(),
-        Connectivity::Eight => edge.iter().chain(&corner).copied().collect(),
+    let offsets: &[isize] = match connectivity {
+        Connectivity::Four => &edge,
+        Connectivity::Eight => &[edge[0], edge[1], edge[2], edge[3], -pw_i - 1, -pw_i + 1, pw_i - 1, pw_i + 1],
     };
-    let mut heap = Heap(Vec::new());
-    for (p, &l) in out.iter().enumerate() {
-        if l != 0 {
-            heap.push(Item { key: key(value[p], 0), index: p as u32 });
+    let mut queue = Queue::new();
+    let mut largest = 0;
+    for &p in rows.iter().flat_map(|r| &r.0) {
+        let c = cells[p as usize];
+        if c.label == OUTSIDE {
+            return Err(FunctionError::invalid(NAME, format!("marker label {} is too large (at most {})", c.label, OUTSIDE - 1)));
         }
+        largest = largest.max(c.label);
+        queue.push(c.cost, p);
     }
-    // Each pixel is pushed at most once, so ages stay below 2³².
-    let mut age = 1u32;
-    while let Some(e) = heap.pop() {
-        let index = e.index as usize;
-        let label = out[index];
-        let cost = (e.key >> 32) as u32;
-        for &o in &offsets {
-            let q = (index as isize + o) as usize;
-            if !inside[q] || out[q] != 0 {
+    while let Some((reached, index)) = queue.pop() {
+        let index = index as usize;
+        let label = cells[index].label;
+        for &o in offsets {
+            let q = &mut cells[(index as isize + o) as usize];
+            // 0: inside the mask and not reached yet.
+            if q.label != 0 {
                 continue;
             }
-            age += 1;
-            out[q] = label;
+            q.label = label;
             // A pixel costs at least as much as the one it is reached from.
-            heap.push(Item { key: key(value[q].max(cost), age), index: q as u32 });
+            let cost = q.cost.max(reached);
+            queue.push(cost, (index as isize + o) as u32);
         }
     }
-    let mut labels = vec![0u32; n];
-    for y in 0..h {
-        labels[y * w..(y + 1) * w].copy_from_slice(&out[(y + 1) * pw + 1..(y + 1) * pw + 1 + w]);
-    }
-    Ok(labels)
+    Ok((cells, largest))
+}
+
+/// The labels of the padded flood `cells` as `h × w` values of `T`, rows in parallel.
+fn unpadded<T: Copy + Default + Send>(cells: &[Cell], h: usize, w: usize, label: impl Fn(u32) -> T + Sync) -> Vec<T> {
+    let pw = w + 2;
+    let mut out = vec![T::default(); h * w];
+    out.par_chunks_mut(w.max(1)).enumerate().for_each(|(y, row)| {
+        for (o, c) in row.iter_mut().zip(&cells[(y + 1) * pw + 1..]) {
+            *o = label(if c.label == OUTSIDE { 0 } else { c.label });
+        }
+    });
+    out
 }
 
 /// scipy `binary_fill_holes(mask)`: background components (4-connected) that do
@@ -690,7 +741,7 @@ fn one_plane_u16(_: &WatershedArgs, input: &StackShape) -> Option<StackShape> {
 pub static WATERSHED: FunctionDecl<WatershedArgs> = FunctionDecl::new(
     "watershed",
     Contract::Pure3d,
-    "Seeded watershed (skimage.segmentation.watershed, identical labels): plane 0 the image, plane 1 the markers (0 = none), optional plane 2 the mask (nonzero = flood); one u16 label plane.",
+    "Seeded watershed (skimage.segmentation.watershed; markers of equal value taken in raster order): plane 0 the image, plane 1 the markers (0 = none), optional plane 2 the mask (nonzero = flood); one u16 label plane.",
 )
 .with_check(check_watershed)
 .with_output_shape(one_plane_u16)
@@ -705,15 +756,23 @@ pub fn watershed_stack(stack: &Stack, connectivity: Connectivity) -> Result<Stac
         return Err(FunctionError::invalid(NAME, format!("needs 2 or 3 planes, got {n}")));
     }
     let labels = with_pixels!(Stack, stack, a, T => {
-        let image: Vec<f32> = a.plane(0).iter().map(|v| v.to_f32()).collect();
-        let markers = plane_labels(a.plane(1));
-        let mask = (n == 3).then(|| plane_mask(a.plane(2)));
-        watershed(&image, &markers, mask.as_deref(), h, w, connectivity)?
+        let (image, markers) = (a.plane(0), a.plane(1));
+        let mask = (n == 3).then(|| a.plane(2));
+        let zero = T::default();
+        let (cells, largest) = flood(
+            h,
+            w,
+            connectivity,
+            |i| image[i].to_f32(),
+            |i| markers[i].to_f32().max(0.0) as u32,
+            |i| mask.is_none_or(|m| m[i] != zero),
+        )?;
+        if largest > u32::from(u16::MAX) {
+            return Err(FunctionError::invalid(NAME, format!("{largest} objects do not fit a u16 label image (at most 65535)")));
+        }
+        unpadded(&cells, h, w, |l| l as u16)
     });
-    let count = labels.iter().copied().max().unwrap_or(0);
-    let mut out = StackArray::<u16>::zeros([1, h, w]);
-    out.plane_mut(0).copy_from_slice(&Labels { height: h, width: w, labels, count }.to_u16(NAME)?);
-    Ok(Stack::from(out))
+    Ok(Stack::from(StackArray::from_vec([1, h, w], labels).map_err(|e| FunctionError::failed(NAME, e.to_string()))?))
 }
 
 /// The artifact of per-object measurements `segment_nuclei` produces.
@@ -803,13 +862,25 @@ mod tests {
     use super::*;
 
     #[test]
-    fn heap_pops_in_key_order() {
-        let mut h = Heap(Vec::new());
-        for (i, v) in [5.0, 1.0, 3.0, 1.0, 4.0].iter().enumerate() {
-            h.push(Item { key: key(ordered_bits(*v), i as u32 + 1), index: i as u32 });
+    fn queue_pops_by_cost_then_first_in() {
+        // Pushes never below the last cost popped, as in the flood; equal costs
+        // leave in the order they came, also across the radix heap's buckets.
+        let mut q = Queue::new();
+        for (i, c) in [9u32, 1, 5, 1, 9, 0x8000_0001, 5].into_iter().enumerate() {
+            q.push(c, i as u32);
         }
-        let order: Vec<u32> = std::iter::from_fn(|| h.pop()).map(|e| e.index).collect();
-        assert_eq!(order, vec![1, 3, 2, 4, 0]);
+        let mut order = Vec::new();
+        while let Some((c, i)) = q.pop() {
+            if i == 1 {
+                q.push(1, 10);
+                q.push(5, 11);
+                q.push(0x8000_0001, 12);
+            }
+            order.push((c, i));
+        }
+        let expected = [(1, 1), (1, 3), (1, 10), (5, 2), (5, 6), (5, 11), (9, 0), (9, 4), (0x8000_0001, 5), (0x8000_0001, 12)];
+        assert_eq!(order, expected);
+        assert!(q.pop().is_none());
     }
 
     #[test]

@@ -39,6 +39,44 @@ def watershed_nomask(image, markers, connectivity):
     return watershed(image, markers, None, connectivity)
 
 
+def watershed_fifo(image, markers, mask, connectivity):
+    """A transcription of our watershed's definition with heapq: a priority flood
+    from the marker pixels, each pixel labelled when first pushed, popped by
+    (cost, push age), a pixel's cost the larger of its value and the cost of the
+    pixel it was reached from; the markers all of age 0 and among themselves in
+    raster order (skimage leaves that order to its heap); neighbours in skimage's
+    order (N, W, E, S, then NW, NE, SW, SE)."""
+    import heapq
+    img = image[0].astype(np.float64)
+    h, w = img.shape
+    inside = np.ones((h, w), bool) if mask is None else mask[0] != 0
+    out = np.where(inside, markers[0].astype(np.int64), 0)
+    steps = [(-1, 0), (0, -1), (0, 1), (1, 0)]
+    if connectivity == 2:
+        steps += [(-1, -1), (-1, 1), (1, -1), (1, 1)]
+    queue = [(img[y, x], 0, y * w + x) for y, x in zip(*np.nonzero(out))]
+    heapq.heapify(queue)
+    age = 0
+    while queue:
+        cost, _, p = heapq.heappop(queue)
+        y, x = divmod(p, w)
+        for dy, dx in steps:
+            yy, xx = y + dy, x + dx
+            if 0 <= yy < h and 0 <= xx < w and inside[yy, xx] and out[yy, xx] == 0:
+                age += 1
+                out[yy, xx] = out[y, x]
+                heapq.heappush(queue, (max(img[yy, xx], cost), age, yy * w + xx))
+    return out[None]
+
+
+def watershed_fifo_masked(image, markers, mask, connectivity):
+    return watershed_fifo(image, markers, mask, connectivity)
+
+
+def watershed_fifo_nomask(image, markers, connectivity):
+    return watershed_fifo(image, markers, None, connectivity)
+
+
 def fill_holes(a):
     return np.stack([ndi.binary_fill_holes(p != 0) for p in a])
 
@@ -91,6 +129,8 @@ OPS = {
     "coloc": coloc,
     "edt": edt,
     "watershed_masked": watershed_masked,
+    "watershed_fifo_masked": watershed_fifo_masked,
+    "watershed_fifo_nomask": watershed_fifo_nomask,
     "watershed_nomask": watershed_nomask,
     "fill_holes": fill_holes,
     "clear_border": clear_border,
