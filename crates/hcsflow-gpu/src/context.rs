@@ -123,6 +123,14 @@ pub fn discover_adapters() -> Vec<AdapterInfo> {
     discovered().iter().map(|d| d.info.clone()).collect()
 }
 
+/// The largest buffer one binding may hold on adapter `gpu:index`, in bytes
+/// (the smaller of its storage-binding and buffer-size limits: 128 MiB on
+/// lavapipe), without initialising it; `None` if there is no such adapter.
+/// The default device-memory budget of a run (`--gpu-memory`).
+pub fn max_binding_bytes(index: usize) -> Option<u64> {
+    discovered().get(index).map(|d| d.max_binding_bytes)
+}
+
 /// One initialised GPU: the CubeCL client of an adapter. Shared per process.
 pub struct GpuContext {
     pub info: AdapterInfo,

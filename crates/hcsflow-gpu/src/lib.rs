@@ -20,7 +20,7 @@ mod context;
 mod kernels;
 
 pub use array::{download, upload, upload_stack, WgpuArray};
-pub use context::{discover_adapters, GpuContext, GpuError};
+pub use context::{discover_adapters, max_binding_bytes, GpuContext, GpuError};
 pub use hcsflow_stitch::Blend;
 pub use kernels::{assemble, assemble_chunked, focus_stack_wgpu, implementations, register, DEFAULT_CHUNK_PIXELS};
 

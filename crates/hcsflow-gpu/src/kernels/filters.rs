@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use cubecl::prelude::*;
 use cubecl::server::Handle;
-use hcsflow_core::{Array, DType, DeviceBuffer, FunctionError};
+use hcsflow_core::{Array, DType, DeviceBuffer, FunctionError, StackShape};
 use hcsflow_ops::composite::{composite_weights, ApplyMaskArgs, CompositeArgs, APPLY_MASK, COMPOSITE};
 use hcsflow_ops::convolve::Kernel1d;
 use hcsflow_ops::filters::{GaussianBlurArgs, SharpenArgs, GAUSSIAN_BLUR, SHARPEN};
@@ -170,6 +170,14 @@ fn launch_unpack(ctx: &crate::GpuContext, input: &WgpuArray, out: &Handle, total
             mask,
         );
     }
+}
+
+/// Device scratch of a blur (or sharpen) on `shape`: the pixels unpacked to
+/// f32 (not for an f32 stack) and the Y pass's f32 result.
+pub(super) fn separable_scratch(shape: &StackShape, dtype: DType) -> u64 {
+    let plane = (shape.height * shape.width * 4) as u64;
+    let copies = if dtype == DType::F32 { 1 } else { 2 };
+    shape.depth as u64 * plane * copies
 }
 
 /// Separable correlation of every plane of `src` (f32, `planes × h × w`).

@@ -30,7 +30,10 @@ pub(crate) const BLOCK: u32 = 256;
 /// Every wgpu implementation, each bound to the declaration of the function it
 /// implements (in `hcsflow-ops` or `hcsflow-stitch`): the compiler checks the
 /// function exists and that the kernel reads that function's arguments. Add
-/// new kernels here; the conformance test runs each against the host.
+/// new kernels here; the conformance test runs each against the host. A
+/// kernel that allocates device memory besides its input and output in
+/// proportion to the stack declares it (`with_scratch`), for the memory
+/// budget (`--gpu-memory`).
 pub fn implementations() -> Vec<Binding> {
     use hcsflow_ops::{composite as ops_composite, equalize as ops_equalize, filters as ops_filters, focus as ops_focus};
     use hcsflow_ops::{normalize as ops_normalize, projection as ops_projection};
@@ -46,13 +49,15 @@ pub fn implementations() -> Vec<Binding> {
         ops_projection::STD_PROJECTION
             .device(WGPU, |a, _, _| projection::float_projection(a, ops_projection::STD_PROJECTION.name, Reduce::Std)),
         ops_normalize::PERCENTILE_NORMALIZE
-            .device(WGPU, |a, p, _| normalize::percentile_normalize(a, p, ops_normalize::PERCENTILE_NORMALIZE.name, true)),
+            .device(WGPU, |a, p, _| normalize::percentile_normalize(a, p, ops_normalize::PERCENTILE_NORMALIZE.name, true))
+            .with_scratch(normalize::per_plane_scratch),
         ops_normalize::STACK_PERCENTILE_NORMALIZE
-            .device(WGPU, |a, p, _| normalize::percentile_normalize(a, p, ops_normalize::STACK_PERCENTILE_NORMALIZE.name, false)),
+            .device(WGPU, |a, p, _| normalize::percentile_normalize(a, p, ops_normalize::STACK_PERCENTILE_NORMALIZE.name, false))
+            .with_scratch(normalize::stack_scratch),
         ops_focus::FOCUS_STACK.device(WGPU, |a, args, _| focus::focus_stack(a, args)),
         ops_equalize::STACK_EQUALIZE_HISTOGRAM.device(WGPU, |a, args, _| equalize::stack_equalize_histogram(a, args)),
-        ops_filters::GAUSSIAN_BLUR.device(WGPU, |a, args, _| filters::gaussian_blur(a, args)),
-        ops_filters::SHARPEN.device(WGPU, |a, args, _| filters::sharpen(a, args)),
+        ops_filters::GAUSSIAN_BLUR.device(WGPU, |a, args, _| filters::gaussian_blur(a, args)).with_scratch(filters::separable_scratch),
+        ops_filters::SHARPEN.device(WGPU, |a, args, _| filters::sharpen(a, args)).with_scratch(filters::separable_scratch),
         ops_composite::COMPOSITE.device(WGPU, |a, args, _| filters::composite(a, args)),
         ops_composite::APPLY_MASK.device(WGPU, |a, args, _| filters::apply_mask(a, args)),
         // Reads its profiles from the plate-wide fit in the call context, or the files its arguments name.

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use cubecl::prelude::*;
 use cubecl::server::Handle;
 use hcsflow_core::registry::BoxError;
-use hcsflow_core::{Array, DType, DeviceBuffer, FunctionError};
+use hcsflow_core::{Array, DType, DeviceBuffer, FunctionError, StackShape};
 use hcsflow_ops::histogram::{percentile_rank_list, percentiles_by_rank, percentiles_from_histogram, F32Selection};
 use hcsflow_ops::normalize::{integer_lut, PercentileNormalize};
 
@@ -224,6 +224,28 @@ pub(super) fn apply_luts(name: &str, input: &WgpuArray, g: &Geometry, luts: &[u3
     }
     let shape = DeviceBuffer::shape(input).to_vec();
     Ok(Array::Device(Arc::new(WgpuArray::from_parts(ctx.clone(), out, shape, dtype))))
+}
+
+/// Device scratch of per-plane percentile normalisation on `shape`: one
+/// histogram and one look-up table per plane (u8: 256 entries, u16: 65,536;
+/// f32: the two histogram passes, (1 + 4) × 65,536 counters).
+pub(super) fn per_plane_scratch(shape: &StackShape, dtype: DType) -> u64 {
+    shape.depth as u64 * histogram_bytes(dtype)
+}
+
+/// Device scratch of whole-stack percentile normalisation: one histogram
+/// (and look-up table) for the stack.
+pub(super) fn stack_scratch(_shape: &StackShape, dtype: DType) -> u64 {
+    histogram_bytes(dtype)
+}
+
+/// Bytes of one population's histograms and look-up table.
+fn histogram_bytes(dtype: DType) -> u64 {
+    match dtype {
+        DType::U8 => 2 * 256 * 4,
+        DType::U16 => 2 * 65_536 * 4,
+        DType::F32 => (1 + SLOTS as u64) * 65_536 * 4,
+    }
 }
 
 /// Whole-stack (`per_plane = false`) or per-plane percentile normalisation.
