@@ -68,6 +68,7 @@ use crate::plate_run::{run_plate_steps, PlateResults};
 use crate::shard::Shard;
 use crate::spec::Component;
 use crate::spec::{InputSource, Materialize};
+use crate::split::{ChainError, ChainRun, DeviceMemoryError, GpuSplit};
 use crate::PipelineError;
 
 /// How to run.
@@ -91,6 +92,13 @@ pub struct RunOptions {
     /// ([`crate::shard`]: its own manifest, no plate-level outputs; always
     /// resuming its complete wells). Not with `overwrite`.
     pub shard: Option<Shard>,
+    /// Device-memory budget in bytes of one GPU call on one stack (input,
+    /// output and scratch: [`hcsflow_core::CallPlan::working_set`]); a stack
+    /// over it runs in chunks of planes where its functions allow
+    /// ([`crate::split`]), else its well fails with the sizes. `None`: no
+    /// budget (stacks split only when the device runs out of memory). The
+    /// facade sets the adapter's largest binding by default.
+    pub gpu_memory: Option<u64>,
 }
 
 impl Default for RunOptions {
@@ -103,6 +111,7 @@ impl Default for RunOptions {
             zarr_format: Default::default(),
             overwrite: false,
             shard: None,
+            gpu_memory: None,
         }
     }
 }
@@ -168,6 +177,10 @@ pub struct StepTiming {
     /// the proof that a GPU step ran on the GPU.
     #[serde(default)]
     pub transfers: Transfers,
+    /// Stacks that ran in chunks of planes on the GPU (over the budget, or
+    /// out of device memory), and how.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub splits: Vec<GpuSplit>,
 }
 
 /// One well in the report.
@@ -209,6 +222,9 @@ pub struct StepReport {
     pub write_seconds: f64,
     /// Host ↔ GPU copies of the step in all wells, and the adapters that made them.
     pub transfers: Transfers,
+    /// Stacks of the step that ran in chunks on the GPU, all wells (each
+    /// well's steps say how).
+    pub split_stacks: usize,
 }
 
 /// A failed well.
@@ -228,6 +244,9 @@ pub struct RunReport {
     pub device_reason: String,
     pub workers: usize,
     pub max_memory: Option<u64>,
+    /// The device-memory budget of a GPU call on one stack (`--gpu-memory`,
+    /// by default the adapter's largest binding); `None` on the CPU.
+    pub gpu_memory: Option<u64>,
     pub seconds: f64,
     /// Bytes of input planes of the wells processed in this run.
     pub input_bytes: u64,
@@ -329,6 +348,9 @@ pub(crate) enum StepError {
     /// input, too large, out of device memory…) as this error's source.
     #[error(transparent)]
     Function(Box<FunctionFailure>),
+    /// A stack did not fit the GPU's memory budget, whole or in chunks.
+    #[error("stack at {at}: {source}")]
+    DeviceMemory { at: String, source: Box<DeviceMemoryError> },
 }
 
 /// A function of a chain that failed on the stack at `at`.
@@ -613,7 +635,8 @@ impl Run<'_> {
         // Trace spans (`hcsflow run --trace`): well > step > read | stack > call | conversion, and write.
         let span = tracing::info_span!("well", well = %well.well);
         std::panic::catch_unwind(AssertUnwindSafe(|| {
-            span.in_scope(|| run_well(self.plan, well, self.registry, self.conversions, self.zarr, self.plate, self.progress))
+            let engine = Engine { registry: self.registry, conversions: self.conversions, gpu_memory: self.options.gpu_memory };
+            span.in_scope(|| run_well(self.plan, well, &engine, self.zarr, self.plate, self.progress))
         }))
         .unwrap_or_else(|p| {
             let msg = p
@@ -825,6 +848,7 @@ impl RunReport {
             device_reason: plan.device_reason.clone(),
             workers: run.workers,
             max_memory: options.max_memory,
+            gpu_memory: options.gpu_memory,
             seconds: run.seconds,
             input_bytes,
             mb_per_s: if run.seconds > 0.0 { input_bytes as f64 / 1e6 / run.seconds } else { 0.0 },
@@ -848,11 +872,13 @@ impl StepReport {
         let timings = wells.iter().flat_map(|w| w.steps.iter().filter(|t| t.step == step.name));
         let (mut r, mut c, mut wr) = (0.0, 0.0, 0.0);
         let mut transfers = Transfers::default();
+        let mut split_stacks = 0;
         for t in timings {
             r += t.read;
             c += t.compute;
             wr += t.write;
             transfers.add(&t.transfers);
+            split_stacks += t.splits.len();
         }
         let chains = step
             .chains
@@ -867,7 +893,7 @@ impl StepReport {
                 routes: ch.calls.iter().map(|c| c.route_in).chain([ch.route_out]).collect(),
             })
             .collect();
-        StepReport { name: step.name.clone(), chains, read_seconds: r, compute_seconds: c, write_seconds: wr, transfers }
+        StepReport { name: step.name.clone(), chains, read_seconds: r, compute_seconds: c, write_seconds: wr, transfers, split_stacks }
     }
 }
 
@@ -1008,6 +1034,8 @@ struct GroupResult {
     notes: Vec<String>,
     /// The host ↔ GPU copies its calls made.
     transfers: Transfers,
+    /// How it ran in chunks on the GPU, if it did.
+    splits: Vec<GpuSplit>,
 }
 
 /// The devices the calls of `step` are planned on, each once, in chain order.
@@ -1022,12 +1050,18 @@ fn step_devices(step: &StepPlan) -> Vec<String> {
     devices
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What runs the functions of a well: the registry, the converters and the
+/// GPU memory budget ([`RunOptions::gpu_memory`]).
+struct Engine<'a> {
+    registry: &'a Registry,
+    conversions: &'a Conversions,
+    gpu_memory: Option<u64>,
+}
+
 fn run_well(
     plan: &Plan,
     well: &WellPlan,
-    registry: &Registry,
-    conversions: &Conversions,
+    engine: &Engine<'_>,
     zarr: &ZarrOutput,
     plate: &PlateResults,
     progress: &(dyn Fn(Progress<'_>) + Sync),
@@ -1071,7 +1105,7 @@ fn run_well(
                 // The copies this stack's calls make on this thread (nested
                 // work stolen by rayon meanwhile counts in its own window).
                 let meter = TransferMeter::start();
-                let result = run_group(plan, &well.well, ws.step, g, planes, registry, conversions, &sources);
+                let result = run_group(plan, &well.well, ws.step, g, planes, engine, &sources);
                 let transfers = meter.finish();
                 result.map(|r| GroupResult { transfers, ..r })
             })
@@ -1082,6 +1116,7 @@ fn run_well(
             match r {
                 Ok(result) => {
                     timing.transfers.add(&result.transfers);
+                    timing.splits.extend(result.splits);
                     out.extend(result.planes);
                     let scope = ws.groups.get(gi).map(|g| scope_text(&g.scope)).unwrap_or_default();
                     notes.extend(result.notes.into_iter().map(|text| Note {
@@ -1139,80 +1174,65 @@ struct Sources<'a> {
 /// Runs one stack through its chain and splits the result into output planes.
 /// Each call gets a context: the metadata of the planes it sees and the
 /// artifacts it consumes, table rows re-indexed to those planes, planes
-/// artifacts as the plate-wide result of the stack's group.
-#[allow(clippy::too_many_arguments)]
+/// artifacts as the plate-wide result of the stack's group. GPU calls run
+/// within the memory budget, in chunks of planes if need be ([`crate::split`]).
 fn run_group(
     plan: &Plan,
     well: &str,
     step_index: usize,
     group: &GroupPlan,
     planes: Vec<Stack>,
-    registry: &Registry,
-    conversions: &Conversions,
+    engine: &Engine<'_>,
     sources: &Sources<'_>,
 ) -> Result<GroupResult, StepError> {
     let step = &plan.steps[step_index];
+    let nothing =
+        |planes| GroupResult { planes, produced: Vec::new(), notes: Vec::new(), transfers: Transfers::default(), splits: Vec::new() };
     let chain = match group.action {
-        Action::Skip => {
-            return Ok(GroupResult { planes: Vec::new(), produced: Vec::new(), notes: Vec::new(), transfers: Transfers::default() })
-        }
-        Action::Passthrough => {
-            let planes = group.outputs.iter().map(|o| o.key).zip(planes).collect();
-            return Ok(GroupResult { planes, produced: Vec::new(), notes: Vec::new(), transfers: Transfers::default() });
-        }
+        Action::Skip => return Ok(nothing(Vec::new())),
+        Action::Passthrough => return Ok(nothing(group.outputs.iter().map(|o| o.key).zip(planes).collect())),
         Action::Chain(i) => &step.chains[i],
     };
     let first = group.inputs.first().map(key_text).unwrap_or_default();
     let stack =
         Stack::concat_owned(planes).ok_or_else(|| StepError::Failed(format!("stack at {first}: planes differ in size or dtype")))?;
     let input_dtype = stack.dtype();
-    let mut array = Array::from(stack);
-    let mut made = Vec::new();
-    let mut notes = Vec::new();
-    for (ci, call) in chain.calls.iter().enumerate() {
-        let keys: Vec<Key> = if chain.reduced_before.get(ci).copied().unwrap_or(false) {
+    // The planes call `ci` sees: the group's inputs, or the one collapsed
+    // plane after a reduction.
+    let keys_of = |ci: usize| -> Vec<Key> {
+        if chain.reduced_before.get(ci).copied().unwrap_or(false) {
             group.outputs.iter().map(|o| o.key).take(1).collect()
         } else {
             group.inputs.clone()
-        };
-        let info = StackInfo {
-            well: well.to_string(),
-            planes: keys.iter().map(|k| plane_info(plan, well, k)).collect(),
-            pixel_size_um: plan.pixel_size_um,
-        };
-        let mut inputs = BTreeMap::new();
-        let mut plate_planes = BTreeMap::new();
-        for d in &call.artifacts.consumes {
-            let Some(idx) = step.consumes.iter().position(|c| c.name == d.name) else { continue };
-            let (Some(from), Some(Some(source))) = (step.consumes[idx].from_step, group.sources.get(idx)) else { continue };
-            if d.kind == ArtifactKind::Planes {
-                let result = sources.plate.get(&(from, *source)).ok_or_else(|| {
-                    StepError::Failed(format!("stack at {first}: the result of plate-wide step '{}' is missing", plan.steps[from].name))
-                })?;
-                plate_planes.insert(d.name.to_string(), Arc::clone(result));
-                continue;
-            }
-            let table =
-                sources.produced.get(&(from, *source)).and_then(|list| list.iter().find(|p| p.name == d.name)).ok_or_else(|| {
-                    StepError::Failed(format!("stack at {first}: the '{}' artifact of step '{}' is missing", d.name, plan.steps[from].name))
-                })?;
-            inputs.insert(d.name.to_string(), reindex(&table.table, &table.keys, &plan.steps[from].variable, &keys));
         }
-        let mut context = CallContext::new(info, inputs);
-        context.planes = plate_planes;
-        // The conversion into the call (`route_in`, e.g. an upload) runs inside
-        // Registry::execute_in: a "conversion" span inside this one.
-        let _in_call = tracing::info_span!("call", function = %call.function, device = %call.device, route_in = %call.route_in).entered();
-        array = registry
-            .execute_in(call, array, conversions, &mut context)
-            .map_err(|e| StepError::Function(Box::new(FunctionFailure { at: first.to_string(), source: e })))?;
-        let (outputs, call_notes) = context.take_results();
-        made.extend(outputs.into_iter().map(|(name, table)| Produced { name, table, keys: keys.clone(), scope: group.scope }));
-        notes.extend(call_notes);
+    };
+    let context = |ci: usize, keys: &[Key]| call_context(plan, well, step, group, sources, &chain.calls[ci], keys, &first);
+    let mut run = ChainRun {
+        registry: engine.registry,
+        conversions: engine.conversions,
+        budget: engine.gpu_memory,
+        at: first.clone(),
+        made: Vec::new(),
+        notes: Vec::new(),
+        splits: Vec::new(),
+        chunking: false,
+    };
+    let array = run.run(&chain.calls, Array::from(stack), &keys_of, &context).map_err(|e| match e {
+        ChainError::Function(source) => StepError::Function(Box::new(FunctionFailure { at: first.clone(), source })),
+        ChainError::Memory(source) => StepError::DeviceMemory { at: first.clone(), source },
+        ChainError::Failed(text) => StepError::Failed(text),
+    })?;
+    let ChainRun { made, notes, splits, .. } = run;
+    let made = made.into_iter().map(|(name, table, keys)| Produced { name, table, keys, scope: group.scope }).collect();
+    // Back to the host: the planned route, or none for a result that is
+    // there already (chunks' results are concatenated on the host).
+    let array = if array.memory_type() == chain.route_out.source {
+        tracing::info_span!("conversion", route = %chain.route_out)
+            .in_scope(|| engine.conversions.execute(&chain.route_out, array, Device::Cpu))
+    } else {
+        Ok(array)
     }
-    let array = tracing::info_span!("conversion", route = %chain.route_out)
-        .in_scope(|| conversions.execute(&chain.route_out, array, Device::Cpu))
-        .map_err(|e| StepError::Failed(format!("stack at {first}: {e}")))?;
+    .map_err(|e| StepError::Failed(format!("stack at {first}: {e}")))?;
     let result = array
         .into_host_stack()
         .ok_or_else(|| StepError::Failed(format!("stack at {first}: the chain did not return a 3D host stack")))?
@@ -1226,7 +1246,48 @@ fn run_group(
         )));
     }
     let planes = group.outputs.iter().map(|o| o.key).zip(result.into_planes()).collect();
-    Ok(GroupResult { planes, produced: made, notes, transfers: Transfers::default() })
+    Ok(GroupResult { planes, produced: made, notes, transfers: Transfers::default(), splits })
+}
+
+/// The context of `call` (of `step`, for `group`) on planes `keys`: their
+/// metadata, and the artifacts it consumes (table rows re-indexed to `keys`,
+/// planes artifacts as the plate-wide result of the group).
+#[allow(clippy::too_many_arguments)]
+fn call_context(
+    plan: &Plan,
+    well: &str,
+    step: &StepPlan,
+    group: &GroupPlan,
+    sources: &Sources<'_>,
+    call: &hcsflow_core::CallPlan,
+    keys: &[Key],
+    first: &str,
+) -> Result<CallContext, ChainError> {
+    let info = StackInfo {
+        well: well.to_string(),
+        planes: keys.iter().map(|k| plane_info(plan, well, k)).collect(),
+        pixel_size_um: plan.pixel_size_um,
+    };
+    let mut inputs = BTreeMap::new();
+    let mut plate_planes = BTreeMap::new();
+    for d in &call.artifacts.consumes {
+        let Some(idx) = step.consumes.iter().position(|c| c.name == d.name) else { continue };
+        let (Some(from), Some(Some(source))) = (step.consumes[idx].from_step, group.sources.get(idx)) else { continue };
+        if d.kind == ArtifactKind::Planes {
+            let result = sources.plate.get(&(from, *source)).ok_or_else(|| {
+                ChainError::Failed(format!("stack at {first}: the result of plate-wide step '{}' is missing", plan.steps[from].name))
+            })?;
+            plate_planes.insert(d.name.to_string(), Arc::clone(result));
+            continue;
+        }
+        let table = sources.produced.get(&(from, *source)).and_then(|list| list.iter().find(|p| p.name == d.name)).ok_or_else(|| {
+            ChainError::Failed(format!("stack at {first}: the '{}' artifact of step '{}' is missing", d.name, plan.steps[from].name))
+        })?;
+        inputs.insert(d.name.to_string(), reindex(&table.table, &table.keys, &plan.steps[from].variable, keys));
+    }
+    let mut context = CallContext::new(info, inputs);
+    context.planes = plate_planes;
+    Ok(context)
 }
 
 /// The metadata of the plane with components `key` in `well`.

@@ -29,6 +29,7 @@ mod plate_run;
 mod scope;
 mod shard;
 pub mod spec;
+pub mod split;
 
 pub use compile::{
     compile, Action, ArtifactInput, ChainPlan, CompileConfig, GroupPlan, HostCall, InputPlane, Key, MissingPlane, MissingPolicy, OutPlane,
@@ -45,5 +46,6 @@ pub use output::{REPORT_HTML_NAME, REPORT_MQC_NAME, RUN_REPORT_NAME};
 pub use scope::{plate_scope_text, PlateGroupPlan, PlatePlane, PlateSampling, PlateStepPlan};
 pub use shard::{finalize, prepare_shards, recorded_shards, shard_state, Shard, ShardError, ShardRecord, ShardState, SHARDS_DIR};
 pub use spec::{CallSpec, Component, FuncSpec, InputSource, Materialize, MissingGroups, PipelineSpec, Scope, StepSpec, DEFAULT_SAMPLE};
+pub use split::{DeviceMemoryError, GpuSplit, NoFit};
 
 pub use hcsflow_zarr::NgffVersion;
