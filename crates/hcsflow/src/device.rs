@@ -3,7 +3,7 @@
 //! [`hcsflow_core::select_device`].
 
 use hcsflow_core::adapter::ALLOW_SOFTWARE_GPU_ENV;
-use hcsflow_core::{select_device, AdapterInfo, ConversionPolicy, DeviceChoice, DeviceError, DeviceRequest};
+use hcsflow_core::{select_device, AdapterInfo, ConversionPolicy, Device, DeviceChoice, DeviceError, DeviceRequest};
 use serde::Serialize;
 
 /// How to choose the device and which conversions a plan may use: the same
@@ -56,6 +56,21 @@ pub fn discover_adapters() -> Vec<AdapterInfo> {
     {
         Vec::new()
     }
+}
+
+/// The default device-memory budget of a GPU call on `device`
+/// ([`RunOptions::gpu_memory`](crate::RunOptions::gpu_memory)): the largest
+/// buffer one binding may hold on its adapter (128 MiB on lavapipe), read
+/// from the adapter's limits without initialising it. `None` for the CPU, an
+/// unknown adapter, or a build without a GPU runtime.
+pub fn default_gpu_memory(device: Device) -> Option<u64> {
+    #[cfg(feature = "wgpu")]
+    if let Device::Gpu(index) = device {
+        return hcsflow_gpu::max_binding_bytes(index);
+    }
+    #[cfg(not(feature = "wgpu"))]
+    let _ = device;
+    None
 }
 
 /// Chooses the device for `request` ([`select_device`]'s policy). Adapters

@@ -7,7 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use hcsflow_core::{
-    CallContext, CallPlan, ConversionPolicy, Conversions, DTypePolicy, DeviceChoice, MemoryType, Registry, Route, Stack, StackShape,
+    CallContext, CallPlan, ConversionPolicy, Conversions, DTypePolicy, Device, DeviceChoice, MemoryType, Registry, Route, Stack, StackShape,
 };
 use hcsflow_pipeline::{CompileConfig, PipelineSpec, Plan, Progress, RunSummary};
 
@@ -31,6 +31,16 @@ fn write_qc_report(plan: &Plan, summary: &mut RunSummary) {
         summary.report.write_errors.push(message.clone());
         summary.write_errors.push(message);
     }
+}
+
+/// The device-memory budget of the run of `plan`: the one asked, else the
+/// adapter's largest binding; none when nothing runs on a GPU.
+fn gpu_memory(plan: &Plan, options: &RunOptions) -> Option<u64> {
+    let gpu = plan.steps.iter().flat_map(|s| &s.chains).flat_map(|c| &c.calls).find_map(|c| match c.device {
+        Device::Gpu(_) => Some(c.device),
+        Device::Cpu => None,
+    })?;
+    options.gpu_memory.or_else(|| crate::device::default_gpu_memory(gpu))
 }
 
 /// One function call planned for a device ([`Engine::plan_call`]): host
@@ -125,6 +135,7 @@ impl Engine {
             zarr_format: options.zarr_format,
             overwrite: options.overwrite,
             shard: options.shard,
+            gpu_memory: gpu_memory(plan, options),
         };
         let mut summary = hcsflow_pipeline::execute(plan, &self.registry, &self.conversions, &run, progress)?;
         // A shard writes no plate-level output: its finalize writes the report.

@@ -87,7 +87,7 @@ pub use hcsflow_zarr as zarr;
 
 pub use catalogue::FunctionListing;
 pub use demo::{demo_pipeline, DEMO_PIPELINE, DEMO_PIPELINE_ORIGIN};
-pub use device::{choose_device, device_report, discover_adapters, software_gpu_allowed, DeviceOptions, DeviceReport};
+pub use device::{choose_device, default_gpu_memory, device_report, discover_adapters, software_gpu_allowed, DeviceOptions, DeviceReport};
 pub use engine::{Engine, PreparedCall};
 pub use error::{Error, ErrorKind, OptionsError};
 pub use options::{default_workers, parse_size, RunOptions};

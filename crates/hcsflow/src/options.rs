@@ -43,6 +43,13 @@ pub struct RunOptions {
     /// host (`--require-gpu`): the error names each step and function
     /// ([`hcsflow_pipeline::PipelineError::HostCalls`], a usage error).
     pub require_gpu: bool,
+    /// Device-memory budget in bytes of one GPU call on one stack (input,
+    /// output and scratch): a stack over it runs in chunks of planes where
+    /// its functions allow it (per-plane functions; max and min projections
+    /// combine), else its well fails with the sizes (`--gpu-memory`).
+    /// `None` (default): the adapter's largest buffer binding
+    /// ([`crate::default_gpu_memory`]).
+    pub gpu_memory: Option<u64>,
 }
 
 impl Default for RunOptions {
@@ -58,6 +65,7 @@ impl Default for RunOptions {
             zarr_format: NgffVersion::default(),
             shard: None,
             require_gpu: false,
+            gpu_memory: None,
         }
     }
 }

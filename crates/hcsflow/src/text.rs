@@ -240,7 +240,7 @@ pub fn start_text(plan: &Plan, workers: usize) -> String {
 /// The summary of a finished run, one line each: wells complete, skipped,
 /// failed and not started with time, throughput and peak memory; where the
 /// outputs, OME-Zarr plates and tables are; the planes filled with zeros;
-/// then every note functions made about their results (never silent).
+/// the stacks that ran in chunks on the GPU; then every note functions made about their results (never silent).
 pub fn summary_text(plan: &Plan, summary: &RunSummary) -> String {
     let r = &summary.report;
     let mut s = String::new();
@@ -282,6 +282,16 @@ pub fn summary_text(plan: &Plan, summary: &RunSummary) -> String {
             summary.filled.len(),
             wells.len(),
             plan.out.join(MANIFEST_NAME).display()
+        );
+    }
+    // Stacks run in chunks on the GPU (over --gpu-memory): how many, where the details are.
+    let split: usize = r.steps.iter().map(|st| st.split_stacks).sum();
+    if split > 0 {
+        let budget = r.gpu_memory.map(hcsflow_pipeline::split::bytes_text).unwrap_or_else(|| "none".into());
+        let _ = writeln!(
+            s,
+            "GPU memory: {split} stack(s) ran in chunks of planes (budget {budget}, --gpu-memory); how, per well and step: {}",
+            plan.out.join(hcsflow_pipeline::RUN_REPORT_NAME).display()
         );
     }
     // What functions said about their results (e.g. stitching fell back to
