@@ -41,6 +41,12 @@ pub struct RunArgs {
     /// Memory budget for wells in flight, e.g. 4G, 512M (estimated from stack sizes).
     #[arg(long)]
     max_memory: Option<String>,
+    /// GPU memory budget of one function on one stack (input, output and scratch), e.g.
+    /// 2G, 64M (default: the adapter's largest buffer binding, 128M on lavapipe). A stack
+    /// over it runs in chunks of planes where the function allows it (per-plane functions,
+    /// max/min projections); otherwise its well fails naming the sizes. Never on the CPU.
+    #[arg(long, value_name = "SIZE")]
+    gpu_memory: Option<String>,
     /// Skip wells recorded complete in OUT/run_manifest.json by a previous run of the same pipeline.
     #[arg(long, conflicts_with = "overwrite")]
     resume: bool,
@@ -110,6 +116,8 @@ pub fn plan(a: &RunArgs) -> Result<(Engine, Plan, RunOptions), CliError> {
     let usage = |e: anyhow::Error| CliError::new(Exit::Usage, e);
     let device = a.device.options()?;
     let max_memory = a.max_memory.as_deref().map(hcsflow::parse_size).transpose().map_err(|e| usage(anyhow::anyhow!(e)))?;
+    let gpu_memory =
+        a.gpu_memory.as_deref().map(hcsflow::parse_size).transpose().map_err(|e| usage(anyhow::anyhow!("--gpu-memory: {e}")))?;
     let format = a.format.as_deref().map(str::parse::<Format>).transpose().map_err(|e| usage(e.into()))?;
     let zarr_format = a.output.zarr_format()?;
     let options = RunOptions {
@@ -123,6 +131,7 @@ pub fn plan(a: &RunArgs) -> Result<(Engine, Plan, RunOptions), CliError> {
         zarr_format,
         shard: a.shard,
         require_gpu: a.require_gpu,
+        gpu_memory,
     };
     let engine = Engine::builtin();
     let plan = engine.plan(&a.plate, &a.pipeline, &a.out, &options)?;

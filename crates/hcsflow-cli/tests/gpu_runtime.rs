@@ -159,3 +159,24 @@ fn the_report_and_the_trace_prove_where_each_step_ran() {
         assert!(conversions.iter().any(|c| c.tid == d.tid && common::within(d, c)), "download inside a conversion: {d:?}");
     }
 }
+
+#[test]
+fn a_bad_gpu_memory_is_a_usage_error_naming_the_flag() {
+    let dir = tempfile::tempdir().unwrap();
+    let plate = small_plate(dir.path(), 2, 32);
+    let out = dir.path().join("out");
+    let demo = demo_toml();
+    for (value, problem) in [
+        ("12Q", "--gpu-memory: bad size '12Q': expected a number with an optional K, M, G or T suffix"),
+        ("0", "--gpu-memory: bad size '0': must be positive"),
+        ("lots", "--gpu-memory: bad size 'lots': expected a number with an optional K, M, G or T suffix"),
+    ] {
+        let o = hcsflow(&["run", s(&plate), &demo, s(&out), "--device", "cpu", "--gpu-memory", value]);
+        assert_eq!(o.status.code(), Some(2), "{value}: {}", stderr(&o));
+        assert!(stderr(&o).contains(problem), "{value}: {}", stderr(&o));
+        assert!(!out.exists(), "nothing written");
+    }
+    // A good one is accepted (the CPU run has no GPU budget to apply).
+    let o = hcsflow(&["run", s(&plate), &demo, s(&out), "--device", "cpu", "--gpu-memory", "64K", "--dry-run"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
