@@ -192,7 +192,7 @@ fn a_function_that_cannot_split_fails_its_well_with_the_sizes() {
     assert!(e.contains("percentile_normalize needs 15.7 MiB of GPU memory for 30 planes"), "{e}");
     assert!(e.contains("a chunk of 1 plane already needs 536.0 KiB; largest chunk tried: 1 plane; fix:"), "{e}");
     // With room for 4 planes (2.1 MiB) it runs in chunks of 4, as on the host.
-    let summary = run(&plate, &spec, &dir.path().join("c"), device, Some(4 * 536 << 10));
+    let summary = run(&plate, &spec, &dir.path().join("c"), device, Some((4 * 536) << 10));
     assert!(summary.failed.is_empty(), "{:?}", summary.failed);
     let splits = &summary.report.wells[0].steps[0].splits;
     assert_eq!(splits.iter().map(|s| (s.planes, s.chunks, s.chunk_planes)).collect::<Vec<_>>(), [(30, 8, 4)]);
