@@ -132,7 +132,11 @@ pub fn run(a: DemoArgs) -> CliResult {
                 "quality against the plate's truth (input: the step's input; output: the step's result):\n{}",
                 mega_flex::quality_text(&rows)
             );
-            mega_flex::write_quality(&results, &rows).map_err(failed)?
+            let written = mega_flex::write_quality(&results, &rows).map_err(failed)?;
+            // The run wrote its QC report before the table existed: again, with it.
+            hcsflow::report::write_report(&results)
+                .map_err(|e| CliError::new(Exit::Failure, anyhow::Error::new(e).context("the QC report with the quality table")))?;
+            written
         }
     };
     outln!("plate:    {}", plate_dir.display())?;

@@ -189,6 +189,9 @@ pub struct ReportData {
     pub heatmaps: Vec<Heatmap>,
     pub steps: Vec<StepBar>,
     pub profiles: Vec<ProfileFacts>,
+    /// Each step against the plate's ground truth, when the run has
+    /// `quality_vs_truth.json` ([`crate::truth`]).
+    pub truth: Vec<crate::truth::QualityFacts>,
     /// What could not be shown, and why.
     pub problems: Vec<String>,
 }
@@ -235,6 +238,10 @@ impl ReportData {
         let heatmaps = layout.map(|l| heatmaps(&wells, l)).unwrap_or_default();
         let steps = run.as_ref().map(|r| step_bars(&r.steps)).unwrap_or_default();
         let profiles = profiles(out, manifest, &mut problems);
+        let truth = crate::truth::read_quality(out).unwrap_or_else(|problem| {
+            problems.push(problem);
+            Vec::new()
+        });
         Ok(ReportData {
             version: env!("CARGO_PKG_VERSION"),
             out: out.display().to_string(),
@@ -248,6 +255,7 @@ impl ReportData {
             heatmaps,
             steps,
             profiles,
+            truth,
             problems,
         })
     }

@@ -13,8 +13,9 @@
 //!   in the run greyed, a thumbnail per well that opens larger (a mosaic with
 //!   its tile borders, stage positions and edge scores drawn over it,
 //!   [`stitching`]), the image
-//!   quality table, per-step times, and the flat-field profiles of plate-wide
-//!   steps (BaSiC).
+//!   quality table, per-step times, the flat-field profiles of plate-wide
+//!   steps (BaSiC), and each step's quality against the plate's ground truth
+//!   when the run has it ([`truth`]: synthetic plates).
 //! - `OUT/hcsflow_mqc.json`: the per-well table as MultiQC custom content
 //!   (`plot_type: table`), so the run slots into nf-core-style reports.
 //!
@@ -29,6 +30,7 @@ mod data;
 pub mod image;
 pub mod stitching;
 pub mod tables;
+pub mod truth;
 
 use std::path::{Path, PathBuf};
 

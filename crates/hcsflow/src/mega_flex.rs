@@ -28,7 +28,6 @@ use std::path::{Path, PathBuf};
 
 use hcsflow_pipeline::{Manifest, PipelineError, PipelineSpec};
 use hcsflow_synth::SynthConfig;
-use serde::Serialize;
 
 /// The Mega Flex pipeline's text, the file `examples/mega_flex.toml` (embedded).
 pub const MEGA_FLEX_PIPELINE: &str = include_str!("../../../examples/mega_flex.toml");
@@ -36,9 +35,7 @@ pub const MEGA_FLEX_PIPELINE: &str = include_str!("../../../examples/mega_flex.t
 /// Where the Mega Flex pipeline comes from, as its errors and front ends name it.
 pub const MEGA_FLEX_PIPELINE_ORIGIN: &str = "examples/mega_flex.toml (built in)";
 
-/// The quality table's file names under OUT.
-pub const QUALITY_CSV_NAME: &str = "quality_vs_truth.csv";
-pub const QUALITY_JSON_NAME: &str = "quality_vs_truth.json";
+pub use hcsflow_report::truth::{Better, QualityRow, QUALITY_CSV_NAME, QUALITY_JSON_NAME};
 
 /// The Mega Flex pipeline, parsed. An error here is a bug of this build.
 pub fn mega_flex_pipeline() -> Result<PipelineSpec, PipelineError> {
@@ -83,61 +80,6 @@ pub enum QualityError {
     NotARun(PathBuf),
     #[error(transparent)]
     Manifest(#[from] PipelineError),
-}
-
-/// Whether a measure is better lower, higher, or closer to the truth's value.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Better {
-    Lower,
-    Higher,
-    /// Closer to [`QualityRow::truth`] (e.g. a focus measure: sharper than
-    /// the truth is as wrong as blurrier).
-    Closer,
-}
-
-impl Better {
-    fn as_str(self) -> &'static str {
-        match self {
-            Better::Lower => "lower",
-            Better::Higher => "higher",
-            Better::Closer => "closer to the truth",
-        }
-    }
-}
-
-/// One row of the quality table: a step's measure on its input and its output.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct QualityRow {
-    /// The pipeline step measured.
-    pub step: String,
-    /// 1-based channel, or `None` for a per-well (all channels) measure.
-    pub channel: Option<u32>,
-    /// A well, or `None` for a measure over every well.
-    pub well: Option<String>,
-    pub measure: String,
-    pub unit: String,
-    pub better: Better,
-    /// The measure on the step's input (`None`: the input has no such measure).
-    pub input: Option<f64>,
-    pub output: f64,
-    /// The value of the truth itself, where it has one (e.g. its focus).
-    pub truth: Option<f64>,
-    /// How many images, tiles or wells the value is the mean of.
-    pub samples: usize,
-}
-
-impl QualityRow {
-    /// Whether the output is better than the input (`None` without an
-    /// input, or for [`Better::Closer`] without a truth value).
-    pub fn improved(&self) -> Option<bool> {
-        let input = self.input?;
-        match self.better {
-            Better::Lower => Some(self.output < input),
-            Better::Higher => Some(self.output > input),
-            Better::Closer => self.truth.map(|t| (self.output - t).abs() < (input - t).abs()),
-        }
-    }
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> QualityError + '_ {

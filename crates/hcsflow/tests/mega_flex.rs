@@ -77,6 +77,19 @@ fn mega_flex_improves_every_step_against_the_truth() {
     let nuclei = row(&rows, "nuclei", Some(1), "nuclei counted");
     let truth = nuclei.truth.unwrap();
     assert!(truth > 40.0 && (nuclei.output - truth).abs() <= 0.1 * truth, "{nuclei:?}");
+    // The QC report, written again now that the table exists, shows every row.
+    hcsflow::report::write_report(&out).unwrap();
+    let html = std::fs::read_to_string(out.join(hcsflow::pipeline::REPORT_HTML_NAME)).unwrap();
+    let section = &html[html.find("Against the ground truth").expect("the report has the truth table")..];
+    let section = &section[..section.find("</table>").unwrap()];
+    assert_eq!(section.matches("<tr><td>").count(), rows.len(), "one report row per table row");
+    for r in &rows {
+        // minijinja escapes '/' too (as &#x2f;).
+        let escaped = r.measure.replace('/', "&#x2f;");
+        assert!(section.contains(&r.measure) || section.contains(&escaped), "{} missing from the report", r.measure);
+    }
+    let worse = rows.iter().filter(|r| r.improved() == Some(false)).count();
+    assert_eq!(section.matches("class=\"worse\"").count(), worse, "rows not improved are marked");
 }
 
 #[test]
