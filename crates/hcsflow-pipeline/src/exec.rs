@@ -99,6 +99,11 @@ pub struct RunOptions {
     /// budget (stacks split only when the device runs out of memory). The
     /// facade sets the adapter's largest binding by default.
     pub gpu_memory: Option<u64>,
+    /// Whether `gpu_memory` was asked for (`--gpu-memory`): then a call over
+    /// it that cannot run in chunks fails its well before it runs. A default
+    /// budget (a guess at what the device holds) only chooses chunks: such a
+    /// call runs whole and fails only if the device runs out of memory.
+    pub gpu_memory_firm: bool,
 }
 
 impl Default for RunOptions {
@@ -112,6 +117,7 @@ impl Default for RunOptions {
             overwrite: false,
             shard: None,
             gpu_memory: None,
+            gpu_memory_firm: false,
         }
     }
 }
@@ -635,7 +641,12 @@ impl Run<'_> {
         // Trace spans (`hcsflow run --trace`): well > step > read | stack > call | conversion, and write.
         let span = tracing::info_span!("well", well = %well.well);
         std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let engine = Engine { registry: self.registry, conversions: self.conversions, gpu_memory: self.options.gpu_memory };
+            let engine = Engine {
+                registry: self.registry,
+                conversions: self.conversions,
+                gpu_memory: self.options.gpu_memory,
+                gpu_memory_firm: self.options.gpu_memory_firm,
+            };
             span.in_scope(|| run_well(self.plan, well, &engine, self.zarr, self.plate, self.progress))
         }))
         .unwrap_or_else(|p| {
@@ -1056,6 +1067,7 @@ struct Engine<'a> {
     registry: &'a Registry,
     conversions: &'a Conversions,
     gpu_memory: Option<u64>,
+    gpu_memory_firm: bool,
 }
 
 fn run_well(
@@ -1211,6 +1223,7 @@ fn run_group(
         registry: engine.registry,
         conversions: engine.conversions,
         budget: engine.gpu_memory,
+        firm: engine.gpu_memory_firm,
         at: first.clone(),
         made: Vec::new(),
         notes: Vec::new(),

@@ -159,6 +159,8 @@ pub(crate) struct ChainRun<'a> {
     /// Device-memory budget of a GPU call's working set; `None`: no budget
     /// (calls still split when the device runs out of memory).
     pub(crate) budget: Option<u64>,
+    /// Whether the budget was asked for ([`crate::RunOptions::gpu_memory_firm`]).
+    pub(crate) firm: bool,
     /// The stack, as reports name it.
     pub(crate) at: String,
     /// Artifacts produced, with the keys of the planes of the call that made them.
@@ -206,27 +208,40 @@ impl ChainRun<'_> {
                         largest_chunk,
                         why,
                     };
-                    if call.z_split.is_none() {
-                        let why = NoFit::CannotSplit { function: call.function.to_string(), reason: cannot_split(call) };
-                        return Err(ChainError::Memory(Box::new(fail(None, why))));
-                    }
                     let segment = self.segment(calls, i);
                     let min = if segment.combines && segment.end - segment.start == 1 { 2 } else { 1 };
-                    let Some(chunk) = self.largest_chunk(calls, &segment, &shape, array.dtype(), budget).filter(|&k| k >= min) else {
-                        let needs = self.chunk_needs(calls, &segment, &shape, array.dtype(), min);
-                        return Err(ChainError::Memory(Box::new(fail(Some(min), NoFit::ChunkTooLarge { planes: min, needs }))));
+                    let chunk = match call.z_split {
+                        None => None,
+                        Some(_) => self.largest_chunk(calls, &segment, &shape, array.dtype(), budget).filter(|&k| k >= min),
                     };
-                    let reason = format!(
-                        "{} needs {} on {shape}, over the budget of {}; chunks of {chunk} plane{} fit",
-                        call.function,
-                        bytes_text(asked),
-                        bytes_text(budget),
-                        if chunk == 1 { "" } else { "s" }
-                    );
-                    let (out, next_keys) = self.run_chunks(calls, &segment, array, &keys, chunk, reason, asked, context)?;
-                    array = out;
-                    i = self.after(&segment, next_keys, &mut partial_keys);
-                    continue;
+                    // No chunk fits: a budget asked for fails the stack here;
+                    // a default one (a guess at what the device holds) lets
+                    // the call run whole, to fail only if the device does.
+                    let chunk = match chunk {
+                        Some(chunk) => chunk,
+                        None if !self.firm => 0,
+                        None if call.z_split.is_none() => {
+                            let why = NoFit::CannotSplit { function: call.function.to_string(), reason: cannot_split(call) };
+                            return Err(ChainError::Memory(Box::new(fail(None, why))));
+                        }
+                        None => {
+                            let needs = self.chunk_needs(calls, &segment, &shape, array.dtype(), min);
+                            return Err(ChainError::Memory(Box::new(fail(Some(min), NoFit::ChunkTooLarge { planes: min, needs }))));
+                        }
+                    };
+                    if chunk > 0 {
+                        let reason = format!(
+                            "{} needs {} on {shape}, over the budget of {}; chunks of {chunk} plane{} fit",
+                            call.function,
+                            bytes_text(asked),
+                            bytes_text(budget),
+                            if chunk == 1 { "" } else { "s" }
+                        );
+                        let (out, next_keys) = self.run_chunks(calls, &segment, array, &keys, chunk, reason, asked, context)?;
+                        array = out;
+                        i = self.after(&segment, next_keys, &mut partial_keys);
+                        continue;
+                    }
                 }
             }
             // Whole. A GPU call that may split is given its input on the
@@ -597,6 +612,11 @@ mod tests {
     }
 
     fn run(name: &str, budget: Option<u64>, depth: usize) -> (Result<Stack, ChainError>, Vec<GpuSplit>) {
+        run_with(name, budget, true, depth)
+    }
+
+    /// `firm`: the budget was asked for (else it is the adapter's default).
+    fn run_with(name: &str, budget: Option<u64>, firm: bool, depth: usize) -> (Result<Stack, ChainError>, Vec<GpuSplit>) {
         let (registry, conversions) = engine();
         let args = registry.get(name).unwrap().validate_args(vec![]).unwrap();
         let call = registry.plan_call(name, args, MemoryType::Host, Device::Gpu(0), &conversions, ConversionPolicy::default()).unwrap();
@@ -604,6 +624,7 @@ mod tests {
             registry: &registry,
             conversions: &conversions,
             budget,
+            firm,
             at: "A01".into(),
             made: Vec::new(),
             notes: Vec::new(),
@@ -642,6 +663,15 @@ mod tests {
         assert_eq!((e.asked, e.budget, e.largest_chunk), (4 * 12 + 4 * 24 + (1 << 20), Some(1 << 20), None));
         assert!(matches!(e.why, NoFit::CannotSplit { .. }), "{e}");
         assert!(e.to_string().starts_with("whole needs 1.0 MiB of GPU memory for 4 planes of 2×3 pixels"), "{e}");
+        assert!(splits.is_empty());
+    }
+
+    #[test]
+    fn over_a_default_budget_what_cannot_split_runs_whole() {
+        // The adapter's default budget is a guess at what the device holds:
+        // the call runs whole (here it fits the device), unsplit.
+        let (out, splits) = run_with("whole", Some(1 << 20), false, 4);
+        assert_eq!(out.unwrap().depth(), 4);
         assert!(splits.is_empty());
     }
 

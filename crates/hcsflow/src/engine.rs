@@ -136,6 +136,7 @@ impl Engine {
             overwrite: options.overwrite,
             shard: options.shard,
             gpu_memory: gpu_memory(plan, options),
+            gpu_memory_firm: options.gpu_memory.is_some(),
         };
         let mut summary = hcsflow_pipeline::execute(plan, &self.registry, &self.conversions, &run, progress)?;
         // A shard writes no plate-level output: its finalize writes the report.

@@ -48,7 +48,9 @@ pub struct RunOptions {
     /// its functions allow it (per-plane functions; max and min projections
     /// combine), else its well fails with the sizes (`--gpu-memory`).
     /// `None` (default): the adapter's largest buffer binding
-    /// ([`crate::default_gpu_memory`]).
+    /// ([`crate::default_gpu_memory`]), which only chooses chunks: a call
+    /// over it that cannot split runs whole, failing only if the device runs
+    /// out of memory.
     pub gpu_memory: Option<u64>,
 }
 
