@@ -86,6 +86,9 @@ pub struct RunArgs {
 
 pub fn run(a: RunArgs) -> CliResult {
     let (engine, plan, options) = plan(&a)?;
+    if let Some(w) = hcsflow::budget_warning(&plan, options.max_memory) {
+        errln!("warning: {w}");
+    }
     if a.dry_run {
         out!("{}", hcsflow::plan_text(&plan))?;
         return Ok(());

@@ -54,6 +54,36 @@ fn dry_run_prints_chain_routes_device_and_stacks_and_writes_nothing() {
     assert!(!out.exists(), "a dry run writes nothing");
 }
 
+/// The plan states a well's estimated peak; a `--max-memory` below it is
+/// warned about (the well runs alone and may go over), one above it is not.
+#[test]
+fn a_budget_below_one_well_is_warned_about_with_the_sizes() {
+    let dir = tempfile::tempdir().unwrap();
+    let plate = dir.path().join("plate");
+    synth(&plate, &["A01", "B02"], 64);
+    let p = pipeline_file(dir.path(), "p.toml", MAX_Z);
+    let out = dir.path().join("out");
+    let dry = |budget: &str| {
+        let o =
+            hcsflow(&["run", plate.to_str().unwrap(), &p, out.to_str().unwrap(), "--dry-run", "--device", "cpu", "--max-memory", budget]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        (String::from_utf8_lossy(&o.stdout).into_owned(), stderr(&o))
+    };
+    let (plan, quiet) = dry("10G");
+    let line = plan.lines().find(|l| l.starts_with("memory: a well needs about ")).expect("a memory line");
+    let need = line.trim_start_matches("memory: a well needs about ").split(" at its peak").next().unwrap().to_string();
+    assert!(need.ends_with("KiB") || need.ends_with("MiB"), "{line}");
+    assert!(!quiet.contains("warning"), "{quiet}");
+    let (_, warned) = dry("1K");
+    assert!(
+        warned.contains("warning: 2 of 2 well(s) are estimated to need more than --max-memory 1.0 KiB at their peak")
+            && warned.contains(&format!("needs {need}"))
+            && warned.contains(&format!("a budget of at least {need} holds one well")),
+        "{warned}"
+    );
+    assert!(!out.exists(), "a dry run writes nothing");
+}
+
 #[test]
 fn compile_errors_exit_2_with_the_step_name_before_reading_pixels() {
     let dir = tempfile::tempdir().unwrap();

@@ -91,7 +91,7 @@ pub use device::{choose_device, default_gpu_memory, device_report, discover_adap
 pub use engine::{Engine, PreparedCall};
 pub use error::{Error, ErrorKind, OptionsError};
 pub use options::{default_workers, parse_size, RunOptions};
-pub use text::{plan_text, run_problems, start_text, summary_text, RunProblem};
+pub use text::{budget_warning, plan_text, run_problems, start_text, summary_text, RunProblem};
 
 use hcsflow_core::{Conversions, Registry};
 

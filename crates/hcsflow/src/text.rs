@@ -57,6 +57,14 @@ pub fn plan_text(plan: &Plan) -> String {
         plan.plane.2
     );
     s.push_str(&missing_text(plan));
+    if let Some(w) = plan.wells.iter().max_by_key(|w| w.estimate_bytes) {
+        let _ = writeln!(
+            s,
+            "memory: a well needs about {} at its peak (largest: {}), what --max-memory budgets",
+            hcsflow_pipeline::split::bytes_text(w.estimate_bytes),
+            w.well
+        );
+    }
     let _ = writeln!(s, "device: {} ({})", plan.device, plan.device_reason);
     let _ = writeln!(s, "output: {}", plan.out.display());
     for (i, step) in plan.steps.iter().enumerate() {
@@ -195,6 +203,26 @@ fn plate_text(plan: &Plan, i: usize) -> String {
         );
     }
     s
+}
+
+/// Why `max_memory` (`--max-memory`) cannot hold for the run of `plan`:
+/// a well is estimated to need more than the whole budget at its peak. Such a
+/// well still runs, alone (no other well in flight), and may go over it.
+/// `None` when there is no budget or every well fits it.
+pub fn budget_warning(plan: &Plan, max_memory: Option<u64>) -> Option<String> {
+    let budget = max_memory?;
+    let w = plan.wells.iter().filter(|w| w.estimate_bytes > budget).max_by_key(|w| w.estimate_bytes)?;
+    let over = plan.wells.iter().filter(|w| w.estimate_bytes > budget).count();
+    let bytes = hcsflow_pipeline::split::bytes_text;
+    Some(format!(
+        "{over} of {} well(s) are estimated to need more than --max-memory {} at their peak (largest: {} needs {}): they run \
+         one at a time and may go over it; a budget of at least {} holds one well",
+        plan.wells.len(),
+        bytes(budget),
+        w.well,
+        bytes(w.estimate_bytes),
+        bytes(w.estimate_bytes)
+    ))
 }
 
 /// The plan's lines on missing images: the policy and what the run does.
