@@ -31,6 +31,7 @@ use hcsflow::core::{
 };
 use hcsflow::pipeline::{PipelineSpec, Progress};
 use hcsflow::{DeviceOptions, Engine, Error, RunOptions};
+use pyo3::exceptions::{PyResourceWarning, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
 
@@ -214,7 +215,7 @@ fn call<'py>(
 /// are in the summary (`failed`), not raised. Python functions the pipeline
 /// names must be registered first (`register_function`).
 #[pyfunction]
-#[pyo3(signature = (plate, pipeline, origin, out, *, device = "auto", workers = None, resume = false, overwrite = false, dry_run = false, allow_software_gpu = false, allow_host_round_trip = false, progress = None))]
+#[pyo3(signature = (plate, pipeline, origin, out, *, device = "auto", workers = None, resume = false, overwrite = false, dry_run = false, allow_software_gpu = false, allow_host_round_trip = false, progress = None, max_memory = None, gpu_memory = None))]
 #[allow(clippy::too_many_arguments)] // one Python keyword each, as the CLI's flags
 fn run(
     py: Python<'_>,
@@ -230,7 +231,13 @@ fn run(
     allow_software_gpu: bool,
     allow_host_round_trip: bool,
     progress: Option<Py<PyAny>>,
+    max_memory: Option<&str>,
+    gpu_memory: Option<&str>,
 ) -> PyResult<String> {
+    let size = |name: &str, text: Option<&str>| {
+        text.map(hcsflow::parse_size).transpose().map_err(|e| PyValueError::new_err(format!("{name}: {e}")))
+    };
+    let (max_memory, gpu_memory) = (size("max_memory", max_memory)?, size("gpu_memory", gpu_memory)?);
     let spec: PipelineSpec = serde_json::from_str(pipeline).map_err(|e| {
         to_py(py, Error::Spec(hcsflow::pipeline::PipelineError::Parse { origin: origin.to_string(), message: e.to_string() }))
     })?;
@@ -239,12 +246,18 @@ fn run(
         device: device_options(device, allow_software_gpu, allow_host_round_trip)?,
         resume,
         overwrite,
+        max_memory,
+        gpu_memory,
         ..RunOptions::default()
     };
     if let Some(w) = workers {
         options.workers = w;
     }
     let plan = py.detach(|| engine.plan_spec(&plate, &spec, &out, &options).map_err(Box::new)).map_err(|e| to_py(py, *e))?;
+    if let Some(w) = hcsflow::budget_warning(&plan, options.max_memory) {
+        let message = std::ffi::CString::new(w).unwrap_or_default();
+        PyErr::warn(py, &py.get_type::<PyResourceWarning>(), &message, 1)?;
+    }
     if dry_run {
         return Ok(hcsflow::plan_text(&plan));
     }

@@ -71,6 +71,28 @@ def test_errors_are_typed():
         assert issubclass(cls, hcsflow.HcsflowError)
 
 
+def test_memory_budgets_from_python(tmp_path):
+    """max_memory / gpu_memory as the CLI's --max-memory / --gpu-memory: sizes
+    parsed the same way, a bad one a ValueError naming the keyword, and a
+    budget below one well's estimated peak warned about (ResourceWarning)."""
+    import warnings
+    plate = tmp_path / "plate"
+    hcsflow.synth_plate(plate, wells=["A01", "B02"], grid=(1, 2), z=3, size=32)
+    pipeline = REPO / "examples" / "max_z.toml"
+    out = tmp_path / "out"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning under a large budget
+        plan = hcsflow.run(plate, pipeline, out, device="cpu", dry_run=True, max_memory="4G", gpu_memory=64 << 20)
+    assert "memory: a well needs about" in plan
+    with pytest.warns(ResourceWarning, match=r"2 of 2 well\(s\) are estimated to need more than --max-memory 1.0 KiB"):
+        hcsflow.run(plate, pipeline, out, device="cpu", dry_run=True, max_memory=1024)
+    with pytest.raises(ValueError, match="max_memory"):
+        hcsflow.run(plate, pipeline, out, device="cpu", dry_run=True, max_memory="4Q")
+    with pytest.raises(ValueError, match="gpu_memory"):
+        hcsflow.run(plate, pipeline, out, device="cpu", dry_run=True, gpu_memory="lots")
+    assert not out.exists()
+
+
 def test_a_run_from_python_writes_what_the_plan_says(tmp_path):
     plate = tmp_path / "plate"
     hcsflow.synth_plate(plate, wells=["A01", "B02"], grid=(1, 2), z=3, size=32)

@@ -97,7 +97,8 @@ def _tqdm_progress() -> Callable[[dict[str, Any]], Any] | None:
 def run(plate: str | os.PathLike[str], pipeline: str | os.PathLike[str] | Pipeline, out: str | os.PathLike[str], *,
         device: str = "auto", workers: int | None = None, resume: bool = False, overwrite: bool = False,
         dry_run: bool = False, allow_software_gpu: bool = False, allow_host_round_trip: bool = False,
-        progress: Callable[[dict[str, Any]], Any] | bool | None = None) -> Any:
+        progress: Callable[[dict[str, Any]], Any] | bool | None = None,
+        max_memory: str | int | None = None, gpu_memory: str | int | None = None) -> Any:
     """Run ``pipeline`` (a :class:`Pipeline`, or a pipeline file whose Python
     functions are named ``module:function``) on ``plate`` into ``out``, as
     ``hcsflow run`` does. With ``dry_run`` return the plan text, every
@@ -117,6 +118,12 @@ def run(plate: str | os.PathLike[str], pipeline: str | os.PathLike[str] | Pipeli
     holding the GIL for the call only; an exception it raises is reported as
     unraisable and the run goes on. ``None`` (the default) draws a tqdm bar
     when tqdm is installed; ``False`` reports nothing.
+
+    ``max_memory`` / ``gpu_memory``: ``hcsflow run``'s ``--max-memory`` (the
+    wells in flight) and ``--gpu-memory`` (one GPU call on one stack), as bytes
+    or a size such as ``"4G"``; a bad size raises ``ValueError``. A
+    ``max_memory`` below one well's estimated peak warns (``ResourceWarning``):
+    such a well runs alone and may go over it.
     """
     if not isinstance(pipeline, Pipeline):
         pipeline = Pipeline.load(pipeline)
@@ -127,5 +134,6 @@ def run(plate: str | os.PathLike[str], pipeline: str | os.PathLike[str] | Pipeli
     result = _hcsflow.run(os.fspath(plate), pipeline.to_json(), pipeline.origin, os.fspath(out), device=device,
                           workers=workers, resume=resume, overwrite=overwrite, dry_run=dry_run,
                           allow_software_gpu=allow_software_gpu, allow_host_round_trip=allow_host_round_trip,
-                          progress=progress)
+                          progress=progress, max_memory=None if max_memory is None else str(max_memory),
+                          gpu_memory=None if gpu_memory is None else str(gpu_memory))
     return result if dry_run else json.loads(result)
