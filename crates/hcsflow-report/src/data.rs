@@ -26,6 +26,9 @@ pub struct RunFacts {
     pub input_bytes: u64,
     pub mb_per_s: f64,
     pub peak_rss_bytes: Option<u64>,
+    /// The device-memory budget of GPU calls (`--gpu-memory` or the
+    /// adapter's default); `None` when nothing ran on a GPU.
+    pub gpu_memory: Option<u64>,
     pub missing_policy: String,
     pub stopped: Option<String>,
     pub manifest_error: Option<String>,
@@ -41,6 +44,9 @@ pub struct StepFacts {
     pub read_seconds: f64,
     pub compute_seconds: f64,
     pub write_seconds: f64,
+    /// Stacks of the step that ran on the GPU in chunks of planes (over the
+    /// device-memory budget).
+    pub split_stacks: usize,
 }
 
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
@@ -171,6 +177,8 @@ pub struct StepBar {
     pub read_pct: f64,
     pub compute_pct: f64,
     pub write_pct: f64,
+    /// [`StepFacts::split_stacks`].
+    pub split_stacks: usize,
 }
 
 /// Everything the template shows.
@@ -500,6 +508,7 @@ fn step_bars(steps: &[StepFacts]) -> Vec<StepBar> {
             read_pct: pct(s.read_seconds),
             compute_pct: pct(s.compute_seconds),
             write_pct: pct(s.write_seconds),
+            split_stacks: s.split_stacks,
         })
         .collect()
 }

@@ -148,6 +148,13 @@ fn a_stack_over_the_budget_runs_in_chunks_with_the_unsplit_result() {
     // The run report on disk says the same.
     let json: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.path().join("chunks/run_report.json")).unwrap()).unwrap();
     assert_eq!(json["gpu_memory"], BUDGET);
+    // And the QC report.
+    let html = std::fs::read_to_string(dir.path().join("chunks").join(hcsflow::pipeline::REPORT_HTML_NAME)).unwrap();
+    assert!(
+        html.contains("GPU memory budget</td><td>0.06 MiB per call and stack · 4 stacks ran in chunks of planes"),
+        "budget line missing"
+    );
+    assert!(html.contains(" · 4 in chunks</td>"), "the step's line says it split");
     assert_eq!(json["wells"][0]["steps"][0]["splits"][0]["chunks"], 30);
     assert_eq!(json["wells"][0]["steps"][0]["splits"][3]["functions"], serde_json::json!(["max_projection"]));
     let text = hcsflow::summary_text(
