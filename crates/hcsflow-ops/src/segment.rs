@@ -589,8 +589,10 @@ pub fn segment_nuclei<T: Pixel>(plane: &[T], h: usize, w: usize, p: &NucleiParam
     // Smoothing spreads distance outside the mask: seeds only inside it.
     let inside: Vec<f32> = dist.iter().zip(&mask).map(|(&d, &m)| if m { d } else { 0.0 }).collect();
     let seeds = maxima_markers(&inside, h, w, p.min_distance);
-    let neg: Vec<f32> = inside.iter().map(|&d| -d).collect();
-    let mut labels = watershed(&neg, &seeds.labels, Some(&mask), h, w, p.connectivity)?;
+    // The watershed of −distance (the flood reads it pixel by pixel: no copy).
+    let (cells, _) = flood(h, w, p.connectivity, |i| -inside[i], |i| seeds.labels[i], |i| mask[i])?;
+    let mut labels = unpadded(&cells, h, w, |l| l);
+    drop(cells);
     let mut kept = filter_size(&labels, h, w, p.min_area, p.max_area);
     if p.clear_border {
         labels = kept.labels;

@@ -17,6 +17,24 @@
 //! The mask is `value > threshold` (skimage's convention), as u8 0/1.
 
 use hcsflow_core::{with_pixels, Contract, DType, FunctionDecl, FunctionError, Pixel, Registry, Stack, StackArray};
+use rayon::prelude::*;
+
+/// Pixels per task of the parallel passes over a plane.
+const CHUNK: usize = 1 << 16;
+
+/// The smallest and largest value of `plane` (as f32, in f64) and whether it
+/// holds a NaN (then the extremes are of the other values), in one parallel pass.
+fn extremes<T: Pixel>(plane: &[T]) -> (f64, f64, bool) {
+    plane
+        .par_chunks(CHUNK)
+        .map(|c| {
+            c.iter().fold((f64::INFINITY, f64::NEG_INFINITY, false), |(lo, hi, nan), v| {
+                let v = v.to_f32();
+                (lo.min(f64::from(v)), hi.max(f64::from(v)), nan | v.is_nan())
+            })
+        })
+        .reduce(|| (f64::INFINITY, f64::NEG_INFINITY, false), |a, b| (a.0.min(b.0), a.1.max(b.1), a.2 | b.2))
+}
 
 /// How the threshold of a plane is chosen.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -67,17 +85,19 @@ fn int_histogram<T: Pixel>(plane: &[T]) -> (i64, Vec<u64>) {
 pub fn threshold_otsu<T: Pixel>(plane: &[T]) -> Result<f64, FunctionError> {
     const NAME: &str = "threshold_otsu";
     let first = *plane.first().ok_or_else(|| FunctionError::invalid(NAME, "empty image"))?;
-    if plane.iter().any(|v| v.to_f32().is_nan()) {
+    let (lo, hi, nan) = extremes(plane);
+    if nan {
         return Err(nan_error(NAME));
     }
-    if plane.iter().all(|&v| v == first) {
+    // Every value equal (−0 and +0 too, as `==` has them).
+    if lo == hi {
         return Ok(first.to_f32() as f64);
     }
     let (counts, centers): (Vec<f32>, Vec<f64>) = if is_integer::<T>() {
         let (lo, c) = int_histogram(plane);
         (c.iter().map(|&v| v as f32).collect(), (0..c.len()).map(|i| (lo + i as i64) as f64).collect())
     } else {
-        let (c, centers) = float_histogram(plane, 256);
+        let (c, centers) = float_histogram(plane, 256, lo, hi);
         (c.iter().map(|&v| v as f32).collect(), centers)
     };
     let n = counts.len();
@@ -121,27 +141,37 @@ pub fn threshold_otsu<T: Pixel>(plane: &[T]) -> Result<f64, FunctionError> {
     Ok(centers[idx])
 }
 
-/// `numpy.histogram(plane, bins, range=(min, max))` counts and bin centres (f64 edges).
-fn float_histogram<T: Pixel>(plane: &[T], bins: usize) -> (Vec<u64>, Vec<f64>) {
-    let (mut lo, mut hi) = (f64::INFINITY, f64::NEG_INFINITY);
-    for v in plane {
-        let v = v.to_f32() as f64;
-        lo = lo.min(v);
-        hi = hi.max(v);
-    }
+/// `numpy.histogram(plane, bins, range=(min, max))` counts and bin centres (f64 edges);
+/// `lo`, `hi`: the plane's extremes ([`extremes`]), `lo < hi`.
+fn float_histogram<T: Pixel>(plane: &[T], bins: usize, lo: f64, hi: f64) -> (Vec<u64>, Vec<f64>) {
     let edges: Vec<f64> = (0..=bins).map(|i| if i == bins { hi } else { lo + (hi - lo) / bins as f64 * i as f64 }).collect();
     let norm = bins as f64 / (hi - lo);
-    let mut counts = vec![0u64; bins];
-    for v in plane {
-        let v = v.to_f32() as f64;
-        let mut i = (((v - lo) * norm) as usize).min(bins - 1);
-        if v < edges[i] && i > 0 {
-            i -= 1;
-        } else if i + 1 < bins && v >= edges[i + 1] {
-            i += 1;
-        }
-        counts[i] += 1;
-    }
+    // Counts per chunk in parallel, summed: the same integers as one pass.
+    let counts = plane
+        .par_chunks(CHUNK)
+        .fold(
+            || vec![0u64; bins],
+            |mut counts, c| {
+                for v in c {
+                    let v = v.to_f32() as f64;
+                    let mut i = (((v - lo) * norm) as usize).min(bins - 1);
+                    if v < edges[i] && i > 0 {
+                        i -= 1;
+                    } else if i + 1 < bins && v >= edges[i + 1] {
+                        i += 1;
+                    }
+                    counts[i] += 1;
+                }
+                counts
+            },
+        )
+        .reduce(
+            || vec![0u64; bins],
+            |mut a, b| {
+                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                a
+            },
+        );
     let centers = (0..bins).map(|i| (edges[i] + edges[i + 1]) / 2.0).collect();
     (counts, centers)
 }
