@@ -3,26 +3,29 @@
 //! Model: image `i`, pixel `p`: `I[i,p] = B[i]·S[p] + D[p] + R[i,p]`, with
 //! `S` smooth (L1 on its DCT coefficients), `R` sparse (weighted L1), `B ≥ 0`
 //! per image. An inexact augmented-Lagrangian (ADMM) loop
-//! ([`Admm::solve`]) solves it for fixed weights; an outer loop re-weights the
+//! (`Admm::solve`) solves it for fixed weights; an outer loop re-weights the
 //! sparse term (`W = 1/(|R / mean(I_B)| + ε)`) and refits from scratch until the
 //! flat-field stops changing.
 //!
-//! Arrays of `images × pixels` are f32 (as BaSiCPy's torch tensors); every
-//! reduction (means, norms, the dark-field's closed form) accumulates in f64.
-//! Each ADMM iteration makes three passes over the data (four with the
-//! dark-field), allocates nothing, and computes its convergence norm inside
-//! the last pass.
+//! Arrays of `images × pixels` are f32 (as BaSiCPy's torch tensors), laid
+//! out by pixel chunks (see the private `passes` module); every reduction (means, norms, the
+//! dark-field's closed form) accumulates in f64. Each ADMM iteration makes one
+//! pass over them (two with the dark-field) that updates the sparse part and
+//! the multipliers and sums what the baselines, the residual's norm and the
+//! next flat-field step need. The multipliers are stored without a rank-one
+//! term (`B·S`) that only the end of the pass knows, and corrected when next
+//! read. Results do not depend on the thread count.
 
 use rayon::prelude::*;
 
 use crate::dct::Dct2d;
+use crate::passes::{self, shrink, ChunkPixels, Chunked, IterationData, PIXEL_CHUNK};
+use crate::simd::Isa;
 use crate::{BasicError, BasicParams};
 
 /// The entropy-like step constants of BaSiCPy's approximate fit (`_ent1`, `_ent2`).
 const ENT1: f64 = 1.0;
 const ENT2: f64 = 10.0;
-/// Pixels per parallel task in per-pixel reductions over all images.
-const PIXEL_CHUNK: usize = 512;
 
 /// The result of a fit at the working size.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,6 +58,9 @@ pub struct WorkingFit {
 struct Admm<'a> {
     n: usize,
     p: usize,
+    layout: Chunked,
+    isa: Isa,
+    /// The images, by pixel chunks.
     im: &'a [f32],
     darkfield: bool,
     lambda_flat: f64,
@@ -68,7 +74,7 @@ struct Admm<'a> {
     dz_max: f64,
 }
 
-/// The variables of one ADMM solve. `ir` and `y` are `n × p`; the rest `p` or `n`.
+/// The variables of one ADMM solve. `ir` and `y` are `n × p` by pixel chunks; the rest `p` or `n`.
 struct State {
     s: Vec<f32>,
     s_hat: Vec<f32>,
@@ -78,22 +84,27 @@ struct State {
     dz: f64,
     b: Vec<f32>,
     ir: Vec<f32>,
+    /// The multipliers without `corr·S_prev·B_i`: `Y = y − corr·S_prev·B_i`.
     y: Vec<f32>,
-    /// Scratch of `p` values (the flat-field update, the dark-field's offset).
+    /// The flat-field of the iteration before.
+    s_prev: Vec<f32>,
+    /// μ of the iteration before (0 after a reset, when `y` is `Y`).
+    corr: f64,
+    /// `p` values: the flat-field's next step between iterations, scratch
+    /// of the dark-field's offset within one.
     temp: Vec<f32>,
 }
 
-/// Per-image sums of the pass that updates the sparse part: `Σ R`, and `Σ R`
-/// over the pixels where `S ≥ mean(S)` and where `S < mean(S)` (dark-field only).
-#[derive(Clone, Copy, Default)]
-struct RowSums {
-    all: f64,
-    inside: f64,
-    outside: f64,
-}
+/// Per-image sums of an iteration's pass: `Σ R` (`[0]`), `Σ R` over the
+/// pixels where `S ≥ mean(S)` (`[1]`, dark-field only), `Σ E²` and `Σ E·S`
+/// (`[2]`, `[3]`) with the residual at the old baselines
+/// `E = I − I_R − D_R − S·B_i` ([`passes::iteration`]).
+type RowSums = [f64; 4];
 
-fn shrink(x: f32, t: f32) -> f32 {
-    x.signum() * (x.abs() - t).max(0.0)
+/// The `p`-long pixel vectors sliced to chunk `c`.
+fn chunk_pixels<'a>(c: usize, s: &'a [f32], dr: &'a [f32], s_prev: &'a [f32], b: &'a [f32]) -> ChunkPixels<'a> {
+    let range = c * PIXEL_CHUNK..(c * PIXEL_CHUNK + PIXEL_CHUNK).min(s.len());
+    ChunkPixels { s: &s[range.clone()], dr: &dr[range.clone()], s_prev: &s_prev[range], b }
 }
 
 fn mean(x: &[f32]) -> f64 {
@@ -114,105 +125,121 @@ impl Admm<'_> {
         st.b.copy_from_slice(b0);
         st.ir.fill(0.0);
         st.y.fill(0.0);
+        st.corr = 0.0;
         let mut mu = self.init_mu;
+        self.flatfield_step(st, mu);
         let mut k = 0;
         let mut ratio = f64::INFINITY;
         while ratio > self.tol && k < self.max_iterations {
-            ratio = self.step(st, w, dct, mu);
-            mu = (mu * self.rho).min(self.max_mu);
+            let next_mu = (mu * self.rho).min(self.max_mu);
+            ratio = self.step(st, w, dct, mu, next_mu);
+            mu = next_mu;
             k += 1;
         }
         (k, ratio, ratio <= self.tol)
     }
 
-    /// One iteration (`ApproximateFit._step`); returns `‖residual‖₂ / ‖images‖_F`.
-    fn step(&self, st: &mut State, w: &[f32], dct: &mut Dct2d, mu: f64) -> f64 {
-        let (n, p) = (self.n, self.p);
+    /// `temp = mean_i(I − I_R − S·B_i − D_R + Y/μ) / ENT1`, the flat-field's step
+    /// before its DCT. Computed here at the start of a solve (when `st.y` is
+    /// `Y` itself); each iteration leaves it for the next.
+    fn flatfield_step(&self, st: &mut State, mu: f64) {
+        let (isa, chunk) = (self.isa, self.layout.chunk_values());
         let inv_mu = (1.0 / mu) as f32;
-        // Flat-field: S_hat += DCT(mean_i(I − I_R − S·B_i − D_R + Y/μ)), soft-threshold, back.
-        {
-            let (s, dr, b, ir, y, im) = (&st.s, &st.dr, &st.b, &st.ir, &st.y, self.im);
-            let inv_n = 1.0 / n as f32;
-            st.temp.par_chunks_mut(PIXEL_CHUNK).enumerate().for_each(|(c, out)| {
-                let p0 = c * PIXEL_CHUNK;
-                out.fill(0.0);
-                for (i, &bi) in b.iter().enumerate() {
-                    let row = i * p + p0..i * p + p0 + out.len();
-                    for ((((o, &imv), &irv), &yv), (&sv, &dv)) in
-                        out.iter_mut().zip(&im[row.clone()]).zip(&ir[row.clone()]).zip(&y[row]).zip(s[p0..].iter().zip(&dr[p0..]))
-                    {
-                        *o += imv - irv - (sv * bi + dv) + yv * inv_mu;
-                    }
-                }
-                out.iter_mut().for_each(|o| *o *= inv_n / ENT1 as f32);
+        let (s, dr, b) = (&st.s, &st.dr, &st.b);
+        st.temp
+            .par_chunks_mut(PIXEL_CHUNK)
+            .zip(self.im.par_chunks(chunk))
+            .zip(st.ir.par_chunks(chunk))
+            .zip(st.y.par_chunks(chunk))
+            .enumerate()
+            .for_each(|(c, (((out, im), ir), y))| {
+                passes::flatfield_step(isa, chunk_pixels(c, s, dr, s, b), im, ir, y, inv_mu, out);
+                out.iter_mut().for_each(|o| *o /= ENT1 as f32);
             });
-        }
+    }
+
+    /// One iteration (`ApproximateFit._step`); returns `‖residual‖₂ / ‖images‖_F`.
+    /// Expects `st.temp` to hold [`Admm::flatfield_step`] at `mu` and leaves
+    /// it there at `next_mu` for the next iteration.
+    fn step(&self, st: &mut State, w: &[f32], dct: &mut Dct2d, mu: f64, next_mu: f64) -> f64 {
+        let (n, p, isa, chunk) = (self.n, self.p, self.isa, self.layout.chunk_values());
+        // Flat-field: S_hat += DCT(mean_i(I − I_R − S·B_i − D_R + Y/μ)), soft-threshold, back.
         dct.forward(&mut st.temp);
         let t_flat = (self.lambda_flat / (ENT1 * mu)) as f32;
         st.s_hat.iter_mut().zip(&st.temp).for_each(|(h, &d)| *h = shrink(*h + d, t_flat));
+        std::mem::swap(&mut st.s, &mut st.s_prev);
         st.s.copy_from_slice(&st.s_hat);
         dct.inverse(&mut st.s);
 
-        // Sparse part: I_R = shrink(I − S·B_i − D_R + Y/μ, W/μ); B_i = mean(R_i)/mean(R), R = I − I_R.
+        // Sparse part: I_R = shrink(I − S·B_i − D_R + Y/μ, W/μ); B_i = mean(R_i)/mean(R), R = I − I_R;
+        // multipliers: Y += μ·(I − S·B_i − D_R − I_R), with the new B_i (see `State::y`).
         let mean_s = mean(&st.s) as f32;
-        let sums: Vec<RowSums> = {
-            let (s, dr, b, im, darkfield) = (&st.s, &st.dr, &st.b, self.im, self.darkfield);
+        let data = |im, w| IterationData {
+            im,
+            w,
+            mu: mu as f32,
+            inv_mu: (1.0 / mu) as f32,
+            corr: st.corr as f32,
+            next_inv_mu: (1.0 / next_mu) as f32,
+            mean_s: self.darkfield.then_some(mean_s),
+        };
+        let per_chunk: Vec<(Vec<RowSums>, Vec<f32>)> = {
+            let (s, dr, s_prev, b) = (&st.s, &st.dr, &st.s_prev, &st.b);
             st.ir
-                .par_chunks_mut(p)
-                .zip(st.y.par_chunks(p))
-                .zip(im.par_chunks(p))
-                .zip(w.par_chunks(p))
+                .par_chunks_mut(chunk)
+                .zip(st.y.par_chunks_mut(chunk))
+                .zip(self.im.par_chunks(chunk))
+                .zip(w.par_chunks(chunk))
                 .enumerate()
-                .map(|(i, (((ir, y), im), w))| {
-                    let bi = b[i];
-                    let mut sums = RowSums::default();
-                    for q in 0..p {
-                        let v = im[q] - (s[q] * bi + dr[q]) + y[q] * inv_mu;
-                        let r = shrink(v, w[q] * inv_mu / ENT1 as f32);
-                        ir[q] = r;
-                        let rest = f64::from(im[q] - r);
-                        sums.all += rest;
-                        if darkfield {
-                            if s[q] >= mean_s {
-                                sums.inside += rest;
-                            } else {
-                                sums.outside += rest;
-                            }
-                        }
-                    }
-                    sums
+                .map(|(c, (((ir, y), im), w))| {
+                    let px = chunk_pixels(c, s, dr, s_prev, b);
+                    let (mut sums, mut next) = (vec![[0f64; 4]; n], vec![0f32; px.s.len()]);
+                    passes::iteration(isa, px, data(im, w), ir, y, &mut sums, &mut next);
+                    (sums, next)
                 })
                 .collect()
         };
-        let mean_r = sums.iter().map(|s| s.all).sum::<f64>() / (n * p) as f64;
-        for (b, s) in st.b.iter_mut().zip(&sums) {
-            *b = ((s.all / p as f64) / mean_r).max(0.0) as f32;
+        // Summed in chunk order: the same result for any thread count.
+        let mut sums = vec![[0f64; 4]; n];
+        for (chunk_sums, _) in &per_chunk {
+            for (total, add) in sums.iter_mut().zip(chunk_sums) {
+                total.iter_mut().zip(add).for_each(|(t, a)| *t += a);
+            }
         }
+        let mean_r = sums.iter().map(|s| s[0]).sum::<f64>() / (n * p) as f64;
+        // δ_i: how much each baseline moved.
+        let delta: Vec<f64> =
+            st.b.iter_mut()
+                .zip(&sums)
+                .map(|(b, s)| {
+                    let old = f64::from(*b);
+                    *b = ((s[0] / p as f64) / mean_r).max(0.0) as f32;
+                    f64::from(*b) - old
+                })
+                .collect();
         st.dr_prev.copy_from_slice(&st.dr);
         if self.darkfield {
             self.update_darkfield(st, dct, &sums, mean_r, mean_s, mu);
         }
+        st.corr = mu;
 
-        // Multipliers: Y += μ·(I − S·B_i − D_R(previous) − I_R); the norm of the residual on the way.
-        let mu32 = mu as f32;
-        let (s, dr, b) = (&st.s, &st.dr_prev, &st.b);
-        let squares: f64 =
-            st.y.par_chunks_mut(p)
-                .zip(st.ir.par_chunks(p))
-                .zip(self.im.par_chunks(p))
-                .enumerate()
-                .map(|(i, ((y, ir), im))| {
-                    let bi = b[i];
-                    let mut acc = 0f64;
-                    for q in 0..p {
-                        let res = im[q] - (s[q] * bi + dr[q]) - ir[q];
-                        y[q] += mu32 * res;
-                        acc += f64::from(res) * f64::from(res);
-                    }
-                    acc
-                })
-                .sum();
-        squares.sqrt() / self.image_norm
+        // The residual at the new baselines is E − δ_i·S: its squares are
+        // Σ_i (Σ E² − 2·δ_i·Σ E·S + δ_i²·Σ S²).
+        let s2: f64 = st.s.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+        let squares: f64 = delta.iter().zip(&sums).map(|(&d, s)| s[2] - 2.0 * d * s[3] + d * d * s2).sum();
+        // The next flat-field step: the pass's, at the new baselines
+        // (−S·mean(δ)·(1 + μ/μ')) and dark-field (−(D_R − D_R,old)).
+        let shift = delta.iter().sum::<f64>() / n as f64 * (1.0 + mu / next_mu);
+        let scale = 1.0 / (n as f64 * ENT1);
+        for (c, (_, next)) in per_chunk.iter().enumerate() {
+            let p0 = c * PIXEL_CHUNK;
+            for (q, &g) in next.iter().enumerate() {
+                let at = p0 + q;
+                let (s, moved) = (f64::from(st.s[at]), f64::from(st.dr[at]) - f64::from(st.dr_prev[at]));
+                st.temp[at] = (f64::from(g) * scale - (s * shift + moved) / ENT1) as f32;
+            }
+        }
+        squares.max(0.0).sqrt() / self.image_norm
     }
 
     /// The dark-field of one iteration (the `get_darkfield` branch of
@@ -230,7 +257,8 @@ impl Admm<'_> {
             t1 += b * b;
             t2 += b;
             if inside > 0 && outside > 0 {
-                let b1 = (sums[i].inside / inside as f64 - sums[i].outside / outside as f64) / (mean_r + 1e-6);
+                let [all, within, ..] = sums[i];
+                let b1 = (within / inside as f64 - (all - within) / outside as f64) / (mean_r + 1e-6);
                 t3 += b1;
                 t4 += b * b1;
             }
@@ -243,18 +271,20 @@ impl Admm<'_> {
         // A1_offset[p] = mean over valid images of R − mean(valid B)·S, centred.
         let mean_b_valid = if count > 0.0 { t2 / count } else { 0.0 };
         {
-            let (ir, im, s) = (&st.ir, self.im, &st.s);
-            st.temp.par_chunks_mut(PIXEL_CHUNK).enumerate().for_each(|(c, out)| {
-                let p0 = c * PIXEL_CHUNK;
-                out.fill(0.0);
-                for i in (0..n).filter(|&i| valid[i]) {
-                    let row = i * p + p0..i * p + p0 + out.len();
-                    out.iter_mut().zip(&im[row.clone()]).zip(&ir[row]).for_each(|((o, &a), &r)| *o += a - r);
-                }
-                for (o, &sv) in out.iter_mut().zip(&s[p0..]) {
-                    *o = if count > 0.0 { (f64::from(*o) / count - mean_b_valid * f64::from(sv)) as f32 } else { 0.0 };
-                }
-            });
+            let (s, chunk) = (&st.s, self.layout.chunk_values());
+            st.temp.par_chunks_mut(PIXEL_CHUNK).zip(self.im.par_chunks(chunk)).zip(st.ir.par_chunks(chunk)).enumerate().for_each(
+                |(c, ((out, im), ir))| {
+                    let (p0, len) = (c * PIXEL_CHUNK, out.len());
+                    out.fill(0.0);
+                    for i in (0..n).filter(|&i| valid[i]) {
+                        let row = i * len..(i + 1) * len;
+                        out.iter_mut().zip(&im[row.clone()]).zip(&ir[row]).for_each(|((o, &a), &r)| *o += a - r);
+                    }
+                    for (o, &sv) in out.iter_mut().zip(&s[p0..]) {
+                        *o = if count > 0.0 { (f64::from(*o) / count - mean_b_valid * f64::from(sv)) as f32 } else { 0.0 };
+                    }
+                },
+            );
         }
         let centre = mean(&st.temp) as f32;
         st.temp.iter_mut().for_each(|v| *v -= centre);
@@ -376,10 +406,14 @@ pub fn fit_working(im: &[f32], n: usize, height: usize, width: usize, params: &B
         return Err(BasicError::AllZero);
     }
     let init_mu = params.mu_coef / spectral;
+    let layout = Chunked { n, p };
+    let chunked = layout.chunked(im2);
     let problem = Admm {
         n,
         p,
-        im: im2,
+        layout,
+        isa: Isa::detect(),
+        im: &chunked,
         darkfield: params.get_darkfield,
         lambda_flat,
         lambda_dark,
@@ -403,6 +437,8 @@ pub fn fit_working(im: &[f32], n: usize, height: usize, width: usize, params: &B
         b: b0.clone(),
         ir: vec![0.0; n * p],
         y: vec![0.0; n * p],
+        s_prev: vec![1.0; p],
+        corr: 0.0,
         temp: vec![0.0; p],
     };
     let mut w = vec![1f32; n * p];
@@ -439,7 +475,7 @@ pub fn fit_working(im: &[f32], n: usize, height: usize, width: usize, params: &B
         flat.iter_mut().for_each(|v| *v = (f64::from(*v) / mean_flat) as f32);
         out.baseline = st.b.iter().map(|&b| (f64::from(b) * mean_flat) as f32).collect();
         out.darkfield = dark;
-        update_weights(&mut w, &st, n, p, params.epsilon);
+        update_weights(&problem, &mut w, &st, params.epsilon);
         let change = last.as_ref().map(|prev| {
             let diff: f64 = flat.iter().zip(prev).map(|(&a, &b)| f64::from((a - b).abs())).sum();
             diff / prev.iter().map(|&v| f64::from(v.abs())).sum::<f64>()
@@ -456,24 +492,13 @@ pub fn fit_working(im: &[f32], n: usize, height: usize, width: usize, params: &B
 
 /// The sparse term's weights for the next round (`ApproximateFit.calc_weights`):
 /// `W = 1/(|I_R / (mean(I_B,i) + 1e-6)| + ε)`, scaled to mean 1.
-fn update_weights(w: &mut [f32], st: &State, n: usize, p: usize, epsilon: f64) {
+fn update_weights(problem: &Admm<'_>, w: &mut [f32], st: &State, epsilon: f64) {
     let mean_s = mean(&st.s);
     let mean_dr = mean(&st.dr_prev);
-    let eps = epsilon as f32;
-    let total: f64 = w
-        .par_chunks_mut(p)
-        .zip(st.ir.par_chunks(p))
-        .enumerate()
-        .map(|(i, (w, ir))| {
-            let scale = (1.0 / (f64::from(st.b[i]) * mean_s + mean_dr + 1e-6)) as f32;
-            let mut sum = 0f64;
-            for (w, &r) in w.iter_mut().zip(ir) {
-                *w = 1.0 / ((r * scale).abs() + eps);
-                sum += f64::from(*w);
-            }
-            sum
-        })
-        .sum();
-    let factor = ((n * p) as f64 / total) as f32;
+    let scales: Vec<f32> = st.b.iter().map(|&b| (1.0 / (f64::from(b) * mean_s + mean_dr + 1e-6)) as f32).collect();
+    let (isa, chunk) = (problem.isa, problem.layout.chunk_values());
+    let totals: Vec<f64> =
+        w.par_chunks_mut(chunk).zip(st.ir.par_chunks(chunk)).map(|(w, ir)| passes::weights(isa, ir, &scales, epsilon as f32, w)).collect();
+    let factor = ((problem.n * problem.p) as f64 / totals.iter().sum::<f64>()) as f32;
     w.par_iter_mut().for_each(|v| *v *= factor);
 }

@@ -48,8 +48,10 @@
 pub mod correct;
 pub mod dct;
 pub mod fit;
+mod passes;
 pub mod profiles;
 pub mod resize;
+mod simd;
 
 use std::path::PathBuf;
 

@@ -16,6 +16,8 @@
 use hcsflow_core::{with_pixels, Pixel, Stack};
 use rayon::prelude::*;
 
+use crate::simd::{dispatched, Isa};
+
 /// Which of torch's bilinear interpolations (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Interpolation {
@@ -91,38 +93,51 @@ pub struct Resampler {
     output: (usize, usize),
     rows: AxisWeights,
     cols: AxisWeights,
+    isa: Isa,
+}
+
+dispatched! {
+    /// `dst += weight · src`, in f32.
+    fn add_weighted<T: Pixel>(dst: &mut [f32], src: &[T], weight: f32) {
+        dst.iter_mut().zip(src).for_each(|(d, &v)| *d += v.to_f32() * weight);
+    }
 }
 
 impl Resampler {
     /// Plans a resize from `input` to `output` (`(height, width)`, all ≥ 1).
     pub fn new(input: (usize, usize), output: (usize, usize), mode: Interpolation) -> Resampler {
-        Resampler { input, output, rows: AxisWeights::new(input.0, output.0, mode), cols: AxisWeights::new(input.1, output.1, mode) }
+        Resampler {
+            input,
+            output,
+            rows: AxisWeights::new(input.0, output.0, mode),
+            cols: AxisWeights::new(input.1, output.1, mode),
+            isa: Isa::detect(),
+        }
     }
 
     /// Resizes one plane (`in_h × in_w` values, row-major) into `out`
-    /// (`out_h × out_w`): columns first, then rows. `scratch` is reused between calls.
+    /// (`out_h × out_w`): rows first (each output row a weighted sum of whole
+    /// input rows, which vectorises), then columns. `scratch` is reused between calls.
     pub fn resize_plane<T: Pixel>(&self, plane: &[T], out: &mut [f32], scratch: &mut Vec<f32>) {
         let ((ih, iw), (oh, ow)) = (self.input, self.output);
         debug_assert_eq!(plane.len(), ih * iw);
         debug_assert_eq!(out.len(), oh * ow);
         scratch.clear();
-        scratch.resize(ih * ow, 0.0);
-        for (src, dst) in plane.chunks_exact(iw.max(1)).zip(scratch.chunks_exact_mut(ow.max(1))) {
-            for (o, d) in dst.iter_mut().enumerate() {
-                let (start, w) = self.cols.of(o);
-                let taps = w.len().min(iw - start);
-                *d = src[start..start + taps].iter().zip(&w[..taps]).map(|(&v, &w)| v.to_f32() * w).sum();
-            }
-        }
-        for (o, dst) in out.chunks_exact_mut(ow.max(1)).enumerate() {
+        scratch.resize(oh * iw, 0.0);
+        for (o, dst) in scratch.chunks_exact_mut(iw.max(1)).enumerate() {
             let (start, w) = self.rows.of(o);
-            dst.fill(0.0);
             for (k, &weight) in w.iter().enumerate().take(ih - start) {
                 if weight == 0.0 {
                     continue;
                 }
-                let src = &scratch[(start + k) * ow..(start + k + 1) * ow];
-                dst.iter_mut().zip(src).for_each(|(d, &v)| *d += v * weight);
+                add_weighted(self.isa, dst, &plane[(start + k) * iw..(start + k + 1) * iw], weight);
+            }
+        }
+        for (src, dst) in scratch.chunks_exact(iw.max(1)).zip(out.chunks_exact_mut(ow.max(1))) {
+            for (o, d) in dst.iter_mut().enumerate() {
+                let (start, w) = self.cols.of(o);
+                let taps = w.len().min(iw - start);
+                *d = src[start..start + taps].iter().zip(&w[..taps]).map(|(&v, &w)| v * w).sum();
             }
         }
     }
