@@ -84,7 +84,7 @@ def _(img):
     from skimage import measure
     labels = nuclei_labels(img)
     props = ("label", "area", "centroid", "bbox", "perimeter", "eccentricity", "axis_major_length",
-             "axis_minor_length", "intensity_mean", "intensity_min", "intensity_max")
+             "axis_minor_length", "area_convex", "solidity", "intensity_mean", "intensity_min", "intensity_max")
 
     def run():
         t = measure.regionprops_table(labels, intensity_image=img, properties=props)

@@ -787,7 +787,7 @@ pub static SEGMENT_NUCLEI: FunctionDecl<SegmentNucleiArgs> = FunctionDecl::new(
 )
 .with_produces(&[ArtifactDecl::table(
     OBJECTS,
-    "per object: ObjectNumber, AreaShape_* (area, centre, bounding box, perimeter, eccentricity, axes) and Intensity_* (mean, integrated, min, max) of the input plane",
+    "per object: ObjectNumber, AreaShape_* (area, centre, bounding box, perimeter, eccentricity, axes, convex area, solidity) and Intensity_* (mean, integrated, min, max) of the input plane",
 )])
 .with_check(check_segment)
 .with_label_output();

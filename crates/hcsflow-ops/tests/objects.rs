@@ -4,7 +4,8 @@
 //! Tolerances: distance transform 1e-5 (absolute, + 1e-6 relative: f32
 //! output); watershed, hole filling and border clearing identical labels;
 //! size filter the same partition as skimage's remove_small_objects;
-//! regionprops: area, bounding box exact, every other value 1e-9 relative.
+//! regionprops: area, bounding box and convex area exact, solidity 1e-12,
+//! every other value 1e-9 relative.
 
 mod common;
 
@@ -208,6 +209,69 @@ fn fill_holes_clear_border_and_size_filter_match_references() {
     }
 }
 
+/// Hand-drawn objects for the convex hull: single pixels (one in a corner),
+/// a row, a column on the border, diagonal and steep lines, L, U and plus
+/// shapes, a ring, a disc cut in two touching halves, labels split into
+/// pieces far apart (rows without pixels between them), a knight's-move pair,
+/// rotated ellipses touching the border, and a large rough disc.
+fn shapes() -> (Vec<u32>, u32, usize, usize) {
+    // Each call draws the next label.
+    fn put(l: &mut [u32], n: &mut u32, w: usize, pixels: impl IntoIterator<Item = (usize, usize)>) {
+        *n += 1;
+        for (y, x) in pixels {
+            l[y * w + x] = *n;
+        }
+    }
+    let (h, w) = (150usize, 170usize);
+    let mut l = vec![0u32; h * w];
+    let mut n = 0;
+    put(&mut l, &mut n, w, [(0, 0)]);
+    put(&mut l, &mut n, w, [(5, 5)]);
+    put(&mut l, &mut n, w, (3..10).map(|x| (2, x + 10)));
+    put(&mut l, &mut n, w, (144..150).map(|y| (y, 3)));
+    put(&mut l, &mut n, w, (0..6).map(|k| (10 + k, 2 + k)));
+    put(&mut l, &mut n, w, (0..7).map(|k| (10 + k, 30 - k)));
+    put(&mut l, &mut n, w, (0..9).map(|k| (20 + k, 40 + k / 3)));
+    // L and U
+    put(&mut l, &mut n, w, (0..8).map(|k| (20 + k, 5)).chain((0..6).map(|k| (27, 6 + k))));
+    put(&mut l, &mut n, w, (0..7).flat_map(|k| [(30 + k, 20), (30 + k, 21), (30 + k, 28)]).chain((20..29).map(|x| (36, x))));
+    // plus
+    put(&mut l, &mut n, w, (0..9).flat_map(|k| [(40 + k, 14), (44, 10 + k)]));
+    // ring, and a disc cut into two touching halves
+    let disc = |cy: f64, cx: f64, r0: f64, r1: f64| {
+        (0..h).flat_map(move |y| (0..w).map(move |x| (y, x))).filter(move |&(y, x)| {
+            let d = (y as f64 - cy).hypot(x as f64 - cx);
+            (r0..=r1).contains(&d)
+        })
+    };
+    put(&mut l, &mut n, w, disc(60.0, 30.0, 4.0, 9.5));
+    put(&mut l, &mut n, w, disc(60.0, 60.0, 0.0, 8.3).filter(|&(y, x)| x + y < 120));
+    put(&mut l, &mut n, w, disc(60.0, 60.0, 0.0, 8.3).filter(|&(y, x)| x + y >= 120));
+    // pieces far apart, and a knight's move
+    put(&mut l, &mut n, w, [(80, 5), (80, 6), (95, 12), (88, 2)]);
+    put(&mut l, &mut n, w, [(85, 20), (86, 22)]);
+    put(&mut l, &mut n, w, [(90, 30), (90, 31), (91, 30), (91, 31)]);
+    // rotated ellipses, two touching the right and top borders
+    for (cy, cx, a, b, t) in [(100.0, 60.0, 12.0, 4.0, 0.4), (30.0, 165.0, 15.0, 6.0, 1.1), (2.0, 120.0, 9.0, 5.0, 2.5)] {
+        let (c, s) = (f64::cos(t), f64::sin(t));
+        let inside = |&(y, x): &(usize, usize)| {
+            let (dy, dx) = (y as f64 - cy, x as f64 - cx);
+            ((dx * c + dy * s) / a).powi(2) + ((dy * c - dx * s) / b).powi(2) <= 1.0
+        };
+        put(&mut l, &mut n, w, (0..h).flat_map(|y| (0..w).map(move |x| (y, x))).filter(inside));
+    }
+    // a large disc with a rough edge
+    let mut r = Rng::new(77);
+    let bumps: Vec<f64> = (0..64).map(|_| 38.0 + 4.0 * r.unit()).collect();
+    let inside = |&(y, x): &(usize, usize)| {
+        let (dy, dx) = (y as f64 - 100.0, x as f64 - 120.0);
+        let k = ((dy.atan2(dx) + std::f64::consts::PI) / std::f64::consts::TAU * 64.0) as usize % 64;
+        dy.hypot(dx) <= bumps[k]
+    };
+    put(&mut l, &mut n, w, (0..h).flat_map(|y| (0..w).map(move |x| (y, x))).filter(inside));
+    (l, n, h, w)
+}
+
 #[test]
 fn measurements_match_regionprops() {
     let Some(mut oracle) = Oracle::for_script("objects_oracle.py") else { return };
@@ -223,17 +287,46 @@ fn measurements_match_regionprops() {
     let l = segment_nuclei(a.plane(0), 128, 120, &NucleiParams { min_area: 5, ..NucleiParams::default() }).unwrap();
     assert!(l.count > 10);
     cases.push((l.labels, l.count, img.clone(), 128, 120));
+    let (l, count, h, w) = shapes();
+    cases.push((l, count, common::random_stack(DType::U16, [1, h, w], 17), h, w));
+    // Many small irregular clusters: sparse noise, 8-connected.
+    let mut r = Rng::new(5);
+    let sparse: Vec<bool> = (0..200 * 180).map(|_| r.unit() < 0.3).collect();
+    let l = label_mask(&sparse, 200, 180, Connectivity::Eight);
+    cases.push((l.labels, l.count, common::random_stack(DType::U16, [1, 200, 180], 18), 200, 180));
+    // Random star shapes (a radius per angular sector), touching their neighbours.
+    let (h, w) = (240, 250);
+    let mut stars = vec![0u32; h * w];
+    let mut n = 0;
+    for cy in (15..h).step_by(30) {
+        for cx in (15..w).step_by(30) {
+            n += 1;
+            let sectors = 3 + (r.unit() * 9.0) as usize;
+            let radii: Vec<f64> = (0..sectors).map(|_| 4.0 + 14.0 * r.unit()).collect();
+            let turn = r.unit() * std::f64::consts::TAU;
+            for y in cy.saturating_sub(18)..(cy + 18).min(h) {
+                for x in cx.saturating_sub(18)..(cx + 18).min(w) {
+                    let (dy, dx) = (y as f64 - cy as f64, x as f64 - cx as f64);
+                    let a = (dy.atan2(dx) + turn).rem_euclid(std::f64::consts::TAU);
+                    if dy.hypot(dx) <= radii[(a / std::f64::consts::TAU * sectors as f64) as usize % sectors] {
+                        stars[y * w + x] = n;
+                    }
+                }
+            }
+        }
+    }
+    cases.push((stars, n, common::random_stack(DType::U16, [1, h, w], 19), h, w));
     let jobs: Vec<usize> =
         cases.iter().map(|(l, _, img, h, w)| oracle.add("regionprops", &[&u16_stack(l, *h, *w), img], json!({}))).collect();
     let refs = oracle.run();
-    let mut objects = 0;
+    let (mut objects, mut concave) = (0, 0);
     for ((l, count, img, h, w), j) in cases.iter().zip(jobs) {
         let Stack::U16(a) = img else { unreachable!() };
         let ours = measure_objects(l, *count, a.plane(0), *h, *w).unwrap();
         let theirs = &refs[j];
         assert_eq!(ours.len(), theirs.shape()[0], "{h}x{w}: object count");
         for (k, m) in ours.iter().enumerate() {
-            let row: Vec<f64> = (0..16).map(|c| theirs[[k, c]]).collect();
+            let row: Vec<f64> = (0..18).map(|c| theirs[[k, c]]).collect();
             let mine = [
                 m.label as f64,
                 m.area as f64,
@@ -247,19 +340,27 @@ fn measurements_match_regionprops() {
                 m.eccentricity,
                 m.major_axis_length,
                 m.minor_axis_length,
+                m.convex_area as f64,
+                m.solidity,
                 m.mean_intensity,
                 m.integrated_intensity,
                 m.min_intensity,
                 m.max_intensity,
             ];
             for (c, (&a, &b)) in mine.iter().zip(&row).enumerate() {
-                let tol = if c < 2 || (4..8).contains(&c) { 0.0 } else { 1e-9 * b.abs().max(1.0) };
+                let tol = match c {
+                    0 | 1 | 4..=7 | 12 => 0.0,
+                    13 => 1e-12,
+                    _ => 1e-9 * b.abs().max(1.0),
+                };
                 assert!((a - b).abs() <= tol, "{h}x{w} object {} column {c}: {a} vs regionprops {b}", m.label);
             }
         }
         objects += ours.len();
+        concave += ours.iter().filter(|m| m.convex_area > m.area).count();
     }
-    println!("regionprops: {objects} objects, every column within tolerance");
+    assert!(concave > 200, "only {concave} objects whose convex hull adds pixels");
+    println!("regionprops: {objects} objects ({concave} not convex), every column within tolerance");
 }
 
 /// Greedy one-to-one matching by increasing distance within `radius`: matched count.
@@ -627,7 +728,9 @@ fn measure_objects_function_measures_each_intensity_plane() {
         assert_eq!(rows.len(), direct.len());
         for (r, m) in rows.iter().zip(&direct) {
             assert_eq!(r.cells[0].as_f64(), Some(m.label as f64));
-            assert_eq!(r.cells[12].as_f64(), Some(m.mean_intensity), "plane {z} object {}", m.label);
+            assert_eq!(r.cells[12].as_f64(), Some(m.convex_area as f64), "plane {z} object {}", m.label);
+            assert_eq!(r.cells[13].as_f64(), Some(m.solidity), "plane {z} object {}", m.label);
+            assert_eq!(r.cells[14].as_f64(), Some(m.mean_intensity), "plane {z} object {}", m.label);
         }
     }
     let mut reg = hcsflow_core::Registry::new();

@@ -97,8 +97,9 @@ def regionprops(labels, image):
         vals = r.image_intensity[r.image]
         rows.append([r.label, r.area, r.centroid[1], r.centroid[0], r.bbox[1], r.bbox[0], r.bbox[3], r.bbox[2],
                      r.perimeter, r.eccentricity, r.axis_major_length, r.axis_minor_length,
+                     r.area_convex, r.solidity,
                      r.intensity_mean, vals.sum(), r.intensity_min, r.intensity_max])
-    return np.array(rows, np.float64).reshape(-1, 16)
+    return np.array(rows, np.float64).reshape(-1, 18)
 
 
 def coloc(a, b, labels, ta, tb):
