@@ -5,7 +5,7 @@
 //!
 //! ```sh
 //! python crates/hcsflow-n2v/examples/bench_n2v_pair.py ../shared/bench /tmp/n2v-bench
-//! cargo run --release -p hcsflow-n2v --example bench_n2v -- /tmp/n2v-bench [--steps 100] [--epochs 2] [--threads N]
+//! cargo run --release -p hcsflow-n2v --example bench_n2v -- /tmp/n2v-bench [--steps 100] [--epochs 2] [--batch 16] [--tile-batch N] [--predict 0]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -30,6 +30,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let dir = PathBuf::from(args.next().ok_or("usage: bench_n2v DIR [--steps N] [--epochs N]")?);
     let mut cfg = N2vConfig::default();
+    let mut predict = true;
     while let Some(flag) = args.next() {
         let value: usize = args.next().ok_or("missing value")?.parse()?;
         match flag.as_str() {
@@ -37,6 +38,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--epochs" => cfg.epochs = value,
             "--batch" => cfg.batch_size = value,
             "--tile-batch" => cfg.tile_batch = value,
+            "--predict" => predict = value != 0,
             other => return Err(format!("unknown option {other}").into()),
         }
     }
@@ -45,6 +47,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let device = Device::flex();
 
     let (denoiser, report) = train(noisy.view(), &cfg, &device)?;
+    if !predict {
+        let s_per_step = report.seconds / report.steps.max(1) as f64;
+        println!("{}", serde_json::json!({"train_steps": report.steps, "s_per_step": s_per_step, "epoch_losses": report.epoch_losses}));
+        return Ok(());
+    }
     let t = Instant::now();
     let denoised = denoiser.predict(noisy.view())?;
     let predict_1024 = t.elapsed().as_secs_f64();

@@ -30,15 +30,23 @@
 //! once per epoch (the epoch's summed loss, [`TrainReport::readbacks`]); prediction reads once per
 //! image (the blended canvas).
 //!
+//! **On the host** the U-Net's layers run as host kernels written for `flex` ([`host`]: 3 × 3
+//! convolutions as gemms on a padded copy without im2col, forward and backward; MaxBlurPool,
+//! upsampling and batch norm + ReLU as single passes), checked against burn's own formulation of
+//! each layer (which the wgpu path runs) for values and gradients.
+//!
 //! **Measured** (`examples/bench_n2v.rs` on bench_n2v.py's 1024² pair, 200 steps of patch 64 ×
-//! batch 16, `flex`, on the shared 2-core AVX-512 machine at load 4–5, the process getting 0.8 of
-//! a core): PSNR 22.00 → 35.28 dB (CAREamics' N2V2: 32.8 dB in its last measurement), 2.58
-//! s/step (CAREamics: 0.32 s on the quiet machine), 16.6 s to predict 1024² and 63 s for 2048²
-//! (CAREamics: 34 s), peak RSS 290 MiB. Training and prediction speed on the host are burn
-//! `flex`'s convolutions (im2col + gemm, forward and backward): short of the targets.
+//! batch 16, `flex`, on the shared 2-core AVX-512 machine at load 4.5, the process getting 0.9 of
+//! a core): PSNR 22.00 → 36.85 dB (CAREamics' N2V2: 32.8 dB in its last measurement), 0.75
+//! s/step (burn's own layers: 2.58 s/step at the same load; CAREamics: 0.32 s on the quiet
+//! machine), 6.9 s to predict 1024² and 23.8 s for 2048² (burn's layers: 16.6 s and 63 s;
+//! CAREamics: 34 s), peak RSS 263 MiB. Still short of the targets (2× CAREamics per step,
+//! 3× in prediction): half the time is now the gemms themselves (f32, AVX-512, one core's worth
+//! here), the rest burn's element-wise operations, allocation (page faults) and the optimiser.
 
 pub mod config;
 pub mod function;
+pub mod host;
 pub mod masking;
 pub mod model;
 mod predict;

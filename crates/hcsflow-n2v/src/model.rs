@@ -18,11 +18,11 @@
 
 use burn::module::{Module, Param};
 use burn::nn::{BatchNorm, BatchNormConfig};
-use burn::tensor::activation::relu;
 use burn::tensor::module::{conv2d, max_pool2d};
 use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
+use crate::host::batch_norm_relu;
 use crate::rng::SplitMix64;
 
 /// A 2-D convolution with bias, stride 1, zero padding `kernel / 2` (same size out).
@@ -56,6 +56,9 @@ impl Conv {
     /// `[B, in, H, W]` → `[B, out, H, W]`.
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
         let p = self.padding;
+        if p == 1 {
+            return crate::host::conv3x3(x, self.weight.val(), self.bias.val());
+        }
         conv2d(x, self.weight.val(), Some(self.bias.val()), ConvOptions::new([1, 1], [p, p], [1, 1], 1))
     }
 }
@@ -83,8 +86,8 @@ impl ConvBlock {
     /// `[B, in, H, W]` → `[B, out, H, W]`. Batch statistics (and running-average updates) on an
     /// autodiff device with the module in training mode, the running averages otherwise.
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
-        let x = relu(self.norm1.forward(self.conv1.forward(x)));
-        relu(self.norm2.forward(self.conv2.forward(x)))
+        let x = batch_norm_relu(&self.norm1, self.conv1.forward(x));
+        batch_norm_relu(&self.norm2, self.conv2.forward(x))
     }
 }
 
@@ -97,8 +100,15 @@ fn binomial_kernel(channels: usize, device: &Device) -> Tensor<4> {
 }
 
 /// MaxBlurPool: 2 × 2 max (stride 1), then the binomial blur with zero padding 1 and stride 2,
-/// per channel. `[B, C, H, W]` → `[B, C, H/2, W/2]` for even `H`, `W`.
+/// per channel. `[B, C, H, W]` → `[B, C, H/2, W/2]` for even `H`, `W`. On `flex` a host kernel
+/// ([`crate::host`]), elsewhere [`max_blur_pool_composed`].
 pub fn max_blur_pool(x: Tensor<4>) -> Tensor<4> {
+    crate::host::max_blur_pool(x)
+}
+
+/// [`max_blur_pool`] composed of burn's `max_pool2d` and a grouped `conv2d`: what other backends
+/// than `flex` run, and the reference of the host kernel's tests.
+pub fn max_blur_pool_composed(x: Tensor<4>) -> Tensor<4> {
     let channels = x.dims()[1];
     let device = x.device();
     let x = max_pool2d(x, MaxPoolOptions::new([2, 2]).with_stride([1, 1]));
@@ -107,10 +117,17 @@ pub fn max_blur_pool(x: Tensor<4>) -> Tensor<4> {
 
 /// Bilinear ×2 upsampling with half-pixel centres (PyTorch `align_corners=False`).
 ///
-/// Written with slices, sums and a reshape rather than burn's `interpolate`, whose bilinear
-/// backward the CubeCL (wgpu) backend does not implement: along each axis, output `2i` is
+/// On `flex` a host kernel ([`crate::host`]); elsewhere written with slices, sums and a reshape
+/// rather than burn's `interpolate`, whose bilinear backward the CubeCL (wgpu) backend does not
+/// implement ([`upsample_composed`]). Along each axis, output `2i` is
 /// `¾ x[i] + ¼ x[i − 1]` and output `2i + 1` is `¾ x[i] + ¼ x[i + 1]`, the edge sample repeated.
 pub fn upsample(x: Tensor<4>) -> Tensor<4> {
+    crate::host::upsample2(x)
+}
+
+/// [`upsample`] composed of burn tensor operations: what other backends than `flex` run, and the
+/// reference of the host kernel's tests.
+pub fn upsample_composed(x: Tensor<4>) -> Tensor<4> {
     upsample_axis(upsample_axis(x, 2), 3)
 }
 

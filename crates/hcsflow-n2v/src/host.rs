@@ -1,0 +1,930 @@
+//! The U-Net's layers on the host, forward and backward, written for `flex` as a burn backend
+//! extension: the 3 × 3 convolutions (stride 1, zero padding 1, bias), MaxBlurPool and the
+//! bilinear ×2 upsampling. Same arithmetic as the burn formulations in [`crate::model`], which
+//! other backends (wgpu) keep and the tests compare with.
+//!
+//! **Convolution.**
+//! burn `flex` 0.22.1 convolves by im2col + gemm and has no backward of its own: burn's defaults
+//! take the input gradient as a transposed convolution (gemm + col2im) and the weight gradient as a
+//! convolution of the input with the output gradient as a `H × W` kernel (an im2col 9× the
+//! batch and gemms 9 columns wide). Those were most of a training step. Here all three are gemms
+//! on a zero-padded copy of the input, without im2col: with the padded row length `Wp = W + 2`, a
+//! kernel tap `(ky, kx)` is a flat shift `ky·Wp + kx` of the padded plane, so
+//!
+//! - forward: `out[co, p] = Σ_tap Σ_ci w[co, ci, tap] · xpad[ci, p + shift(tap)]` — nine gemms
+//!   `[Co × Ci] · [Ci × H·Wp]` accumulating into a "wide" output whose two extra columns per row
+//!   are dropped;
+//! - input gradient: the same convolution of the padded output gradient with the weights
+//!   transposed (`ci ↔ co`) and flipped (`tap → 8 − tap`);
+//! - weight gradient: `dw[co, ci, tap] = Σ_b Σ_p g[b, co, p] · xpad[b, ci, p + shift(tap)]` with
+//!   `g` zero on the extra columns — nine gemms `[Co × H·Wp] · [H·Wp × Ci]` per image;
+//! - bias gradient: the sum of the output gradient over batch and pixels.
+//!
+//! **MaxBlurPool** (burn `flex`: a 2 × 2 max pool of stride 1 that took ~100 ms on a `[16, 32,
+//! 64, 64]` batch, then a grouped convolution): one pass per plane computing the 2 × 2 maximum and
+//! the stride-2 binomial blur; backward scatters the blur's transpose onto the maxima and routes
+//! each to the first largest of its 2 × 2 window (recomputed from the input).
+//!
+//! **Upsampling**: `¾ x[i] + ¼ x[i ∓ 1]` along rows then columns, per plane; backward is its
+//! transpose, columns then rows.
+
+use burn::backend::autodiff::checkpoint::base::Checkpointer;
+use burn::backend::autodiff::checkpoint::strategy::CheckpointStrategy;
+use burn::backend::autodiff::grads::Gradients;
+use burn::backend::autodiff::ops::{Backward, Ops, OpsKind};
+use burn::backend::autodiff::NodeId;
+use burn::backend::flex::{FlexTensor, Layout};
+use burn::backend::ops::{ConvOptions, ModuleOps};
+use burn::backend::tensor::FloatTensor;
+use burn::backend::{backend_extension, Autodiff, Backend, DType, Dispatch, DispatchDevice, Flex, TensorMetadata};
+use burn::nn::BatchNorm;
+use burn::tensor::activation::relu;
+use burn::tensor::module::conv2d;
+use burn::tensor::{Bytes, Shape, Tensor};
+use rayon::prelude::*;
+use std::cell::RefCell;
+
+/// The layers as backend operations (implemented for `flex` and autodiff over it).
+#[backend_extension(Flex, Autodiff)]
+pub trait HostKernels: Backend {
+    /// `x` `[B, Ci, H, W]`, `weight` `[Co, Ci, 3, 3]`, `bias` `[Co]` → `[B, Co, H, W]`.
+    fn conv3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// MaxBlurPool, `[B, C, H, W]` → `[B, C, H/2, W/2]` (`H`, `W` ≥ 2).
+    fn max_blur_pool(x: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// Bilinear ×2 upsampling with half-pixel centres, `[B, C, H, W]` → `[B, C, 2H, 2W]`.
+    fn upsample2(x: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// `relu(γ·(x − mean)/sqrt(var + eps) + β)` with the batch's per-channel mean and biased
+    /// variance (batch norm in training, then ReLU), `x` `[B, C, H, W]`, `γ`, `β` `[C]`.
+    fn batch_norm_relu(x: FloatTensor<Self>, gamma: FloatTensor<Self>, beta: FloatTensor<Self>, epsilon: f64) -> FloatTensor<Self>;
+    /// The per-channel mean and biased variance of `x` `[B, C, H, W]`, `[2, C]`.
+    fn batch_stats(x: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// `relu(x·scale + shift)` per channel (batch norm in inference, then ReLU), `x`
+    /// `[B, C, H, W]`, `scale`, `shift` `[C]`. Composed of burn operations by default.
+    fn affine_relu(x: FloatTensor<Self>, scale: FloatTensor<Self>, shift: FloatTensor<Self>) -> FloatTensor<Self> {
+        let c = scale.shape()[0];
+        let scale = Self::float_reshape(scale, Shape::new([1, c, 1, 1]));
+        let shift = Self::float_reshape(shift, Shape::new([1, c, 1, 1]));
+        Self::relu(Self::float_add(Self::float_mul(x, scale), shift))
+    }
+}
+
+/// Whether `x` runs through this module's kernels: an f32 tensor on `flex` (plain or autodiff).
+/// The functions below fall back to burn's formulation otherwise.
+pub fn applies(x: &Tensor<4>) -> bool {
+    matches!(x.device().inner().as_dispatch(), DispatchDevice::Flex(_)) && x.dtype() == DType::F32
+}
+
+/// `relu(norm(x))`: batch norm with the batch statistics (updating the running ones as burn's
+/// `BatchNorm` does) on an autodiff device with the layer training, with the running statistics
+/// on a plain device, each followed by ReLU as one host kernel; burn's `BatchNorm` and `relu`
+/// where the kernels do not apply (other backends, a frozen layer on an autodiff device).
+pub fn batch_norm_relu(norm: &BatchNorm, x: Tensor<4>) -> Tensor<4> {
+    let device = x.device();
+    if !applies(&x) {
+        return relu(norm.forward(x));
+    }
+    if !device.is_autodiff() {
+        let mean = norm.running_mean.value().to_device(&device);
+        let var = norm.running_var.value().to_device(&device);
+        let scale = norm.gamma.val().div(var.add_scalar(norm.epsilon).sqrt());
+        let shift = norm.beta.val().sub(mean.mul(scale.clone()));
+        return Tensor::from_dispatch(<Dispatch as HostKernels>::affine_relu(
+            x.into_dispatch(),
+            scale.into_dispatch(),
+            shift.into_dispatch(),
+        ));
+    }
+    if !norm.training.is_enabled() {
+        return relu(norm.forward(x));
+    }
+    let stats = Tensor::<2>::from_dispatch(<Dispatch as HostKernels>::batch_stats(x.clone().inner().into_dispatch()));
+    let stats = Tensor::<2>::from_inner(stats);
+    let c = stats.dims()[1];
+    let mean = stats.clone().slice([0..1, 0..c]).reshape([c]);
+    let var = stats.slice([1..2, 0..c]).reshape([c]);
+    let out = Tensor::from_dispatch(<Dispatch as HostKernels>::batch_norm_relu(
+        x.into_dispatch(),
+        norm.gamma.val().into_dispatch(),
+        norm.beta.val().into_dispatch(),
+        norm.epsilon,
+    ));
+    let m = norm.momentum;
+    let running_mean = norm.running_mean.value_sync().to_device(&device).mul_scalar(1.0 - m).add(mean.mul_scalar(m));
+    let running_var = norm.running_var.value_sync().to_device(&device).mul_scalar(1.0 - m).add(var.mul_scalar(m));
+    norm.running_mean.update(running_mean.detach());
+    norm.running_var.update(running_var.detach());
+    out
+}
+
+/// MaxBlurPool: this module's kernel where it [`applies`] and the planes are at least 2 × 2,
+/// [`crate::model::max_blur_pool_composed`] otherwise.
+pub fn max_blur_pool(x: Tensor<4>) -> Tensor<4> {
+    let [_, _, h, w] = x.dims();
+    if applies(&x) && h >= 2 && w >= 2 {
+        Tensor::from_dispatch(<Dispatch as HostKernels>::max_blur_pool(x.into_dispatch()))
+    } else {
+        crate::model::max_blur_pool_composed(x)
+    }
+}
+
+/// Bilinear ×2 upsampling: this module's kernel where it [`applies`],
+/// [`crate::model::upsample_composed`] otherwise.
+pub fn upsample2(x: Tensor<4>) -> Tensor<4> {
+    if applies(&x) {
+        Tensor::from_dispatch(<Dispatch as HostKernels>::upsample2(x.into_dispatch()))
+    } else {
+        crate::model::upsample_composed(x)
+    }
+}
+
+fn options() -> ConvOptions<2> {
+    ConvOptions::new([1, 1], [1, 1], [1, 1], 1)
+}
+
+/// A 3 × 3 convolution, stride 1, zero padding 1, with bias: this module's kernels where they
+/// [`applies`], burn's `conv2d` otherwise.
+pub fn conv3x3(x: Tensor<4>, weight: Tensor<4>, bias: Tensor<1>) -> Tensor<4> {
+    if applies(&x) && weight.dims()[2..] == [3, 3] {
+        Tensor::from_dispatch(<Dispatch as HostKernels>::conv3x3(x.into_dispatch(), weight.into_dispatch(), bias.into_dispatch()))
+    } else {
+        conv2d(x, weight, Some(bias), options())
+    }
+}
+
+fn is_f32(tensors: &[&FlexTensor]) -> bool {
+    tensors.iter().all(|t| t.dtype() == DType::F32)
+}
+
+impl HostKernels for Flex {
+    fn conv3x3(x: FlexTensor, weight: FlexTensor, bias: FlexTensor) -> FlexTensor {
+        if !is_f32(&[&x, &weight, &bias]) {
+            return <Flex as ModuleOps<Flex>>::conv2d(x, weight, Some(bias), options());
+        }
+        let [b, ci, h, w] = dims4(&x);
+        let co = weight.shape()[0];
+        let (x, weight, bias) = (x.to_contiguous(), weight.to_contiguous(), bias.to_contiguous());
+        let (xs, ws, bs) = (f32s(&x), f32s(&weight), f32s(&bias));
+        // w[co, ci, tap] at co·9Ci + ci·9 + tap: output rows (co) stride 9Ci, reduction (ci) stride 9.
+        let out = conv_same(xs, [b, ci, h, w], co, ws, Taps { row_stride: 9 * ci, red_stride: 9, flip: false }, Some(bs));
+        tensor(out, [b, co, h, w])
+    }
+
+    fn max_blur_pool(x: FlexTensor) -> FlexTensor {
+        let [b, c, h, w] = dims4(&x);
+        let x = x.to_contiguous();
+        let (oh, ow) = pooled(h, w);
+        let mut out = vec![0.0f32; b * c * oh * ow];
+        if !out.is_empty() {
+            f32s(&x).par_chunks_exact(h * w).zip(out.par_chunks_exact_mut(oh * ow)).for_each(|(src, dst)| max_blur_plane(src, h, w, dst));
+        }
+        tensor(out, [b, c, oh, ow])
+    }
+
+    fn upsample2(x: FlexTensor) -> FlexTensor {
+        let [b, c, h, w] = dims4(&x);
+        let x = x.to_contiguous();
+        let mut out = vec![0.0f32; b * c * 4 * h * w];
+        if !out.is_empty() {
+            f32s(&x).par_chunks_exact(h * w).zip(out.par_chunks_exact_mut(4 * h * w)).for_each(|(src, dst)| upsample_plane(src, h, w, dst));
+        }
+        tensor(out, [b, c, 2 * h, 2 * w])
+    }
+
+    fn batch_norm_relu(x: FlexTensor, gamma: FlexTensor, beta: FlexTensor, epsilon: f64) -> FlexTensor {
+        let [b, c, h, w] = dims4(&x);
+        let (x, gamma, beta) = (x.to_contiguous(), gamma.to_contiguous(), beta.to_contiguous());
+        let (mean, var) = channel_stats(f32s(&x), [b, c, h, w]);
+        let affine = Affine::new(&mean, &var, f32s(&gamma), f32s(&beta), epsilon);
+        let plane = h * w;
+        let mut out = vec![0.0f32; b * c * plane];
+        if !out.is_empty() {
+            f32s(&x).par_chunks_exact(plane).zip(out.par_chunks_exact_mut(plane)).enumerate().for_each(|(i, (src, dst))| {
+                let (scale, shift) = affine.of(i % c);
+                for (d, &v) in dst.iter_mut().zip(src) {
+                    *d = (v * scale + shift).max(0.0);
+                }
+            });
+        }
+        tensor(out, [b, c, h, w])
+    }
+
+    fn affine_relu(x: FlexTensor, scale: FlexTensor, shift: FlexTensor) -> FlexTensor {
+        let [b, c, h, w] = dims4(&x);
+        let (x, scale, shift) = (x.to_contiguous(), scale.to_contiguous(), shift.to_contiguous());
+        let (sc, sh) = (f32s(&scale), f32s(&shift));
+        let plane = h * w;
+        let mut out = vec![0.0f32; b * c * plane];
+        if !out.is_empty() {
+            f32s(&x).par_chunks_exact(plane).zip(out.par_chunks_exact_mut(plane)).enumerate().for_each(|(i, (src, dst))| {
+                let (a, t) = (sc[i % c], sh[i % c]);
+                for (d, &v) in dst.iter_mut().zip(src) {
+                    *d = (v * a + t).max(0.0);
+                }
+            });
+        }
+        tensor(out, [b, c, h, w])
+    }
+
+    fn batch_stats(x: FlexTensor) -> FlexTensor {
+        let [b, c, h, w] = dims4(&x);
+        let x = x.to_contiguous();
+        let (mean, var) = channel_stats(f32s(&x), [b, c, h, w]);
+        let values: Vec<f32> = mean.iter().chain(&var).map(|&v| v as f32).collect();
+        FlexTensor::new(Bytes::from_elems(values), Layout::contiguous(Shape::from(vec![2, c])), DType::F32)
+    }
+}
+
+/// Per-channel mean and biased variance of `[B, C, H, W]` values (two passes; each plane summed
+/// in f32 lanes, the planes in f64).
+fn channel_stats(x: &[f32], [b, c, h, w]: [usize; 4]) -> (Vec<f64>, Vec<f64>) {
+    let plane = h * w;
+    let n = (b * plane).max(1) as f64;
+    (0..c)
+        .into_par_iter()
+        .map(|ch| {
+            let planes = || (0..b).map(move |i| &x[(i * c + ch) * plane..(i * c + ch + 1) * plane]);
+            let mean = planes().map(|p| lane_sum(p, |v| v)).sum::<f64>() / n;
+            let m = mean as f32;
+            let var = planes().map(|p| lane_sum(p, |v| (v - m) * (v - m))).sum::<f64>() / n;
+            (mean, var)
+        })
+        .unzip()
+}
+
+/// `Σ f(v)` over `values`, accumulated in 16 f32 lanes (vectorised) and returned as f64.
+fn lane_sum(values: &[f32], f: impl Fn(f32) -> f32) -> f64 {
+    let mut acc = [0.0f32; 16];
+    let chunks = values.chunks_exact(16);
+    let rest = chunks.remainder();
+    for chunk in chunks {
+        for (a, &v) in acc.iter_mut().zip(chunk) {
+            *a += f(v);
+        }
+    }
+    acc.iter().map(|&v| v as f64).sum::<f64>() + rest.iter().map(|&v| f(v) as f64).sum::<f64>()
+}
+
+/// Batch norm as a per-channel affine map: `y = x·scale + shift`, `scale = γ/sqrt(var + eps)`,
+/// `shift = β − mean·scale`; `inv = 1/sqrt(var + eps)`.
+struct Affine {
+    scale: Vec<f32>,
+    shift: Vec<f32>,
+    inv: Vec<f32>,
+    mean: Vec<f32>,
+}
+
+impl Affine {
+    fn new(mean: &[f64], var: &[f64], gamma: &[f32], beta: &[f32], epsilon: f64) -> Self {
+        let inv: Vec<f64> = var.iter().map(|&v| 1.0 / (v + epsilon).sqrt()).collect();
+        let scale: Vec<f64> = inv.iter().zip(gamma).map(|(&i, &g)| i * g as f64).collect();
+        let shift = beta.iter().zip(mean).zip(&scale).map(|((&b, &m), &s)| (b as f64 - m * s) as f32).collect();
+        Self {
+            scale: scale.into_iter().map(|v| v as f32).collect(),
+            shift,
+            inv: inv.into_iter().map(|v| v as f32).collect(),
+            mean: mean.iter().map(|&v| v as f32).collect(),
+        }
+    }
+
+    fn of(&self, ch: usize) -> (f32, f32) {
+        (self.scale[ch], self.shift[ch])
+    }
+}
+
+/// The host forward pass, for the autodiff node.
+fn forward(x: FlexTensor, weight: FlexTensor, bias: FlexTensor) -> FlexTensor {
+    <Flex as HostKernels>::conv3x3(x, weight, bias)
+}
+
+#[derive(Debug)]
+struct Conv3x3Grad;
+
+impl Backward<Flex, 3> for Conv3x3Grad {
+    type State = (NodeId, NodeId);
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
+        let [node_x, node_w, node_b] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node);
+        let (x_id, w_id) = ops.state;
+        let x: FlexTensor = checkpointer.retrieve_node_output(x_id);
+        let weight: FlexTensor = checkpointer.retrieve_node_output(w_id);
+        if !is_f32(&[&x, &weight, &grad]) {
+            // Not reached by this crate (f32 throughout); burn's own backward otherwise.
+            if let Some(node) = node_x {
+                grads.register::<Flex>(
+                    node.id,
+                    <Flex as ModuleOps<Flex>>::conv2d_x_backward(x.clone(), weight.clone(), grad.clone(), options()),
+                );
+            }
+            if let Some(node) = node_w {
+                grads.register::<Flex>(
+                    node.id,
+                    <Flex as ModuleOps<Flex>>::conv2d_weight_backward(x.clone(), weight, grad.clone(), options()),
+                );
+            }
+            if let Some(node) = node_b {
+                grads.register::<Flex>(node.id, bias_grad(&grad.to_contiguous(), dims4(&grad)));
+            }
+            return;
+        }
+        let [b, ci, h, w] = dims4(&x);
+        let co = weight.shape()[0];
+        let grad = grad.to_contiguous();
+        let gs = f32s(&grad);
+        if let Some(node) = node_x {
+            let weight = weight.to_contiguous();
+            // Transposed and flipped: output rows are ci (stride 9), the reduction runs over co
+            // (stride 9Ci), tap t reads 8 − t.
+            let dx = conv_same(gs, [b, co, h, w], ci, f32s(&weight), Taps { row_stride: 9, red_stride: 9 * ci, flip: true }, None);
+            grads.register::<Flex>(node.id, tensor(dx, [b, ci, h, w]));
+        }
+        if let Some(node) = node_w {
+            let x = x.to_contiguous();
+            let dw = weight_grad(f32s(&x), gs, [b, ci, h, w], co);
+            grads.register::<Flex>(node.id, tensor(dw, [co, ci, 3, 3]));
+        }
+        if let Some(node) = node_b {
+            grads.register::<Flex>(node.id, bias_grad(&grad, [b, co, h, w]));
+        }
+    }
+}
+
+#[derive(Debug)]
+struct MaxBlurPoolGrad;
+
+impl Backward<Flex, 1> for MaxBlurPoolGrad {
+    type State = NodeId;
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
+        let [node_x] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node).to_contiguous();
+        let x: FlexTensor = checkpointer.retrieve_node_output(ops.state);
+        if let Some(node) = node_x {
+            let [b, c, h, w] = dims4(&x);
+            let x = x.to_contiguous();
+            let (oh, ow) = pooled(h, w);
+            let mut dx = vec![0.0f32; b * c * h * w];
+            if !dx.is_empty() {
+                f32s(&x)
+                    .par_chunks_exact(h * w)
+                    .zip(f32s(&grad).par_chunks_exact(oh * ow))
+                    .zip(dx.par_chunks_exact_mut(h * w))
+                    .for_each(|((src, g), dst)| max_blur_plane_backward(src, h, w, g, dst));
+            }
+            grads.register::<Flex>(node.id, tensor(dx, [b, c, h, w]));
+        }
+    }
+}
+
+#[derive(Debug)]
+struct UpsampleGrad;
+
+impl Backward<Flex, 1> for UpsampleGrad {
+    type State = ();
+
+    fn backward(self, ops: Ops<Self::State, 1>, grads: &mut Gradients, _checkpointer: &mut Checkpointer) {
+        let [node_x] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node).to_contiguous();
+        if let Some(node) = node_x {
+            let [b, c, h2, w2] = dims4(&grad);
+            let (h, w) = (h2 / 2, w2 / 2);
+            let mut dx = vec![0.0f32; b * c * h * w];
+            if !dx.is_empty() {
+                f32s(&grad)
+                    .par_chunks_exact(4 * h * w)
+                    .zip(dx.par_chunks_exact_mut(h * w))
+                    .for_each(|(g, dst)| upsample_plane_backward(g, h, w, dst));
+            }
+            grads.register::<Flex>(node.id, tensor(dx, [b, c, h, w]));
+        }
+    }
+}
+
+#[derive(Debug)]
+struct BatchNormReluGrad;
+
+impl Backward<Flex, 3> for BatchNormReluGrad {
+    /// The input, γ and β (checkpointed) and epsilon.
+    type State = (NodeId, NodeId, NodeId, f64);
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
+        let [node_x, node_gamma, node_beta] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node).to_contiguous();
+        let (x_id, gamma_id, beta_id, epsilon) = ops.state;
+        let x: FlexTensor = checkpointer.retrieve_node_output(x_id);
+        let gamma: FlexTensor = checkpointer.retrieve_node_output(gamma_id);
+        let beta: FlexTensor = checkpointer.retrieve_node_output(beta_id);
+        let [b, c, h, w] = dims4(&x);
+        let (x, gamma, beta) = (x.to_contiguous(), gamma.to_contiguous(), beta.to_contiguous());
+        let (xs, gs, gam) = (f32s(&x), f32s(&grad), f32s(&gamma));
+        let (mean, var) = channel_stats(xs, [b, c, h, w]);
+        let affine = Affine::new(&mean, &var, gam, f32s(&beta), epsilon);
+        let plane = h * w;
+        // Per channel: Σ g' and Σ g'·x̂ with g' the gradient where the ReLU passed.
+        let (dbeta, dgamma): (Vec<f64>, Vec<f64>) = (0..c)
+            .into_par_iter()
+            .map(|ch| {
+                let (scale, shift) = affine.of(ch);
+                let (m, inv) = (affine.mean[ch], affine.inv[ch]);
+                let (mut sb, mut sg) = (0.0f64, 0.0f64);
+                for i in 0..b {
+                    let range = (i * c + ch) * plane..(i * c + ch + 1) * plane;
+                    let (xp, gp) = (&xs[range.clone()], &gs[range]);
+                    // 16 f32 lanes per plane (vectorised), planes summed in f64.
+                    let (mut pb, mut pg) = ([0.0f32; 16], [0.0f32; 16]);
+                    let mut k = 0;
+                    while k + 16 <= xp.len() {
+                        for l in 0..16 {
+                            let (v, g) = (xp[k + l], gp[k + l]);
+                            let g = if v * scale + shift > 0.0 { g } else { 0.0 };
+                            pb[l] += g;
+                            pg[l] += g * (v - m) * inv;
+                        }
+                        k += 16;
+                    }
+                    for (&v, &g) in xp[k..].iter().zip(&gp[k..]) {
+                        let g = if v * scale + shift > 0.0 { g } else { 0.0 };
+                        sb += g as f64;
+                        sg += (g * (v - m) * inv) as f64;
+                    }
+                    sb += pb.iter().map(|&v| v as f64).sum::<f64>();
+                    sg += pg.iter().map(|&v| v as f64).sum::<f64>();
+                }
+                (sb, sg)
+            })
+            .unzip();
+        if let Some(node) = node_x {
+            let n = (b * plane) as f32;
+            let mut dx = vec![0.0f32; b * c * plane];
+            if !dx.is_empty() {
+                xs.par_chunks_exact(plane).zip(gs.par_chunks_exact(plane)).zip(dx.par_chunks_exact_mut(plane)).enumerate().for_each(
+                    |(i, ((src, g), dst))| {
+                        let ch = i % c;
+                        let (scale, shift) = affine.of(ch);
+                        let (m, inv) = (affine.mean[ch], affine.inv[ch]);
+                        let (db, dg) = (dbeta[ch] as f32, dgamma[ch] as f32);
+                        let k = gam[ch] * inv / n;
+                        for ((d, &v), &g) in dst.iter_mut().zip(src).zip(g) {
+                            let g = if v * scale + shift > 0.0 { g } else { 0.0 };
+                            *d = k * (n * g - db - (v - m) * inv * dg);
+                        }
+                    },
+                );
+            }
+            grads.register::<Flex>(node.id, tensor(dx, [b, c, h, w]));
+        }
+        let vector = |v: Vec<f64>| {
+            let values: Vec<f32> = v.into_iter().map(|v| v as f32).collect();
+            FlexTensor::new(Bytes::from_elems(values), Layout::contiguous(Shape::from(vec![c])), DType::F32)
+        };
+        if let Some(node) = node_gamma {
+            grads.register::<Flex>(node.id, vector(dgamma));
+        }
+        if let Some(node) = node_beta {
+            grads.register::<Flex>(node.id, vector(dbeta));
+        }
+    }
+}
+
+impl<C: CheckpointStrategy> HostKernels for Autodiff<Flex, C> {
+    fn batch_norm_relu(x: FloatTensor<Self>, gamma: FloatTensor<Self>, beta: FloatTensor<Self>, epsilon: f64) -> FloatTensor<Self> {
+        match BatchNormReluGrad.prepare::<C>([x.node(), gamma.node(), beta.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(mut prep) => {
+                let state = (prep.checkpoint(&x), prep.checkpoint(&gamma), prep.checkpoint(&beta), epsilon);
+                prep.finish(
+                    state,
+                    <Flex as HostKernels>::batch_norm_relu(x.into_primitive(), gamma.into_primitive(), beta.into_primitive(), epsilon),
+                )
+            }
+            OpsKind::UnTracked(prep) => prep.finish(<Flex as HostKernels>::batch_norm_relu(
+                x.into_primitive(),
+                gamma.into_primitive(),
+                beta.into_primitive(),
+                epsilon,
+            )),
+        }
+    }
+
+    fn batch_stats(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        // A new leaf: the statistics are not differentiated (the running averages use them
+        // detached; the gradient through them is part of `batch_norm_relu`'s).
+        FloatTensor::<Self>::new(<Flex as HostKernels>::batch_stats(x.into_primitive()))
+    }
+
+    fn max_blur_pool(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        match MaxBlurPoolGrad.prepare::<C>([x.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(mut prep) => {
+                let id = prep.checkpoint(&x);
+                prep.finish(id, <Flex as HostKernels>::max_blur_pool(x.into_primitive()))
+            }
+            OpsKind::UnTracked(prep) => prep.finish(<Flex as HostKernels>::max_blur_pool(x.into_primitive())),
+        }
+    }
+
+    fn upsample2(x: FloatTensor<Self>) -> FloatTensor<Self> {
+        match UpsampleGrad.prepare::<C>([x.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(prep) => prep.finish((), <Flex as HostKernels>::upsample2(x.into_primitive())),
+            OpsKind::UnTracked(prep) => prep.finish(<Flex as HostKernels>::upsample2(x.into_primitive())),
+        }
+    }
+
+    fn conv3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
+        match Conv3x3Grad.prepare::<C>([x.node(), weight.node(), bias.node()]).compute_bound().stateful() {
+            OpsKind::Tracked(mut prep) => {
+                let x_id = prep.checkpoint(&x);
+                let w_id = prep.checkpoint(&weight);
+                prep.finish((x_id, w_id), forward(x.into_primitive(), weight.into_primitive(), bias.into_primitive()))
+            }
+            OpsKind::UnTracked(prep) => prep.finish(forward(x.into_primitive(), weight.into_primitive(), bias.into_primitive())),
+        }
+    }
+}
+
+fn dims4(t: &FlexTensor) -> [usize; 4] {
+    let s = t.shape();
+    [s[0], s[1], s[2], s[3]]
+}
+
+/// The values of a contiguous f32 tensor.
+fn f32s(t: &FlexTensor) -> &[f32] {
+    // Contiguous by construction (`to_contiguous`) and f32 (checked by the callers).
+    t.as_slice::<f32>().unwrap_or(&[])
+}
+
+fn tensor(values: Vec<f32>, shape: [usize; 4]) -> FlexTensor {
+    FlexTensor::new(Bytes::from_elems(values), Layout::contiguous(Shape::from(shape.to_vec())), DType::F32)
+}
+
+/// The bias gradient: `[B, Co, H, W]` summed to `[Co]`.
+fn bias_grad(grad: &FlexTensor, [b, co, h, w]: [usize; 4]) -> FlexTensor {
+    let g = f32s(grad);
+    let plane = h * w;
+    let mut sums = vec![0.0f64; co];
+    for image in g.chunks_exact(co * plane).take(b) {
+        for (c, values) in image.chunks_exact(plane).enumerate() {
+            sums[c] += lane_sum(values, |v| v);
+        }
+    }
+    let values: Vec<f32> = sums.into_iter().map(|v| v as f32).collect();
+    FlexTensor::new(Bytes::from_elems(values), Layout::contiguous(Shape::from(vec![co])), DType::F32)
+}
+
+/// How the weights `[Co, Ci, 3, 3]` are read as the matrix of one tap: the stride between output
+/// rows, the stride along the reduction, and whether tap `t` reads `8 − t` (the input gradient).
+#[derive(Clone, Copy)]
+struct Taps {
+    row_stride: usize,
+    red_stride: usize,
+    flip: bool,
+}
+
+/// The padded geometry of an `h × w` plane: row length `w + 2`, a plane of `(h + 2)(w + 2)`
+/// plus 2 elements of slack (the bottom-right tap reads 2 past the padded plane on the extra
+/// columns), and the wide output length `h·(w + 2)`.
+#[derive(Clone, Copy)]
+struct Padded {
+    h: usize,
+    w: usize,
+    row: usize,
+    plane: usize,
+    wide: usize,
+}
+
+impl Padded {
+    fn new(h: usize, w: usize) -> Self {
+        let row = w + 2;
+        Self { h, w, row, plane: (h + 2) * row + 2, wide: h * row }
+    }
+
+    /// Flat shift of tap `t` (`ky = t / 3`, `kx = t % 3`).
+    fn shift(&self, t: usize) -> usize {
+        (t / 3) * self.row + t % 3
+    }
+
+    /// Copies `channels` planes `[channels, h, w]` into the interior of `dst` (`[channels,
+    /// plane]`, zero elsewhere).
+    fn fill(&self, src: &[f32], channels: usize, dst: &mut [f32]) {
+        dst.fill(0.0);
+        for c in 0..channels {
+            let s = &src[c * self.h * self.w..(c + 1) * self.h * self.w];
+            let d = &mut dst[c * self.plane..(c + 1) * self.plane];
+            for y in 0..self.h {
+                let o = (y + 1) * self.row + 1;
+                d[o..o + self.w].copy_from_slice(&s[y * self.w..(y + 1) * self.w]);
+            }
+        }
+    }
+}
+
+thread_local! {
+    /// Per-thread scratch of the convolution kernels, kept between calls.
+    static SCRATCH: RefCell<(Vec<f32>, Vec<f32>)> = const { RefCell::new((Vec::new(), Vec::new())) };
+}
+
+/// Runs `f` with two scratch slices of `a` and `b` elements (contents unspecified): the calling
+/// thread's buffers, kept between calls so that each call does not fault in fresh pages, or new
+/// ones if this thread is already using them.
+fn with_scratch<R>(a: usize, b: usize, f: impl FnOnce(&mut [f32], &mut [f32]) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buffers) => {
+            let (x, y) = &mut *buffers;
+            if x.len() < a {
+                x.resize(a, 0.0);
+            }
+            if y.len() < b {
+                y.resize(b, 0.0);
+            }
+            f(&mut x[..a], &mut y[..b])
+        }
+        Err(_) => f(&mut vec![0.0; a], &mut vec![0.0; b]),
+    })
+}
+
+/// Rayon gemm parallelism when the batch alone cannot occupy the threads.
+fn gemm_parallelism(batch: usize) -> gemm::Parallelism {
+    let threads = rayon::current_num_threads();
+    if batch >= threads {
+        gemm::Parallelism::None
+    } else {
+        gemm::Parallelism::Rayon(threads)
+    }
+}
+
+/// `out[b, o, y, x] = bias[o] + Σ_tap Σ_r W_tap[o, r] · in_pad[b, r, y + ky − 1, x + kx − 1]` for
+/// `input` `[B, R, H, W]` and `O` output channels; `weights` read as `taps` says.
+fn conv_same(input: &[f32], [b, r, h, w]: [usize; 4], o: usize, weights: &[f32], taps: Taps, bias: Option<&[f32]>) -> Vec<f32> {
+    let geo = Padded::new(h, w);
+    let plane_out = h * w;
+    let mut out = vec![0.0f32; b * o * plane_out];
+    if out.is_empty() {
+        return out;
+    }
+    assert!(input.len() == b * r * h * w && weights.len() == o * r * 9, "conv3x3: inconsistent sizes");
+    let par = gemm_parallelism(b);
+    // Scratch: the padded input (zeroed by `fill`) and the wide output (overwritten by the
+    // first tap).
+    let image = |(src, dst): (&[f32], &mut [f32])| {
+        with_scratch(r * geo.plane, o * geo.wide, |padded, wide| {
+            geo.fill(src, r, padded);
+            for t in 0..9 {
+                let tap = if taps.flip { 8 - t } else { t };
+                // SAFETY: dst `wide` is `o × geo.wide` row-major; lhs reads weights at
+                // `tap + i·row_stride + j·red_stride` for i < o, j < r, the largest being
+                // `8 + (o−1)·row_stride + (r−1)·red_stride < 9·o·r = weights.len()` for both
+                // layouts (`row_stride`, `red_stride`) = (9r, 9) and (9, 9o) with `o`, `r` swapped
+                // by the caller; rhs reads `padded` at `shift(t) + j·plane + n` for j < r,
+                // n < geo.wide: at most `(r−1)·plane + 2·row + 2 + h·row − 1 = r·plane − 1`.
+                unsafe {
+                    gemm::gemm(
+                        o,
+                        geo.wide,
+                        r,
+                        wide.as_mut_ptr(),
+                        1,
+                        geo.wide as isize,
+                        t > 0,
+                        weights.as_ptr().add(tap),
+                        taps.red_stride as isize,
+                        taps.row_stride as isize,
+                        padded.as_ptr().add(geo.shift(t)),
+                        1,
+                        geo.plane as isize,
+                        1.0f32,
+                        1.0f32,
+                        false,
+                        false,
+                        false,
+                        par,
+                    );
+                }
+            }
+            for (c, plane) in dst.chunks_exact_mut(plane_out).enumerate() {
+                let add = bias.map_or(0.0, |bias| bias[c]);
+                for (y, row) in plane.chunks_exact_mut(w).enumerate() {
+                    let src = &wide[c * geo.wide + y * geo.row..c * geo.wide + y * geo.row + w];
+                    for (d, &s) in row.iter_mut().zip(src) {
+                        *d = s + add;
+                    }
+                }
+            }
+        })
+    };
+    if matches!(par, gemm::Parallelism::None) {
+        input.par_chunks_exact(r * h * w).zip(out.par_chunks_exact_mut(o * plane_out)).for_each(image);
+    } else {
+        input.chunks_exact(r * h * w).zip(out.chunks_exact_mut(o * plane_out)).for_each(image);
+    }
+    out
+}
+
+/// `dw[co, ci, tap] = Σ_b Σ_(y, x) g[b, co, y, x] · x_pad[b, ci, y + ky − 1, x + kx − 1]` for `x`
+/// `[B, Ci, H, W]` and `g` `[B, Co, H, W]`, as `[Co, Ci, 3, 3]`.
+fn weight_grad(x: &[f32], g: &[f32], [b, ci, h, w]: [usize; 4], co: usize) -> Vec<f32> {
+    let geo = Padded::new(h, w);
+    let size = co * ci * 9;
+    if b == 0 || size == 0 || h * w == 0 {
+        return vec![0.0; size];
+    }
+    assert!(x.len() == b * ci * h * w && g.len() == b * co * h * w, "conv3x3: inconsistent sizes");
+    let threads = rayon::current_num_threads().max(1);
+    let chunks = threads.min(b);
+    let per = b.div_ceil(chunks);
+    let par = gemm_parallelism(b);
+    let partial = |first: usize| -> Vec<f32> {
+        let mut dw = vec![0.0f32; size];
+        with_scratch(ci * geo.plane, co * geo.wide, |padded, wide| {
+            // The gradient on the wide layout, zero on the two extra columns of each row.
+            wide.fill(0.0);
+            for (k, image) in (first..(first + per).min(b)).enumerate() {
+                geo.fill(&x[image * ci * h * w..(image + 1) * ci * h * w], ci, padded);
+                let gi = &g[image * co * h * w..(image + 1) * co * h * w];
+                for c in 0..co {
+                    for y in 0..h {
+                        let d = c * geo.wide + y * geo.row;
+                        wide[d..d + w].copy_from_slice(&gi[(c * h + y) * w..(c * h + y + 1) * w]);
+                    }
+                }
+                for t in 0..9 {
+                    // SAFETY: dst writes `dw` at `t + i·9ci + j·9` for i < co, j < ci (< 9·co·ci);
+                    // lhs reads `wide` (`co × geo.wide` row-major); rhs reads `padded` at
+                    // `shift(t) + n + j·plane` for n < geo.wide, j < ci: at most `ci·plane − 1`.
+                    unsafe {
+                        gemm::gemm(
+                            co,
+                            ci,
+                            geo.wide,
+                            dw.as_mut_ptr().add(t),
+                            9,
+                            (9 * ci) as isize,
+                            k > 0,
+                            wide.as_ptr(),
+                            1,
+                            geo.wide as isize,
+                            padded.as_ptr().add(geo.shift(t)),
+                            geo.plane as isize,
+                            1,
+                            1.0f32,
+                            1.0f32,
+                            false,
+                            false,
+                            false,
+                            par,
+                        );
+                    }
+                }
+            }
+        });
+        dw
+    };
+    let starts: Vec<usize> = (0..b).step_by(per).collect();
+    let parts: Vec<Vec<f32>> = if matches!(par, gemm::Parallelism::None) {
+        starts.into_par_iter().map(partial).collect()
+    } else {
+        starts.into_iter().map(partial).collect()
+    };
+    let mut parts = parts.into_iter();
+    let mut dw = parts.next().unwrap_or_else(|| vec![0.0; size]);
+    for part in parts {
+        for (a, v) in dw.iter_mut().zip(part) {
+            *a += v;
+        }
+    }
+    dw
+}
+
+/// The binomial blur's 1-D weights `[1 2 1] / 4`.
+const BLUR: [f32; 3] = [0.25, 0.5, 0.25];
+
+/// MaxBlurPool's output size: the `(h − 1) × (w − 1)` maxima blurred with padding 1, stride 2.
+fn pooled(h: usize, w: usize) -> (usize, usize) {
+    (h.saturating_sub(2) / 2 + 1, w.saturating_sub(2) / 2 + 1)
+}
+
+/// Position (in the plane) of the first largest value of the 2 × 2 window at `(y, x)`, and the
+/// value.
+fn window_max(src: &[f32], w: usize, y: usize, x: usize) -> (usize, f32) {
+    let mut best = (y * w + x, src[y * w + x]);
+    for i in [y * w + x + 1, (y + 1) * w + x, (y + 1) * w + x + 1] {
+        // `>`: ties keep the first, NaN propagates as max_pool2d does not promise anything else.
+        if src[i] > best.1 {
+            best = (i, src[i]);
+        }
+    }
+    best
+}
+
+/// One plane of MaxBlurPool: `dst[oy, ox] = Σ_(i, j) BLUR[i]·BLUR[j]·m[2oy + i − 1, 2ox + j − 1]`
+/// with `m` the 2 × 2 maxima (zero outside); the blur applied down the rows, then along them.
+fn max_blur_plane(src: &[f32], h: usize, w: usize, dst: &mut [f32]) {
+    let (mh, mw) = (h - 1, w - 1);
+    let mut m = vec![0.0f32; mh * mw];
+    for (y, row) in m.chunks_exact_mut(mw).enumerate() {
+        let (r0, r1) = (&src[y * w..(y + 1) * w], &src[(y + 1) * w..(y + 2) * w]);
+        for (x, v) in row.iter_mut().enumerate() {
+            *v = r0[x].max(r0[x + 1]).max(r1[x].max(r1[x + 1]));
+        }
+    }
+    let (oh, ow) = pooled(h, w);
+    let mut blurred = vec![0.0f32; mw];
+    for (oy, out) in dst.chunks_exact_mut(ow).take(oh).enumerate() {
+        blurred.fill(0.0);
+        for (i, wi) in BLUR.iter().enumerate() {
+            let Some(y) = (2 * oy + i).checked_sub(1).filter(|&y| y < mh) else { continue };
+            for (b, &v) in blurred.iter_mut().zip(&m[y * mw..(y + 1) * mw]) {
+                *b += wi * v;
+            }
+        }
+        for (ox, o) in out.iter_mut().enumerate() {
+            let mut acc = 0.0f32;
+            for (j, wj) in BLUR.iter().enumerate() {
+                let Some(x) = (2 * ox + j).checked_sub(1).filter(|&x| x < mw) else { continue };
+                acc += wj * blurred[x];
+            }
+            *o = acc;
+        }
+    }
+}
+
+/// The gradient of [`max_blur_plane`]: the blur's transpose onto the maxima, each routed to the
+/// first largest value of its window.
+fn max_blur_plane_backward(src: &[f32], h: usize, w: usize, g: &[f32], dst: &mut [f32]) {
+    let (mh, mw) = (h - 1, w - 1);
+    let (oh, ow) = pooled(h, w);
+    let mut gm = vec![0.0f32; mh * mw];
+    for oy in 0..oh {
+        for ox in 0..ow {
+            let v = g[oy * ow + ox];
+            for (i, wi) in BLUR.iter().enumerate() {
+                let Some(y) = (2 * oy + i).checked_sub(1).filter(|&y| y < mh) else { continue };
+                for (j, wj) in BLUR.iter().enumerate() {
+                    let Some(x) = (2 * ox + j).checked_sub(1).filter(|&x| x < mw) else { continue };
+                    gm[y * mw + x] += wi * wj * v;
+                }
+            }
+        }
+    }
+    dst.fill(0.0);
+    for y in 0..mh {
+        for x in 0..mw {
+            dst[window_max(src, w, y, x).0] += gm[y * mw + x];
+        }
+    }
+}
+
+/// Bilinear ×2 along one axis of `n` samples: output `2i` is `¾ x[i] + ¼ x[i − 1]`, `2i + 1` is
+/// `¾ x[i] + ¼ x[i + 1]`, the edge sample repeated. `get(i)` reads sample `i`.
+fn upsample_line(n: usize, get: impl Fn(usize) -> f32, mut put: impl FnMut(usize, f32)) {
+    for i in 0..n {
+        let v = get(i);
+        let prev = get(i.saturating_sub(1));
+        let next = get((i + 1).min(n - 1));
+        put(2 * i, v * 0.75 + prev * 0.25);
+        put(2 * i + 1, v * 0.75 + next * 0.25);
+    }
+}
+
+/// One plane of the upsampling: rows (axis 2) first, then columns (axis 3), as
+/// [`crate::model::upsample`].
+fn upsample_plane(src: &[f32], h: usize, w: usize, dst: &mut [f32]) {
+    let mut tall = vec![0.0f32; 2 * h * w];
+    for i in 0..h {
+        let row = &src[i * w..(i + 1) * w];
+        let prev = &src[i.saturating_sub(1) * w..(i.saturating_sub(1) + 1) * w];
+        let next = &src[(i + 1).min(h - 1) * w..((i + 1).min(h - 1) + 1) * w];
+        let (even, odd) = tall[2 * i * w..(2 * i + 2) * w].split_at_mut(w);
+        for x in 0..w {
+            even[x] = row[x] * 0.75 + prev[x] * 0.25;
+            odd[x] = row[x] * 0.75 + next[x] * 0.25;
+        }
+    }
+    for y in 0..2 * h {
+        let row = &tall[y * w..(y + 1) * w];
+        let out = &mut dst[y * 2 * w..(y + 1) * 2 * w];
+        upsample_line(w, |i| row[i], |o, v| out[o] = v);
+    }
+}
+
+/// The transpose of [`upsample_line`]: `acc(i, v)` adds `v` to sample `i`; `g(o)` reads output
+/// `o`.
+fn upsample_line_backward(n: usize, g: impl Fn(usize) -> f32, mut acc: impl FnMut(usize, f32)) {
+    for i in 0..n {
+        let (even, odd) = (g(2 * i), g(2 * i + 1));
+        acc(i, 0.75 * (even + odd));
+        acc(i.saturating_sub(1), 0.25 * even);
+        acc((i + 1).min(n - 1), 0.25 * odd);
+    }
+}
+
+/// The gradient of [`upsample_plane`]: columns first, then rows.
+fn upsample_plane_backward(g: &[f32], h: usize, w: usize, dst: &mut [f32]) {
+    let mut tall = vec![0.0f32; 2 * h * w];
+    for y in 0..2 * h {
+        let row = &g[y * 2 * w..(y + 1) * 2 * w];
+        let out = &mut tall[y * w..(y + 1) * w];
+        upsample_line_backward(w, |o| row[o], |i, v| out[i] += v);
+    }
+    dst.fill(0.0);
+    for x in 0..w {
+        upsample_line_backward(h, |o| tall[o * w + x], |i, v| dst[i * w + x] += v);
+    }
+}
