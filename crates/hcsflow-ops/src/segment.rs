@@ -20,7 +20,8 @@
 //! neighbours N, W, E, S, then corners NW, NE, SW, SE). Values are compared in
 //! f64 as skimage does (our input is f32, so where skimage is given a float64
 //! image that is not representable in f32 the orders can differ). Mask pixels
-//! not connected to any marker stay 0.
+//! not connected to any marker stay 0. Only pixels inside the mask are read:
+//! the cost of a flood is that of the mask, not of the plane.
 //!
 //! The one place we differ: all marker pixels have age 0, and skimage leaves
 //! the order of markers of *equal value* to the positions they happen to have
@@ -197,7 +198,8 @@ fn ordered_bits(v: f32) -> u32 {
 /// marker), flooding only where `mask` is true (everywhere when `None`);
 /// skimage `watershed(image, markers, connectivity, mask=mask)` — see the module
 /// docs. Markers outside the mask are dropped (as skimage does). Errors: sizes
-/// that do not match, NaN in the image.
+/// that do not match, NaN in the image where the flood may go (inside the mask;
+/// a value outside it is never read), a marker label of `u32::MAX`.
 pub fn watershed(
     image: &[f32],
     markers: &[u32],
@@ -211,8 +213,10 @@ pub fn watershed(
     if image.len() != n || markers.len() != n || mask.is_some_and(|m| m.len() != n) {
         return Err(FunctionError::invalid(NAME, format!("image, markers and mask must all have {h}×{w} pixels")));
     }
-    let (cells, _) = flood(h, w, connectivity, |i| image[i], |i| markers[i], |i| mask.is_none_or(|m| m[i]))?;
-    Ok(unpadded(&cells, h, w, |l| l))
+    let mut labels = vec![0u32; n];
+    let too_large = |l: u32| FunctionError::invalid(NAME, format!("marker label {l} is too large (at most {})", UNREACHED - 1));
+    flood(h, w, connectivity, |i| image[i], |i| markers[i], |i| mask.is_none_or(|m| m[i]), (UNREACHED - 1, too_large), &mut labels, |l| l)?;
+    Ok(labels)
 }
 
 /// The flood's priority queue: a radix heap (Ahuja, Mehlhorn, Orlin, Tarjan
@@ -280,42 +284,78 @@ impl Queue {
     }
 }
 
-/// The label of a pixel of the padded flood that the flood may not enter:
-/// outside the mask, or the one-pixel frame around the image. Other labels are
-/// markers' (0 = not reached yet).
-const OUTSIDE: u32 = u32::MAX;
+/// A pixel of the padded flood: its cost (the order key of its value,
+/// [`ordered_bits`]) in the high half and its label in the low half, so a
+/// neighbour's visit reads one place. Label 0 is a pixel the flood may not
+/// enter — outside the mask, or the one-pixel frame around the image — so the
+/// cells start as zeroed memory that pages in only where the mask is.
+type Cell = u64;
+/// The label of a pixel inside the mask that the flood has not reached yet.
+const UNREACHED: u32 = u32::MAX;
 
-/// A pixel of the padded flood: its label and its cost (the order key of its
-/// value, [`ordered_bits`]) side by side, so a neighbour's visit reads one place.
-#[derive(Clone, Copy)]
-struct Cell {
-    label: u32,
-    cost: u32,
+#[inline]
+fn cell(cost: u32, label: u32) -> Cell {
+    (u64::from(cost) << 32) | u64::from(label)
 }
 
-/// The seeded flood behind [`watershed`] and [`watershed_stack`], on a plane
-/// given pixel by pixel: `value(i)` pixel `i`'s value, `marker(i)` its marker
-/// label (0 = none) and `inside(i)` whether the flood may enter it. Returns the
-/// padded flood (`(h + 2) × (w + 2)`; labels inside, [`OUTSIDE`] elsewhere) and
-/// the largest marker label inside the mask. Errors: a NaN value anywhere, a
-/// marker label of `u32::MAX`, more than 2³² pixels.
-fn flood(
+#[inline]
+fn cell_label(c: Cell) -> u32 {
+    c as u32
+}
+
+#[inline]
+fn cell_cost(c: Cell) -> u32 {
+    (c >> 32) as u32
+}
+
+/// `x / d` for any 32-bit `x` by a multiplication (Lemire, Kaser, Kurz 2019):
+/// the row of a padded index on every labelled pixel.
+#[derive(Clone, Copy)]
+struct Divisor {
+    m: u64,
+}
+
+impl Divisor {
+    fn new(d: u32) -> Divisor {
+        Divisor { m: u64::MAX / u64::from(d.max(1)) + 1 }
+    }
+
+    #[inline]
+    fn quotient(self, x: u32) -> u32 {
+        ((u128::from(self.m) * u128::from(x)) >> 64) as u32
+    }
+}
+
+/// The seeded flood behind [`watershed`], [`watershed_stack`] and
+/// [`segment_nuclei`], on a plane given pixel by pixel: `inside(i)` whether the
+/// flood may enter pixel `i`, and for such pixels `value(i)` its value and
+/// `marker(i)` its marker label (0 = none). Writes `label_of(label)` to
+/// `out[i]` for every pixel the flood labels (markers included) and nothing
+/// elsewhere (`out` is `h × w`, usually zeros). A pixel outside the mask is
+/// never read but for `inside`, so its value may be anything (NaN too).
+/// Errors: a NaN value inside the mask, a marker label above `max_label`
+/// (`too_large(label)` says why), more than 2³² pixels.
+#[allow(clippy::too_many_arguments)]
+fn flood<L: Copy + Send>(
     h: usize,
     w: usize,
     connectivity: Connectivity,
     value: impl Fn(usize) -> f32 + Sync,
     marker: impl Fn(usize) -> u32 + Sync,
     inside: impl Fn(usize) -> bool + Sync,
-) -> Result<(Vec<Cell>, u32), FunctionError> {
+    (max_label, too_large): (u32, impl Fn(u32) -> FunctionError),
+    out: &mut [L],
+    label_of: impl Fn(u32) -> L,
+) -> Result<(), FunctionError> {
     const NAME: &str = "watershed";
     let (ph, pw) = (h + 2, w + 2);
     if ph.saturating_mul(pw) >= u32::MAX as usize {
         return Err(FunctionError::invalid(NAME, format!("{h}×{w} is too large (at most 2³² pixels)")));
     }
-    // One pass, rows in parallel: the cells, each row's marker pixels in
-    // raster order (skimage pushes the markers in that order) and whether it
-    // holds a NaN.
-    let mut cells = vec![Cell { label: OUTSIDE, cost: 0 }; ph * pw];
+    // One pass, rows in parallel, writing only the pixels inside the mask:
+    // the cells, each row's marker pixels in raster order (skimage pushes the
+    // markers in that order) and whether it holds a NaN inside the mask.
+    let mut cells: Vec<Cell> = vec![0; ph * pw];
     let rows: Vec<(Vec<u32>, bool)> = cells[pw..(h + 1) * pw]
         .par_chunks_mut(pw)
         .enumerate()
@@ -323,11 +363,11 @@ fn flood(
             let (mut seeds, mut nan) = (Vec::new(), false);
             for x in 0..w {
                 let i = y * w + x;
-                let v = value(i);
-                nan |= v.is_nan();
                 if inside(i) {
+                    let v = value(i);
+                    nan |= v.is_nan();
                     let label = marker(i);
-                    row[x + 1] = Cell { label, cost: ordered_bits(v) };
+                    row[x + 1] = cell(ordered_bits(v), if label == 0 { UNREACHED } else { label });
                     if label != 0 {
                         seeds.push(((y + 1) * pw + x + 1) as u32);
                     }
@@ -337,7 +377,7 @@ fn flood(
         })
         .collect();
     if rows.iter().any(|r| r.1) {
-        return Err(FunctionError::invalid(NAME, "the image contains NaN"));
+        return Err(FunctionError::invalid(NAME, "the image contains NaN inside the mask"));
     }
     let pw_i = pw as isize;
     let edge = [-pw_i, -1, 1, pw_i];
@@ -345,84 +385,95 @@ fn flood(
         Connectivity::Four => &edge,
         Connectivity::Eight => &[edge[0], edge[1], edge[2], edge[3], -pw_i - 1, -pw_i + 1, pw_i - 1, pw_i + 1],
     };
+    let row_of = Divisor::new(pw as u32);
+    // The unpadded index of padded index `p` (inside the frame).
+    let unpadded = |p: u32| {
+        let y = row_of.quotient(p);
+        (p - pw as u32 * y - 1) as usize + (y as usize - 1) * w
+    };
     let mut queue = Queue::new();
-    let mut largest = 0;
     for &p in rows.iter().flat_map(|r| &r.0) {
         let c = cells[p as usize];
-        if c.label == OUTSIDE {
-            return Err(FunctionError::invalid(NAME, format!("marker label {} is too large (at most {})", c.label, OUTSIDE - 1)));
+        let label = cell_label(c);
+        if label > max_label || label == UNREACHED {
+            return Err(too_large(label));
         }
-        largest = largest.max(c.label);
-        queue.push(c.cost, p);
+        out[unpadded(p)] = label_of(label);
+        queue.push(cell_cost(c), p);
     }
     while let Some((reached, index)) = queue.pop() {
-        let index = index as usize;
-        let label = cells[index].label;
+        let label = cell_label(cells[index as usize]);
         for &o in offsets {
-            let q = &mut cells[(index as isize + o) as usize];
-            // 0: inside the mask and not reached yet.
-            if q.label != 0 {
+            let at = (index as isize + o) as usize;
+            let q = cells[at];
+            // Inside the mask and not reached yet.
+            if cell_label(q) != UNREACHED {
                 continue;
             }
-            q.label = label;
+            cells[at] = cell(cell_cost(q), label);
+            out[unpadded(at as u32)] = label_of(label);
             // A pixel costs at least as much as the one it is reached from.
-            let cost = q.cost.max(reached);
-            queue.push(cost, (index as isize + o) as u32);
+            queue.push(cell_cost(q).max(reached), at as u32);
         }
     }
-    Ok((cells, largest))
-}
-
-/// The labels of the padded flood `cells` as `h × w` values of `T`, rows in parallel.
-fn unpadded<T: Copy + Default + Send>(cells: &[Cell], h: usize, w: usize, label: impl Fn(u32) -> T + Sync) -> Vec<T> {
-    let pw = w + 2;
-    let mut out = vec![T::default(); h * w];
-    out.par_chunks_mut(w.max(1)).enumerate().for_each(|(y, row)| {
-        for (o, c) in row.iter_mut().zip(&cells[(y + 1) * pw + 1..]) {
-            *o = label(if c.label == OUTSIDE { 0 } else { c.label });
-        }
-    });
-    out
+    Ok(())
 }
 
 /// scipy `binary_fill_holes(mask)`: background components (4-connected) that do
 /// not touch the image border become foreground.
 pub fn fill_holes(mask: &[bool], h: usize, w: usize) -> Vec<bool> {
     // Flood the background from the border (4-connected): what it does not
-    // reach is a hole, and becomes foreground.
+    // reach is a hole, and becomes foreground. The flood goes by runs of a row
+    // (a scanline fill): each run is marked at once and seeds at most one run
+    // per run of background in the rows above and below, so every pixel is
+    // looked at a few times in tight loops instead of pushed one by one.
     let mut filled = vec![true; h * w];
-    let mut stack = Vec::new();
+    if h == 0 || w == 0 {
+        return filled;
+    }
+    // Background not reached yet.
+    let open = |filled: &[bool], i: usize| !mask[i] && filled[i];
+    let mut seeds: Vec<(usize, usize)> = Vec::new();
     for_border(h, w, |i| {
-        if !mask[i] && filled[i] {
-            filled[i] = false;
-            stack.push(i);
+        if open(&filled, i) {
+            seeds.push((i / w, i % w));
         }
     });
-    while let Some(i) = stack.pop() {
-        let (y, x) = (i / w, i % w);
-        let mut visit = |j: usize| {
-            if !mask[j] && filled[j] {
-                filled[j] = false;
-                stack.push(j);
+    while let Some((y, x)) = seeds.pop() {
+        let row = y * w;
+        if !open(&filled, row + x) {
+            continue;
+        }
+        let (mut l, mut r) = (x, x);
+        while l > 0 && open(&filled, row + l - 1) {
+            l -= 1;
+        }
+        while r + 1 < w && open(&filled, row + r + 1) {
+            r += 1;
+        }
+        filled[row + l..=row + r].fill(false);
+        for ny in [y.wrapping_sub(1), y + 1] {
+            if ny >= h {
+                continue;
             }
-        };
-        if y > 0 {
-            visit(i - w);
-        }
-        if y + 1 < h {
-            visit(i + w);
-        }
-        if x > 0 {
-            visit(i - 1);
-        }
-        if x + 1 < w {
-            visit(i + 1);
+            let near = ny * w;
+            let mut x = l;
+            while x <= r {
+                if open(&filled, near + x) {
+                    seeds.push((ny, x));
+                    // One seed per run: skip to the run's end.
+                    while x <= r && open(&filled, near + x) {
+                        x += 1;
+                    }
+                } else {
+                    x += 1;
+                }
+            }
         }
     }
     filled
 }
 
-/// Calls `f` with the index of every pixel on the image border.
 fn for_border(h: usize, w: usize, mut f: impl FnMut(usize)) {
     if h == 0 || w == 0 {
         return;
@@ -590,9 +641,9 @@ pub fn segment_nuclei<T: Pixel>(plane: &[T], h: usize, w: usize, p: &NucleiParam
     let inside: Vec<f32> = dist.iter().zip(&mask).map(|(&d, &m)| if m { d } else { 0.0 }).collect();
     let seeds = maxima_markers(&inside, h, w, p.min_distance);
     // The watershed of −distance (the flood reads it pixel by pixel: no copy).
-    let (cells, _) = flood(h, w, p.connectivity, |i| -inside[i], |i| seeds.labels[i], |i| mask[i])?;
-    let mut labels = unpadded(&cells, h, w, |l| l);
-    drop(cells);
+    let mut labels = vec![0u32; h * w];
+    let too_large = |l: u32| FunctionError::invalid(NAME, format!("seed label {l} is too large"));
+    flood(h, w, p.connectivity, |i| -inside[i], |i| seeds.labels[i], |i| mask[i], (UNREACHED - 1, too_large), &mut labels, |l| l)?;
     let mut kept = filter_size(&labels, h, w, p.min_area, p.max_area);
     if p.clear_border {
         labels = kept.labels;
@@ -761,18 +812,20 @@ pub fn watershed_stack(stack: &Stack, connectivity: Connectivity) -> Result<Stac
         let (image, markers) = (a.plane(0), a.plane(1));
         let mask = (n == 3).then(|| a.plane(2));
         let zero = T::default();
-        let (cells, largest) = flood(
+        let mut labels = vec![0u16; h * w];
+        let too_large = |l: u32| FunctionError::invalid(NAME, format!("marker label {l} does not fit a u16 label image (at most 65535)"));
+        flood(
             h,
             w,
             connectivity,
             |i| image[i].to_f32(),
             |i| markers[i].to_f32().max(0.0) as u32,
             |i| mask.is_none_or(|m| m[i] != zero),
+            (u32::from(u16::MAX), too_large),
+            &mut labels,
+            |l| l as u16,
         )?;
-        if largest > u32::from(u16::MAX) {
-            return Err(FunctionError::invalid(NAME, format!("{largest} objects do not fit a u16 label image (at most 65535)")));
-        }
-        unpadded(&cells, h, w, |l| l as u16)
+        labels
     });
     Ok(Stack::from(StackArray::from_vec([1, h, w], labels).map_err(|e| FunctionError::failed(NAME, e.to_string()))?))
 }

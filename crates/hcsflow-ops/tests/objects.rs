@@ -161,8 +161,14 @@ fn watershed_matches_skimage() {
 
 #[test]
 fn watershed_rejects_bad_input() {
-    assert!(watershed(&[0.0, f32::NAN], &[1, 0], None, 1, 2, Connectivity::Eight).is_err());
+    let e = watershed(&[0.0, f32::NAN], &[1, 0], None, 1, 2, Connectivity::Eight).unwrap_err();
+    assert!(e.to_string().contains("NaN"), "{e}");
+    // Outside the mask a value is never read: NaN there is no error.
+    let labels = watershed(&[0.0, 1.0, f32::NAN], &[1, 0, 0], Some(&[true, true, false]), 1, 3, Connectivity::Eight).unwrap();
+    assert_eq!(labels, [1, 1, 0]);
     assert!(watershed(&[0.0; 3], &[1, 0], None, 1, 2, Connectivity::Eight).is_err());
+    let e = watershed(&[0.0; 2], &[u32::MAX, 0], None, 1, 2, Connectivity::Eight).unwrap_err();
+    assert!(e.to_string().contains("too large"), "{e}");
 }
 
 /// Labels equal up to a bijection of nonzero values.
