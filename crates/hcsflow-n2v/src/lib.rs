@@ -36,15 +36,16 @@
 //! each layer (which the wgpu path runs) for values and gradients.
 //!
 //! **Measured** (`examples/bench_n2v.rs` on bench_n2v.py's 1024² pair, 200 steps of patch 64 ×
-//! batch 16, `flex`, on the shared 2-core AVX-512 machine at load 2.6–4, the process getting
-//! one core's worth: 147 CPU-s in 147 s): PSNR 22.00 → 36.85 dB (CAREamics' N2V2: 32.8 dB in
-//! its last measurement), 0.59 s/step, 5.5 s to predict 1024² and 22.2 s for 2048², peak RSS
-//! 282 MiB. With burn's own layers it was 2.58 s/step, 16.6 s and 63 s (load 4–5, 0.8 of a
-//! core); CAREamics: 0.32 s/step and 34 s for 2048² on the quiet machine. Still short of the
-//! issue's targets (2× CAREamics per step, 3× in prediction): half the time is now the gemms
-//! themselves (f32 AVX-512), the rest burn's element-wise operations, the optimiser and page
-//! faults of fresh allocations (glibc returns large blocks to the system: with
-//! `MALLOC_MMAP_THRESHOLD_`/`MALLOC_TRIM_THRESHOLD_` raised, 24 % less CPU per step).
+//! batch 16, `flex`, on the shared 2-core AVX-512 machine at load 1.7–2.0, the process getting
+//! 1.7 cores): PSNR 22.00 → 36.85 dB (CAREamics' N2V2: 32.8 dB in its last measurement), 0.44
+//! s/step, 4.0 s to predict 1024² and 14.8 s for 2048², peak RSS 283 MiB. burn's own layers,
+//! run just before in the same conditions (10 steps): 1.34 s/step, 8.8 s, 37.7 s, 310 MiB.
+//! CAREamics: 0.32 s/step and 34 s for 2048² on the quiet machine, so prediction is 2.3× as
+//! fast and a training step still 1.4× slower, short of the targets (2× per step, 3× in
+//! prediction): half the time is now the gemms themselves (f32 AVX-512), the rest burn's
+//! element-wise operations, the optimiser and page faults of fresh allocations (glibc returns
+//! large blocks to the system: with `MALLOC_MMAP_THRESHOLD_`/`MALLOC_TRIM_THRESHOLD_` raised,
+//! 24 % less CPU per step).
 
 pub mod config;
 pub mod function;
