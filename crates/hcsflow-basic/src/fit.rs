@@ -127,7 +127,7 @@ impl Admm<'_> {
         st.y.fill(0.0);
         st.corr = 0.0;
         let mut mu = self.init_mu;
-        self.flatfield_step(st, mu);
+        self.first_flatfield_step(st);
         let mut k = 0;
         let mut ratio = f64::INFINITY;
         while ratio > self.tol && k < self.max_iterations {
@@ -139,27 +139,20 @@ impl Admm<'_> {
         (k, ratio, ratio <= self.tol)
     }
 
-    /// `temp = mean_i(I − I_R − S·B_i − D_R + Y/μ) / ENT1`, the flat-field's step
-    /// before its DCT. Computed here at the start of a solve (when `st.y` is
-    /// `Y` itself); each iteration leaves it for the next.
-    fn flatfield_step(&self, st: &mut State, mu: f64) {
+    /// `temp = mean_i(I − S·B_i − D_R) / ENT1`: the flat-field's step before
+    /// its DCT at the start of a solve (`I_R = 0`, `Y = 0`); each iteration
+    /// leaves the next one in `temp`.
+    fn first_flatfield_step(&self, st: &mut State) {
         let (isa, chunk) = (self.isa, self.layout.chunk_values());
-        let inv_mu = (1.0 / mu) as f32;
         let (s, dr, b) = (&st.s, &st.dr, &st.b);
-        st.temp
-            .par_chunks_mut(PIXEL_CHUNK)
-            .zip(self.im.par_chunks(chunk))
-            .zip(st.ir.par_chunks(chunk))
-            .zip(st.y.par_chunks(chunk))
-            .enumerate()
-            .for_each(|(c, (((out, im), ir), y))| {
-                passes::flatfield_step(isa, chunk_pixels(c, s, dr, s, b), im, ir, y, inv_mu, out);
-                out.iter_mut().for_each(|o| *o /= ENT1 as f32);
-            });
+        st.temp.par_chunks_mut(PIXEL_CHUNK).zip(self.im.par_chunks(chunk)).enumerate().for_each(|(c, (out, im))| {
+            passes::first_flatfield_step(isa, chunk_pixels(c, s, dr, s, b), im, out);
+            out.iter_mut().for_each(|o| *o /= ENT1 as f32);
+        });
     }
 
     /// One iteration (`ApproximateFit._step`); returns `‖residual‖₂ / ‖images‖_F`.
-    /// Expects `st.temp` to hold [`Admm::flatfield_step`] at `mu` and leaves
+    /// Expects `st.temp` to hold the flat-field's step at `mu` and leaves
     /// it there at `next_mu` for the next iteration.
     fn step(&self, st: &mut State, w: &[f32], dct: &mut Dct2d, mu: f64, next_mu: f64) -> f64 {
         let (n, p, isa, chunk) = (self.n, self.p, self.isa, self.layout.chunk_values());

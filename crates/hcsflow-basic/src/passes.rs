@@ -80,17 +80,17 @@ pub(crate) struct ChunkPixels<'a> {
 }
 
 dispatched! {
-    /// The flat-field's step of one chunk before its division by `ENT1`:
-    /// `out[q] = mean_i(I − I_R − S·B_i − D_R + Y·inv_mu)`.
-    fn flatfield_step(px: ChunkPixels<'_>, im: &[f32], ir: &[f32], y: &[f32], inv_mu: f32, out: &mut [f32]) {
+    /// The flat-field's first step of a solve for one chunk, before its
+    /// division by `ENT1`: `out[q] = mean_i(I − S·B_i − D_R)` (the general
+    /// step with `I_R = 0` and `Y = 0`, as a solve starts).
+    fn first_flatfield_step(px: ChunkPixels<'_>, im: &[f32], out: &mut [f32]) {
         let len = px.s.len();
         let (s, dr, out) = (px.s, &px.dr[..len], &mut out[..len]);
         out.fill(0.0);
         for (i, &bi) in px.b.iter().enumerate() {
-            let row = i * len..(i + 1) * len;
-            let (im, ir, y) = (&im[row.clone()], &ir[row.clone()], &y[row]);
+            let im = &im[i * len..(i + 1) * len];
             for q in 0..len {
-                out[q] += im[q] - ir[q] - (s[q] * bi + dr[q]) + y[q] * inv_mu;
+                out[q] += im[q] - (s[q] * bi + dr[q]);
             }
         }
         let inv_n = 1.0 / px.b.len().max(1) as f32;
@@ -250,7 +250,7 @@ mod tests {
             let mut w_out = vec![0f32; n * len];
             let total = weights(isa, &ir, &b, 0.1, &mut w_out);
             let mut step = vec![0f32; len];
-            flatfield_step(isa, px, &im, &ir, &y, 0.5, &mut step);
+            first_flatfield_step(isa, px, &im, &mut step);
             (ir, y, sums, next, w_out, total, step)
         };
         let want = run(Isa::Portable);

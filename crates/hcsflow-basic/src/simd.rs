@@ -27,6 +27,22 @@ impl Isa {
         }
         Isa::Portable
     }
+
+    /// Every instruction set this machine can run, the portable one first.
+    #[cfg(test)]
+    pub fn available() -> Vec<Isa> {
+        let mut all = vec![Isa::Portable];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx2") {
+                all.push(Isa::Avx2);
+            }
+            if Isa::detect() == Isa::Avx512 {
+                all.push(Isa::Avx512);
+            }
+        }
+        all
+    }
 }
 
 /// Defines `pub(crate) fn $name(isa: Isa, args…)` running `$body` compiled
@@ -58,21 +74,3 @@ macro_rules! dispatched {
     };
 }
 pub(crate) use dispatched;
-
-impl Isa {
-    /// Every instruction set this machine can run, the portable one first.
-    #[cfg(test)]
-    pub fn available() -> Vec<Isa> {
-        let mut all = vec![Isa::Portable];
-        #[cfg(target_arch = "x86_64")]
-        {
-            if std::arch::is_x86_feature_detected!("avx2") {
-                all.push(Isa::Avx2);
-            }
-            if Isa::detect() == Isa::Avx512 {
-                all.push(Isa::Avx512);
-            }
-        }
-        all
-    }
-}

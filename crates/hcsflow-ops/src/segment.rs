@@ -288,7 +288,7 @@ impl Queue {
 /// [`ordered_bits`]) in the high half and its label in the low half, so a
 /// neighbour's visit reads one place. Label 0 is a pixel the flood may not
 /// enter — outside the mask, or the one-pixel frame around the image — so the
-/// cells start as zeroed memory that pages in only where the mask is.
+/// cells start as zeroed memory and only pixels inside the mask are written.
 type Cell = u64;
 /// The label of a pixel inside the mask that the flood has not reached yet.
 const UNREACHED: u32 = u32::MAX;
