@@ -2,7 +2,7 @@
 // shards as one scheduler array (`array`, Nextflow >= 24.04), then the
 // finalize. Each task is idempotent: a resumed or retried shard skips its
 // complete wells. Not run in CI (no Nextflow there); the commands are the ones
-// crates/hcsflow-cli/tests/shards.rs tests.
+// crates/hcsflow-cli/tests/it/shards.rs tests.
 //   nextflow run examples/cluster/main.nf --plate /data/plate --pipeline /data/p.toml --out /scratch/out --shards 8
 params.plate = null
 params.pipeline = null
