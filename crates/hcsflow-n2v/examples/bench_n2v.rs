@@ -15,6 +15,10 @@ use burn::tensor::Device;
 use hcsflow_n2v::{train, N2vConfig};
 use ndarray::{concatenate, Array2, Axis};
 
+/// The allocator of the CLI and the Python module, where `n2v_denoise` runs: measured as users run it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn plane(path: &Path) -> Result<Array2<f32>, Box<dyn std::error::Error>> {
     let stack = hcsflow_bench::read_npy(path)?.to_f32();
     Ok(stack.index_axis(Axis(0), 0).to_owned())

@@ -42,9 +42,11 @@ impl Denoiser {
     /// image) and returns it in those units.
     ///
     /// The image is normalised, mirrored up to at least one tile (a multiple of 4 in each
-    /// direction), cut into `tile_size` tiles overlapping by at least `tile_overlap`, run through
-    /// the network `tile_batch` tiles per call, and the tiles are blended with linear ramps across
-    /// each overlap into one canvas on the device, which is read once. Deterministic.
+    /// direction), cut into `tile_size` tiles overlapping by at least `tile_overlap` and run
+    /// through the network `tile_batch` tiles per call. The tiles' outputs stay on the device
+    /// until the end, are read once (a tile stack of `tiles × tile_size²`, not the canvas), and
+    /// are blended with linear ramps across each overlap straight into the output on the host.
+    /// Deterministic.
     pub fn predict(&self, image: ArrayView2<f32>) -> Result<Array2<f32>, N2vError> {
         check_image(image)?;
         let cfg = &self.config;
@@ -63,34 +65,31 @@ impl Denoiser {
         let xs = tile_starts(wp, tw, ox);
         let tiles: Vec<(usize, usize, usize, usize)> =
             ys.iter().enumerate().flat_map(|(iy, &y)| xs.iter().enumerate().map(move |(ix, &x)| (iy, y, ix, x))).collect();
-        let mut weight_sum = Array2::<f32>::zeros((hp, wp));
-        let mut canvas = Tensor::<2>::zeros([hp, wp], dev);
+        let mut outputs = Vec::with_capacity(tiles.len().div_ceil(cfg.tile_batch.max(1)));
         for chunk in tiles.chunks(cfg.tile_batch) {
-            let mut batch = Vec::with_capacity(chunk.len());
-            let mut weights = Vec::with_capacity(chunk.len() * th * tw);
-            for &(iy, y, ix, x) in chunk {
-                batch.push(input.clone().slice([y..y + th, x..x + tw]).reshape([1, 1, th, tw]));
-                let wy = ramp(th, oy, iy == 0, iy + 1 == ys.len());
-                let wx = ramp(tw, ox, ix == 0, ix + 1 == xs.len());
-                for (i, a) in wy.iter().enumerate() {
-                    for (j, b) in wx.iter().enumerate() {
-                        weights.push(a * b);
-                        weight_sum[[y + i, x + j]] += a * b;
-                    }
+            let batch: Vec<Tensor<4>> =
+                chunk.iter().map(|&(_, y, _, x)| input.clone().slice([y..y + th, x..x + tw]).reshape([1, 1, th, tw])).collect();
+            outputs.push(self.model.forward(Tensor::cat(batch, 0)));
+        }
+        // The one read of a prediction: every tile's output, in tile order.
+        let stack = Tensor::cat(outputs, 0).into_data().try_to_vec::<f32>().map_err(|e| N2vError::Device(format!("{e:?}")))?;
+        let mut canvas = Array2::<f32>::zeros((hp, wp));
+        let mut weight_sum = Array2::<f32>::zeros((hp, wp));
+        for (k, &(iy, y, ix, x)) in tiles.iter().enumerate() {
+            let wy = ramp(th, oy, iy == 0, iy + 1 == ys.len());
+            let wx = ramp(tw, ox, ix == 0, ix + 1 == xs.len());
+            let tile = &stack[k * th * tw..(k + 1) * th * tw];
+            for (i, &a) in wy.iter().enumerate() {
+                let src = &tile[i * tw..(i + 1) * tw];
+                let mut out = canvas.row_mut(y + i);
+                let mut ws = weight_sum.row_mut(y + i);
+                for (j, (&v, &b)) in src.iter().zip(&wx).enumerate() {
+                    out[x + j] += v * (a * b);
+                    ws[x + j] += a * b;
                 }
             }
-            let n = chunk.len();
-            let weights = Tensor::<4>::from_data(TensorData::new(weights, [n, 1, th, tw]), dev);
-            let out = self.model.forward(Tensor::cat(batch, 0)) * weights;
-            for (k, &(_, y, _, x)) in chunk.iter().enumerate() {
-                let tile = out.clone().slice([k..k + 1, 0..1, 0..th, 0..tw]).reshape([th, tw]);
-                let region = [y..y + th, x..x + tw];
-                canvas = canvas.clone().slice_assign(region.clone(), canvas.slice(region) + tile);
-            }
         }
-        // The one read of a prediction.
-        let blended = canvas.into_data().try_to_vec::<f32>().map_err(|e| N2vError::Device(format!("{e:?}")))?;
-        Ok(Array2::from_shape_fn((h, w), |(y, x)| self.norm.invert(blended[y * wp + x] / weight_sum[[y, x]])))
+        Ok(Array2::from_shape_fn((h, w), |(y, x)| self.norm.invert(canvas[[y, x]] / weight_sum[[y, x]])))
     }
 }
 
