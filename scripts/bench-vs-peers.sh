@@ -8,6 +8,7 @@
 #   scripts/bench-vs-peers.sh stitch               # the ASHLAR tile grids only
 #   scripts/bench-vs-peers.sh pipeline             # the end-to-end pipeline against OpenHCS only
 #   PEERS_HEAVY=1 scripts/bench-vs-peers.sh basicpy  # BaSiC fit, fit with dark-field, correction against BaSiCPy
+#   PEERS_HEAVY=1 scripts/bench-vs-peers.sh n2v      # N2V2 against CAREamics: s/step, predict 1024²/2048², PSNR, RSS
 #
 # WORK (default /tmp/hcsflow-peerbench) holds one virtualenv per peer (created on first use, from
 # PyPI), the cached inputs ($WORK/data) and the results ($WORK/results/bench-vs-peers.{md,json}).
@@ -36,9 +37,16 @@ cargo build --release -p hcsflow-cli --manifest-path "$REPO/Cargo.toml"
 mkdir -p "$WORK/bin"
 BIN="$WORK/bin/hcsflow"
 cp "${CARGO_TARGET_DIR:-$REPO/target}/release/hcsflow" "$BIN.tmp" && mv "$BIN.tmp" "$BIN"
+# N2V2 against CAREamics (PEERS_HEAVY=1): hcsflow-n2v's bench_n2v example is our side.
+N2V=()
+if [ "${PEERS_HEAVY:-}" = 1 ]; then
+  cargo build --release -p hcsflow-n2v --example bench_n2v --manifest-path "$REPO/Cargo.toml"
+  cp "${CARGO_TARGET_DIR:-$REPO/target}/release/examples/bench_n2v" "$WORK/bin/bench_n2v.tmp" && mv "$WORK/bin/bench_n2v.tmp" "$WORK/bin/bench_n2v"
+  N2V=(--n2v-bin "$WORK/bin/bench_n2v")
+fi
 
 ONLY=()
 [ $# -gt 0 ] && ONLY=(--only "$1")
 "$V/bin/python" -W ignore "$REPO/scripts/bench_peers.py" --peer-dir "$PEER_BENCH" --hcsflow "$BIN" \
-  --suite "$REPO/bench/suite.json" --work "$WORK/results" --venvs "$WORK" --repeats "${REPEATS:-5}" "${ONLY[@]}" \
+  --suite "$REPO/bench/suite.json" --work "$WORK/results" --venvs "$WORK" --repeats "${REPEATS:-5}" "${ONLY[@]}" "${N2V[@]}" \
   | tee "$WORK/results/bench-vs-peers.log"

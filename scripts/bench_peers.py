@@ -4,7 +4,7 @@ on identical inputs, in one session (on a shared machine only ratios from one ru
 Run through scripts/bench-vs-peers.sh, which creates the main peer virtualenv and builds hcsflow;
 this driver creates the other peers' virtualenvs on first use (bench/suite.json lists them).
 
-Three sections, one table (Markdown on stdout and in WORK/bench-vs-peers.md, JSON in
+Four sections, one table (Markdown on stdout and in WORK/bench-vs-peers.md, JSON in
 WORK/bench-vs-peers.json):
 - ops: numpy/scipy/scikit-image ops of bench_skimage.py (and BaSiCPy/CAREamics with
   PEERS_HEAVY=1) against `hcsflow bench op` on the peer's own cached .npy input; accuracy is
@@ -14,6 +14,9 @@ WORK/bench-vs-peers.json):
   bench_ashlar.py's own formula (per axis, relative to tile 0) applied to our positions.
 - pipeline: bench_openhcs.py (OpenHCS's own synthetic ImageXpress plate and demo pipeline) and
   `hcsflow run` with our demo pipeline on the same image files, MB/s and peak RSS.
+- n2v (PEERS_HEAVY=1): bench_n2v.py (CAREamics N2V2) and hcsflow-n2v's bench_n2v example trained on
+  the same noisy pair with the same steps, patch and batch: s/step, prediction 1024² and 2048²,
+  PSNR after training, peak RSS.
 
 Each row carries the input SHA-256 as each side saw it, median/min/max wall time, CPU time and
 peak RSS of both sides.
@@ -401,6 +404,75 @@ def run_stitch(a, suite, venvs, rows):
             rows.add(row)
 
 
+# ---------------------------------------------------------------- n2v
+def run_n2v(a, suite, venvs, rows):
+    """N2V2 self-supervised denoising: bench_n2v.py (CAREamics) and hcsflow-n2v's bench_n2v example
+    on the same pair (bench_n2v.noisy_pair(): 1024² synthetic nuclei, Poisson + read noise, seed 7),
+    the same steps, patch 64 and batch 16, each trained from scratch in its own process, one run
+    each. Three rows: training time per step (with both PSNRs after those steps as accuracy),
+    prediction of the 1024² image and of its 2 × 2 tiling (2048²); peak RSS is each process's."""
+    cases = [c for c in suite.get("n2v", []) if selected(a, "n2v " + c["name"])]
+    if not cases:
+        return
+    sys.path.insert(0, a.peer_dir)
+    import bench_n2v  # numpy only at import: its pair generator and PSNR
+    for c in cases:
+        steps, epochs = c["steps_per_epoch"], c["epochs"]
+        total = steps * epochs
+        what = (f"N2V2 training step (patch 64 × batch {c['batch']}, {total} steps)",
+                "N2V2 prediction 1024² (tiles 256, overlap 48)", "N2V2 prediction 2048² (tiles 256, overlap 48)")
+        base = [{"section": "n2v", "op": w, "peer": "CAREamics", "peer_op": c["peer_op"]} for w in what]
+        if not venvs.available(c["venv"]) or not a.n2v_bin:
+            for row in base:
+                row["peer_error"] = f"not run (its venv `{c['venv']}` needs torch; PEERS_HEAVY=1 runs it)"
+                row["ours"] = {"error": "not run without the peer (PEERS_HEAVY=1)"}
+                rows.add(row)
+            continue
+        clean, noisy = bench_n2v.noisy_pair()
+        pair_sum = sha256(noisy)
+        d = os.path.join(a.work, "n2v_pair")
+        os.makedirs(d, exist_ok=True)
+        np.save(os.path.join(d, "n2v_clean.npy"), clean.astype(np.float32))
+        np.save(os.path.join(d, "n2v_noisy.npy"), noisy.astype(np.float32))
+        py = venvs.python(c["venv"])
+        rows.meta.setdefault("peer_versions", {})[c["venv"]] = package_versions(py, suite["venvs"][c["venv"]] + ["torch"])
+        env = dict(os.environ, N2V_STEPS=str(steps), N2V_EPOCHS=str(epochs))
+        load_peer = os.getloadavg()[0]
+        peer, peer_cpu = run_peer(py, a.peer_dir, "bench_n2v.py", c["peer_op"], env=env)
+        load_ours = os.getloadavg()[0]
+        c0 = children_cpu()
+        q = subprocess.run([a.n2v_bin, d, "--steps", str(steps), "--epochs", str(epochs), "--batch", str(c["batch"])],
+                           capture_output=True, text=True)
+        ours_cpu = children_cpu() - c0
+        ours = last_json(q.stdout) if q.returncode == 0 else None
+        if ours is None:
+            ours = {"error": (q.stderr or q.stdout)[-400:].strip() or f"exit {q.returncode}"}
+        shutil.rmtree(d, ignore_errors=True)
+        m = re.search(r"noisy=([0-9.]+) dB -> denoised=([0-9.]+) dB", peer.get("note", ""))
+        peer_psnr = f"CAREamics {float(m.group(1)):.2f} → {float(m.group(2)):.2f} dB" if m else "CAREamics –"
+        ours_psnr = (f"hcsflow {ours['psnr_noisy_db']:.2f} → {ours['psnr_denoised_db']:.2f} dB"
+                     if "psnr_denoised_db" in ours else "hcsflow –")
+        keys = ("s_per_step", "predict_1024_s", "predict_2048_s")
+        for row, key in zip(base, keys):
+            row.update(peer_result=peer, ours=ours, input_sha256_peer=pair_sum, input_sha256_ours=pair_sum)
+            for side, res, cpu in (("peer", peer, peer_cpu), ("ours", ours, ours_cpu)):
+                if "error" in res or res.get(key) is None:
+                    if side == "peer":
+                        row["peer_error"] = res.get("error", f"no {key}")
+                    continue
+                row[f"{side}_time"] = {"median_s": res[key], "min_s": res[key], "max_s": res[key], "runs": 1,
+                                       "cpu_median_s": None, "peak_rss_mib": res.get("peak_rss_mib")}
+            row["accuracy"] = f"PSNR vs clean after {total} steps: {peer_psnr}; {ours_psnr}"
+            row["notes"] = (f"same pair (bench_n2v.noisy_pair, seed 7; the peer makes it in its own process), "
+                            f"each trained from scratch ({epochs} × {steps} steps, patch 64, batch {c['batch']}); "
+                            f"peak RSS = whole process; process CPU peer {peer_cpu:.0f} s / ours {ours_cpu:.0f} s; "
+                            f"load 1 min at start peer {load_peer:.2f} / ours {load_ours:.2f}")
+            if key == "s_per_step":
+                row["notes"] += ("; s/step: CAREamics' training wall time / steps (Lightning incl. its per-epoch "
+                                 "validation on 256²), ours the training loop's wall time / steps")
+            rows.add(row)
+
+
 # ---------------------------------------------------------------- pipeline
 def files_sha256(root, names):
     """SHA-256 over the bytes of `names` (paths relative to root), in the given order."""
@@ -564,7 +636,8 @@ def main():
     ap.add_argument("--work", required=True, help="results folder")
     ap.add_argument("--venvs", help="folder of the peer virtualenvs (default: the parent of --work)")
     ap.add_argument("--only", help="comma-separated substrings of op names (ops: the peer op; 'stitch', 'pipeline')")
-    ap.add_argument("--sections", default="ops,stitch,pipeline")
+    ap.add_argument("--sections", default="ops,stitch,pipeline,n2v")
+    ap.add_argument("--n2v-bin", help="path to hcsflow-n2v's bench_n2v example (the n2v section)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--reference", nargs=3, metavar=("SCRIPT", "OP", "OUT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -593,6 +666,8 @@ def main():
         run_pipeline(a, suite, venvs, rows, common)
     if "stitch" in sections:
         run_stitch(a, suite, venvs, rows)
+    if "n2v" in sections:
+        run_n2v(a, suite, venvs, rows)
     if "ops" in sections:
         run_ops(a, suite, venvs, registered, common, rows)
     rows.save()
