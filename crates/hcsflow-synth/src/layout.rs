@@ -242,7 +242,7 @@ pub(crate) fn tile_spec<'t>(l: &Layout, truth: &'t Truth, job: &Job, seed_tag: u
         width: cfg.size as usize,
         height: cfg.size as usize,
         channel: (job.channel - 1) as usize,
-        defocus: cfg.defocus_px_per_plane * (f64::from(job.z) - cfg.focus_plane()).abs(),
+        defocus: cfg.blur_at(job.z),
         background: cfg.background,
         dark_offset: cfg.dark_offset,
         read_noise: cfg.read_noise,

@@ -5,8 +5,8 @@
 //! well, a ground-truth frame of nuclei (Gaussian blobs of known centre, size
 //! and per-channel brightness), cuts it into a grid of tiles with overlap and
 //! per-tile stage jitter (fractional), multiplies by a known flat-field, adds a
-//! dark offset, Poisson and read noise and a defocus blur that grows with
-//! |z − z_focus|, and writes the vendor layout and metadata as
+//! dark offset, Poisson and read noise and a blur (the optics' in-focus blur,
+//! `focus_blur_px`, and a defocus that grows with |z − z_focus|), and writes the vendor layout and metadata as
 //! `shared/docs/formats.md` §4 describes, plus `ground_truth/`:
 //!
 //! - `tile_positions.csv`: per (well, site) the true top-left position in the
@@ -15,11 +15,14 @@
 //! - `flatfield.tif`: the f32 flat-field every tile was multiplied by;
 //! - `nuclei.csv`: every nucleus: well, centre (px in the well frame and µm in
 //!   the stage frame), radius, per-channel sigma and amplitude;
-//! - `focus.json`: focus plane, z step, defocus per plane;
+//! - `focus.json`: focus plane, z step, in-focus blur, defocus per plane;
 //! - `missing.csv`: the planes left out on purpose;
 //! - with `truth_images`, `truth_<well>_ch<c>.tif`: the noise-free, in-focus,
 //!   un-vignetted signal of the whole well frame (f32), which tile (x_px, y_px)
 //!   windows cut from — the reference for stitching and correction tests;
+//!   and `clean_<well>_ch<c>.tif`: the same signal blurred as the in-focus
+//!   plane is (`focus_blur_px`; equal to the truth image when it is 0) — the
+//!   noise-free image a denoiser can at best return;
 //! - `synth_config.json`: the configuration (re-running it gives the same bytes).
 //!
 //! Pixel model (u16): `dark_offset + Poisson(flatfield · signal) + N(0, read_noise²)`,
@@ -190,6 +193,11 @@ fn validate(cfg: &SynthConfig) -> Result<(u32, u32, Vec<WellRc>), SynthError> {
             }
         }
         wells.sort_by_key(|w| (w.1, w.2));
+    }
+    for (name, v) in [("focus_blur_px", cfg.focus_blur_px), ("defocus_px_per_plane", cfg.defocus_px_per_plane)] {
+        if !(v.is_finite() && v >= 0.0) {
+            return bad(format!("{name} must be a finite number >= 0, not {v}"));
+        }
     }
     if cfg.grid_rows == 0 || cfg.grid_cols == 0 || cfg.grid_rows * cfg.grid_cols > 999 {
         return bad("grid must be at least 1x1 and at most 999 sites".into());

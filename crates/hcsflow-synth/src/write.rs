@@ -346,7 +346,8 @@ impl PlateWriter<'_> {
             "z_planes": cfg.z_planes,
             "z_step_um": cfg.z_step_um,
             "defocus_sigma_px_per_plane": cfg.defocus_px_per_plane,
-            "note": "blur sigma added at plane z = defocus_sigma_px_per_plane * |z - z_focus| (planes 1-based)"
+            "focus_blur_sigma_px": cfg.focus_blur_px,
+            "note": "blur sigma at plane z = sqrt(focus_blur_sigma_px^2 + (defocus_sigma_px_per_plane * |z - z_focus|)^2) (planes 1-based)"
         });
         write_file(&gt.join("focus.json"), focus.to_string().as_bytes())?;
         let size = cfg.size as usize;
@@ -383,24 +384,26 @@ impl PlateWriter<'_> {
         (ncsv, nuclei)
     }
 
-    /// `truth_<well>_ch<c>.tif`: the noise-free, in-focus signal of every well frame and channel.
+    /// `truth_<well>_ch<c>.tif`: the noise-free, unblurred signal of every
+    /// well frame and channel; `clean_<well>_ch<c>.tif`: the same blurred by
+    /// the in-focus blur (`focus_blur_px`), as the in-focus plane is formed.
     fn write_truth_images(&self) -> Result<(), SynthError> {
         let l = self.layout;
         let cfg = l.cfg;
         let gt = l.out.join("ground_truth");
         let (fw, fh) = (l.frame_w.ceil() as usize, l.frame_h.ceil() as usize);
         let res: Vec<Result<(), SynthError>> = (0..l.wells.len())
-            .flat_map(|wi| (1..=cfg.channels).map(move |c| (wi, c)))
+            .flat_map(|wi| (1..=cfg.channels).flat_map(move |c| [("truth", 0.0), ("clean", cfg.focus_blur_px)].map(|k| (wi, c, k))))
             .collect::<Vec<_>>()
             .par_iter()
-            .map(|&(wi, c)| {
+            .map(|&(wi, c, (kind, blur))| {
                 let spec = TileSpec {
                     x0: 0.0,
                     y0: 0.0,
                     width: fw,
                     height: fh,
                     channel: (c - 1) as usize,
-                    defocus: 0.0,
+                    defocus: blur,
                     background: cfg.background,
                     dark_offset: 0.0,
                     read_noise: 0.0,
@@ -409,7 +412,7 @@ impl PlateWriter<'_> {
                 };
                 let sig = render::render_signal(&self.truth.indexes[wi], &spec);
                 let stack = Stack::from(one_plane("truth image", fh, fw, sig)?);
-                let path = gt.join(format!("truth_{}_ch{c}.tif", l.wells[wi].0));
+                let path = gt.join(format!("{kind}_{}_ch{c}.tif", l.wells[wi].0));
                 write_stack(&path, &stack, &WriteOptions { pixel_size_um: Some(cfg.pixel_size_um), ..WriteOptions::default() })?;
                 Ok(())
             })

@@ -365,6 +365,9 @@ fn invalid_configs_are_errors() {
         SynthConfig { skip_sites: (1..=9).collect(), ..base.clone() },
         SynthConfig { missing_planes: 1000, ..base.clone() },
         SynthConfig { phenix_index_name: "index.txt".into(), ..base.clone() },
+        SynthConfig { focus_blur_px: -1.0, ..base.clone() },
+        SynthConfig { focus_blur_px: f64::NAN, ..base.clone() },
+        SynthConfig { defocus_px_per_plane: f64::INFINITY, ..base.clone() },
     ];
     for cfg in bad {
         let dir = tempfile::tempdir().unwrap();
@@ -422,6 +425,50 @@ fn tiles_are_flatfield_times_truth_window_at_the_true_position() {
         let off = if x0 >= 3 { x0 - 3 } else { x0 + 3 };
         assert!(corr(&tile, &window(off)) < c - 0.1, "site {}", t.site);
     }
+}
+
+#[test]
+fn an_in_focus_blur_blurs_every_plane_and_the_clean_image_is_the_blurred_truth() {
+    // One tile at an integer position, so tile pixels and image pixels align.
+    let cfg = SynthConfig {
+        jitter_px: 0.0,
+        truth_images: true,
+        channels: 1,
+        grid_rows: 1,
+        grid_cols: 1,
+        nuclei_density: 4000.0,
+        focus_blur_px: 2.0,
+        z_planes: 3,
+        wells: vec!["A01".into()],
+        ..small(Format::ImageXpress)
+    };
+    let (d, s, p) = roundtrip(&cfg);
+    let gt = d.path().join("plate/ground_truth");
+    let plane = |name: &str| -> (Vec<f64>, usize) {
+        let a = hcsflow_tiff::read_stack(&gt.join(name)).unwrap().to_f32();
+        (a.iter().map(|&v| f64::from(v)).collect(), a.shape()[2])
+    };
+    let ((truth, frame_width), (clean, _)) = (plane("truth_A01_ch1.tif"), plane("clean_A01_ch1.tif"));
+    let focus: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(gt.join("focus.json")).unwrap()).unwrap();
+    assert_eq!(focus["focus_blur_sigma_px"], 2.0);
+    // Blurring conserves the signal (nuclei away from the frame's border
+    // aside: a few percent) and lowers the peaks.
+    let sum = |v: &[f64]| v.iter().sum::<f64>();
+    assert!((sum(&clean) / sum(&truth) - 1.0).abs() < 0.03, "{} vs {}", sum(&clean), sum(&truth));
+    let max = |v: &[f64]| v.iter().cloned().fold(f64::MIN, f64::max);
+    assert!(max(&clean) < 0.97 * max(&truth), "{} vs {}", max(&clean), max(&truth));
+    // The acquired in-focus tile (z 2 of 3, noise aside) follows the clean
+    // image better than the unblurred truth.
+    let t = &s.tiles[0];
+    let ff = hcsflow_synth::render::flatfield(64, cfg.flatfield_strength);
+    let tile: Vec<f64> =
+        hcsflow_tiff::read_stack(&p.image("A01", t.site, 1, 2, 1).unwrap().path).unwrap().to_f32().iter().map(|&v| f64::from(v)).collect();
+    let window = |image: &[f64]| -> Vec<f64> {
+        let (x0, y0) = (t.x_px as usize, t.y_px as usize);
+        (0..64 * 64).map(|k| image[(y0 + k / 64) * frame_width + x0 + k % 64] * f64::from(ff[k])).collect()
+    };
+    let (to_clean, to_truth) = (corr(&tile, &window(&clean)), corr(&tile, &window(&truth)));
+    assert!(to_clean > 0.95 && to_clean > to_truth + 0.005, "clean {to_clean}, truth {to_truth}");
 }
 
 #[test]

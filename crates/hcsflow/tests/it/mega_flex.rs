@@ -1,21 +1,21 @@
 //! The Mega Flex example end to end on a tiny synthetic plate (1 well, 3×3
-//! tiles of 128², 2 channels, 5 planes, read noise 40), with N2V trained
-//! briefly (90 steps of a small network): each step measured against the
-//! plate's truth, with margins from the numbers measured on this plate (the
-//! run is deterministic: one worker, seeded N2V).
+//! tiles of 128², 2 channels, 5 planes, read noise 40, optics blurring the
+//! in-focus plane by σ 2.5 px), with N2V trained briefly (90 steps of a small
+//! network): each step measured against the plate's truth, with margins from
+//! the numbers measured on this plate (the run is deterministic: one worker,
+//! seeded N2V).
 //!
-//! Measured (input → output): flat-field mean relative error 6.24 → 4.40 %
-//! (DAPI), 6.24 → 4.93 % (GFP); PSNR of the in-focus plane 29.18 → 29.11 dB
-//! (DAPI), 22.26 → 27.74 dB (GFP); sharpness of the max-Z tile 0.004 → 0.007
-//! (DAPI; the truth's 0.004), PSNR 29.15 → 28.64 dB; RMS tile position error
-//! 1.68 px (stage) → 1.33 px (registered); 65 nuclei counted, 63 true.
+//! Measured (input → output): flat-field mean relative error 6.24 → 5.61 %
+//! (DAPI), 6.24 → 5.68 % (GFP); PSNR of the in-focus plane vs the clean
+//! in-focus plane 27.29 → 30.17 dB (DAPI), 21.29 → 25.69 dB (GFP); PSNR of
+//! the max-Z tile vs the unblurred truth after Richardson–Lucy 29.60 → 30.26
+//! dB (DAPI), 24.94 → 24.48 dB (GFP); RMS tile position error 1.68 px
+//! (stage) → 1.39 px (registered); 65 nuclei counted, 63 true.
 //!
-//! What does not improve, and why: N2V's short training here leaves the
-//! bright DAPI channel as it was (the dim GFP channel gains 5.5 dB); and
-//! deconvolution sharpens (×1.75) but moves away from this plate's truth,
-//! whose in-focus plane has no optical blur (the synthetic nuclei are the
-//! truth as drawn), so any sharpening of it overshoots. The assertions say
-//! exactly that.
+//! What does not improve, and why: deconvolving the dim GFP channel (its
+//! denoised planes are still at 25.7 dB) amplifies the noise left in it more
+//! than it restores the blur, so its PSNR drops by half a dB; unregularised
+//! Richardson–Lucy does that at low signal. The assertions say exactly that.
 
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -61,17 +61,19 @@ fn mega_flex_improves_every_step_against_the_truth() {
     for c in [1, 2] {
         let flat = row(&rows, "flatfield", Some(c), "flat-field mean relative error");
         let (before, after) = (flat.input.unwrap(), flat.output);
-        assert!(after < 0.85 * before, "channel {c}: flat-field error {before} % → {after} %");
+        assert!(after < 0.93 * before, "channel {c}: flat-field error {before} % → {after} %");
         assert_eq!(flat.improved(), Some(true));
     }
     let dapi = row(&rows, "denoised", Some(1), "PSNR");
-    assert!(dapi.output > dapi.input.unwrap() - 0.5, "DAPI denoising must not lose more than 0.5 dB: {dapi:?}");
+    assert!(dapi.output > dapi.input.unwrap() + 2.0, "DAPI denoising gains 2.9 dB on this plate: {dapi:?}");
     let gfp = row(&rows, "denoised", Some(2), "PSNR");
-    assert!(gfp.output > gfp.input.unwrap() + 4.0, "GFP denoising gains 5.5 dB on this plate: {gfp:?}");
+    assert!(gfp.output > gfp.input.unwrap() + 3.5, "GFP denoising gains 4.4 dB on this plate: {gfp:?}");
     let sharp = row(&rows, "deconvolved", Some(1), "sharpness");
-    assert!(sharp.output > 1.4 * sharp.input.unwrap(), "deconvolution sharpens the max-Z tile: {sharp:?}");
+    assert_eq!(sharp.improved(), Some(true), "deconvolution brings the DAPI tile's sharpness closer to the truth's: {sharp:?}");
     let decon_psnr = row(&rows, "deconvolved", Some(1), "PSNR");
-    assert!(decon_psnr.output > decon_psnr.input.unwrap() - 1.0, "and costs less than 1 dB against the truth: {decon_psnr:?}");
+    assert!(decon_psnr.output > decon_psnr.input.unwrap() + 0.3, "and gains 0.66 dB against the truth: {decon_psnr:?}");
+    let decon_gfp = row(&rows, "deconvolved", Some(2), "PSNR");
+    assert!(decon_gfp.output > decon_gfp.input.unwrap() - 1.0, "the noisy GFP channel loses under 1 dB: {decon_gfp:?}");
     let positions = row(&rows, "positions", None, "RMS tile position error");
     assert!(positions.output < 0.9 * positions.input.unwrap(), "registration beats the stage: {positions:?}");
     let nuclei = row(&rows, "nuclei", Some(1), "nuclei counted");
