@@ -26,6 +26,7 @@ use std::collections::btree_map::Entry;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use hcsflow_io::{write_atomic, Durability};
 use hcsflow_pipeline::{Manifest, PipelineError, PipelineSpec};
 use hcsflow_synth::SynthConfig;
 
@@ -553,7 +554,8 @@ fn nuclei_rows(truth: &Truth, out: &Path, rows: &mut Vec<QualityRow>) -> Result<
     Ok(())
 }
 
-/// Writes the table as `OUT/quality_vs_truth.csv` and `.json`; returns both paths.
+/// Writes the table as `OUT/quality_vs_truth.csv` and `.json`, each whole or
+/// not at all (a temporary renamed over the name); returns both paths.
 pub fn write_quality(out: &Path, rows: &[QualityRow]) -> Result<Vec<PathBuf>, QualityError> {
     let csv_path = out.join(QUALITY_CSV_NAME);
     let mut csv = String::from("step,channel,well,measure,unit,better,input,output,truth,improved,samples\n");
@@ -574,10 +576,10 @@ pub fn write_quality(out: &Path, rows: &[QualityRow]) -> Result<Vec<PathBuf>, Qu
             r.samples
         ));
     }
-    std::fs::write(&csv_path, csv).map_err(io(&csv_path))?;
+    write_atomic(&csv_path, csv.as_bytes(), Durability::Process).map_err(io(&csv_path))?;
     let json_path = out.join(QUALITY_JSON_NAME);
     let json = serde_json::to_vec_pretty(rows).map_err(|e| invalid(&json_path, e.to_string()))?;
-    std::fs::write(&json_path, json).map_err(io(&json_path))?;
+    write_atomic(&json_path, &json, Durability::Process).map_err(io(&json_path))?;
     Ok(vec![csv_path, json_path])
 }
 

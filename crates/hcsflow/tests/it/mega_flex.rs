@@ -55,6 +55,10 @@ fn mega_flex_improves_every_step_against_the_truth() {
     print!("{}", mega_flex::quality_text(&rows));
     let written = mega_flex::write_quality(&out, &rows).unwrap();
     assert!(written.iter().all(|p| p.is_file()));
+    // Written again over the first (atomically): the same table, no temporary left.
+    assert_eq!(mega_flex::write_quality(&out, &rows).unwrap(), written);
+    let names: Vec<String> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert!(!names.iter().any(|n| hcsflow_io::is_temp_name(n)), "{names:?}");
     let csv = std::fs::read_to_string(out.join(mega_flex::QUALITY_CSV_NAME)).unwrap();
     assert_eq!(csv.lines().count(), rows.len() + 1, "{csv}");
 
