@@ -366,7 +366,7 @@ fn auto_smoothness(im: &[f32], n: usize, p: usize, dct: &mut Dct2d) -> f64 {
 
 /// Fits flat-field (and dark-field) to `n` images already at the working size
 /// `height × width` (`im`: `n × height × width` values, row-major). BaSiCPy 2.0's
-/// `BaSiC.fit` in approximate mode after its resize; see [`crate::fit`] for the
+/// `BaSiC.fit` in approximate mode after its resize; see [`crate::fit()`] for the
 /// checks on the input.
 pub fn fit_working(im: &[f32], n: usize, height: usize, width: usize, params: &BasicParams) -> Result<WorkingFit, BasicError> {
     let p = height * width;

@@ -6,7 +6,7 @@
 //! crate ports the semantics of BaSiCPy 2.0 (MIT; `fitting_mode="approximate"`,
 //! its default), not the MATLAB original:
 //!
-//! 1. [`fit`]: resize every tile to the working size (torch's antialiased
+//! 1. [`fit()`]: resize every tile to the working size (torch's antialiased
 //!    bilinear, [`resize`]), fit there ([`fit::fit_working`]: ADMM with L1 on
 //!    the flat-field's DCT coefficients, [`dct`], re-weighted), upsample the
 //!    profiles back (align-corners bilinear). The flat-field has mean 1; the
@@ -174,7 +174,7 @@ pub fn fit(stack: &Stack, params: &BasicParams) -> Result<BasicFit, BasicError> 
     fit_downsampled(&small, n, (h, w), params)
 }
 
-/// What [`fit`] and [`fit_downsampled`] refuse before any work: fewer than
+/// What [`fit()`] and [`fit_downsampled`] refuse before any work: fewer than
 /// two tiles, a working size below 2, empty tiles.
 fn check_inputs(n: usize, (h, w): (usize, usize), params: &BasicParams) -> Result<(), BasicError> {
     if n < 2 {
@@ -189,7 +189,7 @@ fn check_inputs(n: usize, (h, w): (usize, usize), params: &BasicParams) -> Resul
     Ok(())
 }
 
-/// Every plane of `stack` resized to `working_size`² as [`fit`] does it
+/// Every plane of `stack` resized to `working_size`² as [`fit()`] does it
 /// (torch's antialiased bilinear), `depth × working_size²` f32 values. Applied
 /// one tile at a time as tiles are read, it lets a fit over many tiles hold
 /// only the small copies ([`fit_downsampled`]).
@@ -198,10 +198,10 @@ pub fn to_working_size(stack: &Stack, working_size: usize) -> Vec<f32> {
     Resampler::new((h, w), (working_size, working_size), Interpolation::Antialiased).resize_stack(stack)
 }
 
-/// [`fit`] on tiles already at the working size: `small` holds `n` planes of
+/// [`fit()`] on tiles already at the working size: `small` holds `n` planes of
 /// `params.working_size`² values ([`to_working_size`] of each tile); the
 /// profiles are returned at `full = (height, width)`, the tiles' size. Equal
-/// to [`fit`] on the full tiles.
+/// to [`fit()`] on the full tiles.
 pub fn fit_downsampled(small: &[f32], n: usize, full: (usize, usize), params: &BasicParams) -> Result<BasicFit, BasicError> {
     let (h, w) = full;
     check_inputs(n, full, params)?;

@@ -41,7 +41,7 @@ pub fn temp_name(target: &str) -> String {
 
 /// `true` if `name` (a file name, not a path) is one of hcsflow's temporary
 /// file names, of this version or an earlier one (see the
-/// [module documentation](self)).
+/// module documentation).
 pub fn is_temp_name(name: &str) -> bool {
     let Some(rest) = name.strip_prefix('.') else {
         return false;

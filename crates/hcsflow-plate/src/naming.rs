@@ -34,7 +34,7 @@ fn component_name(well: &str, site: u32, channel: u32, z: u32, t: u32) -> PathBu
 
 impl MissingImage {
     /// The name that stands for this image when the plate names no file for
-    /// it (e.g. an empty URL in a Harmony index): [`component_name`].
+    /// it (e.g. an empty URL in a Harmony index): `component_name`.
     pub fn placeholder_rel(&self) -> PathBuf {
         component_name(&self.well, self.site, self.channel, self.z_index, self.timepoint)
     }
@@ -44,7 +44,7 @@ impl ImageRecord {
     /// The name outputs of this image mirror: its file relative to the plate
     /// folder `root` (its file name when it is elsewhere, as a symbolic
     /// link's target may be); for a plane inside a container (a Zarr array),
-    /// which has no file of its own, [`component_name`]: `A01_s1_w2_z3_t1.tif`.
+    /// which has no file of its own, `component_name`: `A01_s1_w2_z3_t1.tif`.
     pub fn rel(&self, root: &Path) -> PathBuf {
         if self.at.is_some() {
             return component_name(&self.well, self.site, self.channel, self.z_index, self.timepoint);

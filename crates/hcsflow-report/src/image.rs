@@ -69,7 +69,7 @@ fn channel_colour(index: usize, channels: usize) -> [f32; 3] {
 }
 
 /// An RGB composite of stretched channels of one size (`height × width` each,
-/// in channel order): each channel tinted ([`channel_colour`]) and added,
+/// in channel order): each channel tinted (`channel_colour`) and added,
 /// clipped at 255. Returns `height × width × 3` bytes.
 pub fn composite(channels: &[Vec<u8>], height: usize, width: usize) -> Vec<u8> {
     let mut rgb = vec![0f32; height * width * 3];

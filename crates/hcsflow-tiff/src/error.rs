@@ -48,7 +48,7 @@ pub enum TiffError {
     /// The path is not a regular file: a FIFO, socket, character or block
     /// device, or directory. It is refused right after a non-blocking open,
     /// so a FIFO named like an image cannot block the reader. `kind` names
-    /// what it is ([`file_kind`]: "a FIFO (named pipe)", "a folder"…).
+    /// what it is ([`file_kind`](crate::file_kind): "a FIFO (named pipe)", "a folder"…).
     #[error("{path}: is {kind}, not a regular file")]
     NotRegularFile { path: PathBuf, kind: &'static str },
     /// [`read_stack_expecting`](crate::read_stack_expecting) and

@@ -43,7 +43,7 @@ pub struct CallPlan {
     pub artifacts: Artifacts,
     /// The function's output is a label image ([`crate::FunctionDecl::with_label_output`]).
     pub output_labels: bool,
-    /// How the call may run on its stack in chunks of planes ([`crate::Function::z_split`]).
+    /// How the call may run on its stack in chunks of planes ([`crate::registry::Function::z_split`]).
     pub z_split: Option<ZSplit>,
 }
 
