@@ -4,7 +4,7 @@
 //! as the tools users would pick instead. The peer scripts
 //! (`../shared/bench/*.py`) cache their inputs as `.npy` files; [`npy`] reads
 //! those exact bytes, [`checksum`] fingerprints them so both sides can prove
-//! they saw identical data, and [`measure`] times a closure the way the peers
+//! they saw identical data, and [`measure()`] times a closure the way the peers
 //! do (warm-up, median/min/max wall time, process CPU time, peak RSS).
 
 pub mod measure;

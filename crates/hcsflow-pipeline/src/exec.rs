@@ -89,7 +89,7 @@ pub struct RunOptions {
     /// plate): remove what its manifest lists first. Not with `resume`.
     pub overwrite: bool,
     /// Run only this shard's wells, side by side with the other shards
-    /// ([`crate::shard`]: its own manifest, no plate-level outputs; always
+    /// (see the `shard` module: its own manifest, no plate-level outputs; always
     /// resuming its complete wells). Not with `overwrite`.
     pub shard: Option<Shard>,
     /// Device-memory budget in bytes of one GPU call on one stack (input,
