@@ -1,4 +1,4 @@
-"""Float64 NumPy references of the N2V2 U-Net layers (the oracle of tests/layers.rs).
+"""Float64 NumPy references of the N2V2 U-Net layers (the oracle of tests/it/layers.rs).
 
 Reads a JSON case file (argv[1]) and prints JSON with each layer's output, flattened row-major:
   conv:     x [B,C,H,W], w [O,C,k,k], b [O]  -> zero padding k//2, stride 1

@@ -1,5 +1,5 @@
 """Float64 NumPy forward pass of the whole N2V2 U-Net in inference mode (the oracle of
-tests/unet.rs), from CAREamics' description (depth 2, MaxBlurPool, no top skip, bilinear
+tests/it/unet.rs), from CAREamics' description (depth 2, MaxBlurPool, no top skip, bilinear
 upsampling, 1x1 head), using the layer definitions of oracle_layers.py.
 
 argv[1]: JSON {"x": [...], "x_shape": [B,1,H,W], "params": {path: {"shape": [...], "data": [...]}}}

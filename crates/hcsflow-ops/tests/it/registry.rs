@@ -4,7 +4,7 @@
 //! stack equals the function applied to each plane on its own, and that the
 //! whole-stack functions equal their by-reference Rust API.
 
-mod common;
+use crate::common;
 
 use common::{assert_exact, cells_stack, run_registered};
 use hcsflow_core::{DType, Stack};

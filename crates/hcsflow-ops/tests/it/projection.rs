@@ -1,6 +1,6 @@
 //! Projections against numpy (max/min/sum exact, mean/std within f32 rounding).
 
-mod common;
+use crate::common;
 
 use common::{assert_close, assert_exact, random_stack, Oracle};
 use hcsflow_core::{DType, Stack};

@@ -2,7 +2,7 @@
 //! np.percentile (u8/u16) / np.nanpercentile (f32); normalised integer
 //! outputs identical to numpy's float64 formula rounded to nearest.
 
-mod common;
+use crate::common;
 
 use common::{assert_close, assert_exact, cells_stack, random_stack, run_registered as run, Oracle};
 use hcsflow_core::{DType, Stack};

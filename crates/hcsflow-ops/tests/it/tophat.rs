@@ -2,7 +2,7 @@
 //! its documented definition computed by numpy/skimage in float64 (≤ 1 DN for
 //! integers: f32 vs f64 bilinear weights can move a value across a rounding tie).
 
-mod common;
+use crate::common;
 
 use common::{random_stack, values, Oracle};
 use hcsflow_core::{DType, Stack};

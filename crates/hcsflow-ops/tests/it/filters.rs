@@ -2,7 +2,7 @@
 //! Gaussian, unsharp and Sobel within 2e-5 × max|input| (f32 arithmetic with
 //! f32 weights), median exact (every path: fused 3×3, comparator network up to 9×9, per-pixel selection above).
 
-mod common;
+use crate::common;
 
 use common::{assert_close, assert_exact, cells_stack, random_stack, Oracle};
 use hcsflow_core::{DType, Stack};

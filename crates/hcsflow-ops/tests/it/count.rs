@@ -7,7 +7,7 @@
 //! exact, centroid and mean intensity 1e-9 relative. blob_log: the same
 //! detections (y, x exact, σ exact) as skimage.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

@@ -4,7 +4,7 @@
 //! 1e-9 relative; the saturated and zero percentages exactly. Through the
 //! registry: the table's rows are the planes and the stack passes unchanged.
 
-mod common;
+use crate::common;
 
 use common::{cells_stack, random_stack, run_registered, Oracle};
 use hcsflow_core::artifact::CallContext;

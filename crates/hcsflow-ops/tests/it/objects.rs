@@ -7,7 +7,7 @@
 //! regionprops: area, bounding box and convex area exact, solidity 1e-12,
 //! every other value 1e-9 relative.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

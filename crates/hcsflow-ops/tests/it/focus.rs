@@ -7,7 +7,7 @@
 //! reference maximum — i.e. we pick the reference's plane or one whose
 //! measure ties it to rounding. The `log` image is an exact gather.
 
-mod common;
+use crate::common;
 
 use common::{blobs_stack, random_stack, values, Oracle};
 use hcsflow_core::{DType, Stack};

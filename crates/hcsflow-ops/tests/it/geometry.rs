@@ -1,7 +1,7 @@
 //! Binning and crop against numpy (reshape-mean/sum, slicing), composite and
 //! apply-mask against numpy tensordot / where.
 
-mod common;
+use crate::common;
 
 use common::{assert_close, assert_exact, random_stack, Oracle};
 use hcsflow_core::{ArgValue, Array, ConversionPolicy, Conversions, DType, Device, MemoryType, Registry, Stack};

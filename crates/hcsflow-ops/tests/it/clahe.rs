@@ -4,7 +4,7 @@
 //! dtype mapping). Inputs cover every dtype, odd sizes, regions larger than the
 //! plane, constant planes, f32 outside [-1, 1], and non-default arguments.
 
-mod common;
+use crate::common;
 
 use common::{assert_exact, cells_stack, random_stack, Oracle};
 use hcsflow_core::{DType, Stack};

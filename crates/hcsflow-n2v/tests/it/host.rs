@@ -1,5 +1,5 @@
 //! The host kernels of `flex` (crate::host) against burn's own formulation of the same layers
-//! (what the wgpu path runs, itself checked against float64 in tests/layers.rs): forward values
+//! (what the wgpu path runs, itself checked against float64 in tests/it/layers.rs): forward values
 //! and the gradients of every input, on odd and even sides, with a random upstream gradient.
 
 use burn::module::Param;

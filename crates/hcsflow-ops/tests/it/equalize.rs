@@ -2,7 +2,7 @@
 //! (on the whole stack): integers exact after scaling to the dtype range,
 //! f32 within 1 ulp.
 
-mod common;
+use crate::common;
 
 use common::{assert_close, assert_exact, cells_stack, random_stack, Oracle};
 use hcsflow_core::{DType, Stack};
