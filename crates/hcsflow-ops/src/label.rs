@@ -40,7 +40,8 @@ pub struct Labels {
     pub count: u32,
 }
 
-fn find(parent: &mut [u32], mut i: u32) -> u32 {
+/// The root of `i` in the union–find forest `parent` (halving the path).
+pub(crate) fn find(parent: &mut [u32], mut i: u32) -> u32 {
     while parent[i as usize] != i {
         let g = parent[parent[i as usize] as usize];
         parent[i as usize] = g;
@@ -49,7 +50,8 @@ fn find(parent: &mut [u32], mut i: u32) -> u32 {
     i
 }
 
-fn union(parent: &mut [u32], a: u32, b: u32) {
+/// Joins the sets of `a` and `b`; the smaller root becomes the root.
+pub(crate) fn union(parent: &mut [u32], a: u32, b: u32) {
     let (ra, rb) = (find(parent, a), find(parent, b));
     if ra != rb {
         // keep the smaller provisional label as root (the earlier one in raster order)

@@ -51,7 +51,7 @@ use hcsflow_core::{
 use rayon::prelude::*;
 
 use crate::convolve::{correlate_separable, Boundary, Kernel1d};
-use crate::label::{label_mask, Connectivity, Labels};
+use crate::label::{find, label_mask, union, Connectivity, Labels};
 use crate::measure::{measure_objects, objects_table};
 use crate::threshold::{threshold_value, ThresholdMethod};
 
@@ -524,7 +524,7 @@ fn run_components(runs: &[Run], h: usize, connectivity: Connectivity) -> RunComp
         while i < row_start[y] && j < row_start[y + 1] {
             let (a, b) = (&runs[i], &runs[j]);
             if a.x0 < b.x1 + reach && b.x0 < a.x1 + reach {
-                union_runs(&mut parent, i as u32, j as u32);
+                union(&mut parent, i as u32, j as u32);
             }
             // The run that ends first touches nothing further on the other row.
             if a.x1 < b.x1 {
@@ -538,7 +538,7 @@ fn run_components(runs: &[Run], h: usize, connectivity: Connectivity) -> RunComp
     let mut comp_of = vec![0u32; runs.len()];
     let mut components: Vec<Component> = Vec::new();
     for (k, r) in runs.iter().enumerate() {
-        let root = find_run(&mut parent, k as u32) as usize;
+        let root = find(&mut parent, k as u32) as usize;
         let c = if root == k {
             components.push(Component { runs: 0..0, pixels: 0, y0: r.y, y1: r.y + 1, x0: r.x0, x1: r.x1 });
             components.len() as u32 - 1
@@ -569,22 +569,6 @@ fn run_components(runs: &[Run], h: usize, connectivity: Connectivity) -> RunComp
         c.pixels += (r.x1 - r.x0) as usize;
     }
     RunComponents { components, order, slot, row_start }
-}
-
-fn find_run(parent: &mut [u32], mut i: u32) -> u32 {
-    while parent[i as usize] != i {
-        let g = parent[parent[i as usize] as usize];
-        parent[i as usize] = g;
-        i = g;
-    }
-    i
-}
-
-fn union_runs(parent: &mut [u32], a: u32, b: u32) {
-    let (ra, rb) = (find_run(parent, a), find_run(parent, b));
-    if ra != rb {
-        parent[ra.max(rb) as usize] = ra.min(rb);
-    }
 }
 
 /// The flood of one component: its runs with their cells (raster order) into
