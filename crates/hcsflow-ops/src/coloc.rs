@@ -10,7 +10,7 @@
 //!   constant over the region (scipy returns NaN there too) or the region has
 //!   fewer than 2 pixels. The p-value is not computed.
 //! - `Correlation_Manders_M1`: `manders_coloc_coeff(A, B > tB, mask)` — the
-//!   fraction of A's intensity where B is above its threshold, Σ A·[B > tB] / ΣA
+//!   fraction of A's intensity where B is above its threshold, `Σ A·[B > tB] / ΣA`
 //!   (0 when ΣA = 0); `Correlation_Manders_M2` the same with A and B swapped.
 //! - `Correlation_Overlap`: `manders_overlap_coeff(A, B, mask)` —
 //!   ΣAB / √(ΣA² ΣB²) (NaN when either channel is 0 over the region, as numpy's 0/0).

@@ -5,7 +5,7 @@
 //!
 //! Vertical pass: each output row is a weighted sum of input rows;
 //! horizontal pass: the row is padded once into a per-task buffer. Both
-//! compute [`BLOCK`] neighbouring outputs at once with the accumulators in
+//! compute `BLOCK` neighbouring outputs at once with the accumulators in
 //! registers (vectorised along X), and run with AVX2 where available.
 
 use rayon::prelude::*;
@@ -103,7 +103,7 @@ pub fn correlate_separable<T: Pixel>(src: &[T], h: usize, w: usize, ky: &Kernel1
 }
 
 /// [`correlate_separable`] into `dst` (`h · w` values). Each parallel task
-/// takes [`ROWS_PER_TASK`] output rows ([`ROWS_PER_SHORT_TASK`] for planes of
+/// takes `ROWS_PER_TASK` output rows (`ROWS_PER_SHORT_TASK` for planes of
 /// fewer than 4·[`ROWS_PER_TASK`] rows): their vertical pass goes to a small
 /// per-task buffer that stays in cache, then the horizontal pass writes `dst`
 /// (no full-size intermediate image).
