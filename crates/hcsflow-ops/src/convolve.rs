@@ -104,7 +104,7 @@ pub fn correlate_separable<T: Pixel>(src: &[T], h: usize, w: usize, ky: &Kernel1
 
 /// [`correlate_separable`] into `dst` (`h · w` values). Each parallel task
 /// takes `ROWS_PER_TASK` output rows (`ROWS_PER_SHORT_TASK` for planes of
-/// fewer than 4·[`ROWS_PER_TASK`] rows): their vertical pass goes to a small
+/// fewer than 4·`ROWS_PER_TASK` rows): their vertical pass goes to a small
 /// per-task buffer that stays in cache, then the horizontal pass writes `dst`
 /// (no full-size intermediate image).
 ///

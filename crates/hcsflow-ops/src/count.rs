@@ -1,6 +1,6 @@
 //! Cell counting: scale-space LoG blob detection ([`blob_log`], scikit-image
 //! `feature.blob_log` semantics) and threshold + label + area filter
-//! ([`count_threshold`]); per-image counts and per-object tables.
+//! ([`count_cells`] with `CountMethod::Threshold`); per-image counts and per-object tables.
 //!
 //! # blob_log
 //! Same definition as skimage 0.26 `blob_log(image, min_sigma, max_sigma,

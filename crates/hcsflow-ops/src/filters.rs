@@ -90,7 +90,7 @@ pub fn sobel(stack: &Stack) -> Stack {
 }
 
 /// Median over a `size × size` window of each plane (scipy.ndimage.median_filter,
-/// `mode='reflect'`): exact, same dtype. 3×3 has a fused pass ([`median3`]);
+/// `mode='reflect'`): exact, same dtype. 3×3 has a fused pass (`median3`);
 /// other sizes up to [`NETWORK_MAX`] use a pruned comparator network applied
 /// to runs of pixels at once ([`MedianNetwork`]); larger sizes select per pixel.
 pub fn median_filter(stack: &Stack, size: usize) -> Result<Stack, FunctionError> {
