@@ -20,9 +20,9 @@
 //! - with `truth_images`, `truth_<well>_ch<c>.tif`: the noise-free, in-focus,
 //!   un-vignetted signal of the whole well frame (f32), which tile (x_px, y_px)
 //!   windows cut from — the reference for stitching and correction tests;
-//!   and `clean_<well>_ch<c>.tif`: the same signal blurred as the in-focus
-//!   plane is (`focus_blur_px`; equal to the truth image when it is 0) — the
-//!   noise-free image a denoiser can at best return;
+//!   and, with an in-focus blur (`focus_blur_px` > 0), `clean_<well>_ch<c>.tif`:
+//!   the same signal blurred as the in-focus plane is — the noise-free image a
+//!   denoiser can at best return (without the blur that is the truth image);
 //! - `synth_config.json`: the configuration (re-running it gives the same bytes).
 //!
 //! Pixel model (u16): `dark_offset + Poisson(flatfield · signal) + N(0, read_noise²)`,

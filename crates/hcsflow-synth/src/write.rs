@@ -385,15 +385,19 @@ impl PlateWriter<'_> {
     }
 
     /// `truth_<well>_ch<c>.tif`: the noise-free, unblurred signal of every
-    /// well frame and channel; `clean_<well>_ch<c>.tif`: the same blurred by
-    /// the in-focus blur (`focus_blur_px`), as the in-focus plane is formed.
+    /// well frame and channel; with an in-focus blur (`focus_blur_px` > 0),
+    /// `clean_<well>_ch<c>.tif`: the same blurred by it, as the in-focus
+    /// plane is formed.
     fn write_truth_images(&self) -> Result<(), SynthError> {
         let l = self.layout;
         let cfg = l.cfg;
         let gt = l.out.join("ground_truth");
         let (fw, fh) = (l.frame_w.ceil() as usize, l.frame_h.ceil() as usize);
+        // Without an in-focus blur the clean image would be the truth again.
+        let references: &[(&str, f64)] =
+            if cfg.focus_blur_px > 0.0 { &[("truth", 0.0), ("clean", cfg.focus_blur_px)] } else { &[("truth", 0.0)] };
         let res: Vec<Result<(), SynthError>> = (0..l.wells.len())
-            .flat_map(|wi| (1..=cfg.channels).flat_map(move |c| [("truth", 0.0), ("clean", cfg.focus_blur_px)].map(|k| (wi, c, k))))
+            .flat_map(|wi| (1..=cfg.channels).flat_map(move |c| references.iter().map(move |&k| (wi, c, k))))
             .collect::<Vec<_>>()
             .par_iter()
             .map(|&(wi, c, (kind, blur))| {

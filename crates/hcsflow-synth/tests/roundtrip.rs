@@ -469,6 +469,11 @@ fn an_in_focus_blur_blurs_every_plane_and_the_clean_image_is_the_blurred_truth()
     };
     let (to_clean, to_truth) = (corr(&tile, &window(&clean)), corr(&tile, &window(&truth)));
     assert!(to_clean > 0.95 && to_clean > to_truth + 0.005, "clean {to_clean}, truth {to_truth}");
+    // Without the blur no clean image is written: it would be the truth again.
+    let sharp = SynthConfig { focus_blur_px: 0.0, ..cfg };
+    let (d, _, _) = roundtrip(&sharp);
+    let gt = d.path().join("plate/ground_truth");
+    assert!(gt.join("truth_A01_ch1.tif").is_file() && !gt.join("clean_A01_ch1.tif").exists());
 }
 
 #[test]
