@@ -144,6 +144,21 @@ pub fn in_ci() -> bool {
     std::env::var("CI").is_ok_and(|v| v == "true" || v == "1")
 }
 
+/// The GPU tests' policy, given whether an adapter was found: `true` when
+/// one was (run the test); without one, `false` (the caller returns, the
+/// skip said on stderr) if `HCSFLOW_SKIP_GPU_TESTS=1` outside CI, and
+/// otherwise a panic naming what to install: under `CI=true` nothing skips.
+pub fn gpu_test_may_run(adapter_found: bool) -> bool {
+    if adapter_found {
+        return true;
+    }
+    if !in_ci() && std::env::var("HCSFLOW_SKIP_GPU_TESTS").as_deref() == Ok("1") {
+        eprintln!("SKIPPED: no GPU adapter and HCSFLOW_SKIP_GPU_TESTS=1");
+        return false;
+    }
+    panic!("no GPU adapter found: install mesa-vulkan-drivers libvulkan1 (or, outside CI, set HCSFLOW_SKIP_GPU_TESTS=1)");
+}
+
 /// What [`snapshot`] records of one entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Entry {

@@ -54,12 +54,8 @@ fn max_abs_diff(a: &Stack, b: &Stack) -> f32 {
 #[test]
 fn demo_pipeline_on_lavapipe_gpu_agrees_with_cpu() {
     let adapters = hcsflow_gpu::discover_adapters();
-    if adapters.is_empty() {
-        if !hcsflow_testkit::in_ci() && std::env::var("HCSFLOW_SKIP_GPU_TESTS").as_deref() == Ok("1") {
-            eprintln!("SKIPPED: no GPU adapter and HCSFLOW_SKIP_GPU_TESTS=1");
-            return;
-        }
-        panic!("no GPU adapter found: install mesa-vulkan-drivers libvulkan1 (or set HCSFLOW_SKIP_GPU_TESTS=1 outside CI)");
+    if !hcsflow_testkit::gpu_test_may_run(!adapters.is_empty()) {
+        return;
     }
     let dir = tempfile::tempdir().unwrap();
     let plate = dir.path().join("plate");

@@ -14,14 +14,7 @@ use common::{hcsflow, stderr};
 
 /// True if there is an adapter to test on; panics without one (CI) unless skipped.
 fn have_gpu() -> bool {
-    if hcsflow_gpu::discover_adapters().is_empty() {
-        if !hcsflow_testkit::in_ci() && std::env::var("HCSFLOW_SKIP_GPU_TESTS").as_deref() == Ok("1") {
-            eprintln!("SKIPPED: no GPU adapter and HCSFLOW_SKIP_GPU_TESTS=1");
-            return false;
-        }
-        panic!("no GPU adapter found: install mesa-vulkan-drivers libvulkan1 (or set HCSFLOW_SKIP_GPU_TESTS=1 outside CI)");
-    }
-    true
+    hcsflow_testkit::gpu_test_may_run(!hcsflow_gpu::discover_adapters().is_empty())
 }
 
 /// One well, 2 sites, 1 u16 channel, `z_planes` planes of `size`².

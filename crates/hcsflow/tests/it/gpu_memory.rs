@@ -21,12 +21,8 @@ const BUDGET: u64 = 64 << 10;
 
 /// Options on the first adapter (software allowed), or `None` when skipped.
 fn gpu() -> Option<DeviceOptions> {
-    if hcsflow::discover_adapters().is_empty() {
-        if !hcsflow_testkit::in_ci() && std::env::var("HCSFLOW_SKIP_GPU_TESTS").as_deref() == Ok("1") {
-            eprintln!("SKIPPED: no GPU adapter and HCSFLOW_SKIP_GPU_TESTS=1");
-            return None;
-        }
-        panic!("no GPU adapter found: install mesa-vulkan-drivers libvulkan1 (or set HCSFLOW_SKIP_GPU_TESTS=1 outside CI)");
+    if !hcsflow_testkit::gpu_test_may_run(!hcsflow::discover_adapters().is_empty()) {
+        return None;
     }
     Some(DeviceOptions { request: DeviceRequest::Gpu, allow_software_gpu: true, ..Default::default() })
 }
