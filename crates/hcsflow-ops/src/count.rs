@@ -43,6 +43,7 @@ use serde::Serialize;
 
 use crate::convolve::{correlate_separable_pair_into, Boundary, Kernel1d};
 use crate::label::{label_mask, Connectivity, Labels};
+use crate::segment::keep_sizes;
 use crate::threshold::{threshold_value, ThresholdMethod};
 
 /// One detected blob: centre (row, column) and scale σ.
@@ -470,7 +471,7 @@ pub fn count_cells(stack: &Stack, method: &CountMethod) -> Result<CellCounts, Fu
                     let t = threshold_value(plane, *method)?;
                     let mask: Vec<bool> = plane.iter().map(|v| v.to_f32() as f64 > t).collect();
                     let l = label_mask(&mask, h, w, *connectivity);
-                    (filter_area(l, *min_area, *max_area), None)
+                    (keep_sizes(l.labels, h, w, *min_area, *max_area), None)
                 }
             };
             let mut rows = measure(z, &labels, plane);
@@ -507,23 +508,6 @@ fn paint_blobs(blobs: &[Blob], h: usize, w: usize) -> Labels {
         }
     }
     Labels { height: h, width: w, labels, count: blobs.len() as u32 }
-}
-
-/// Keeps the objects with `min_area ≤ area ≤ max_area`, relabelled 1.. in label order.
-pub(crate) fn filter_area(l: Labels, min_area: u64, max_area: u64) -> Labels {
-    let mut area = vec![0u64; l.count as usize + 1];
-    for &v in &l.labels {
-        area[v as usize] += 1;
-    }
-    let mut new_id = vec![0u32; l.count as usize + 1];
-    let mut count = 0;
-    for (id, &a) in area.iter().enumerate().skip(1) {
-        if a >= min_area && a <= max_area {
-            count += 1;
-            new_id[id] = count;
-        }
-    }
-    Labels { height: l.height, width: l.width, labels: l.labels.iter().map(|&v| new_id[v as usize]).collect(), count }
 }
 
 hcsflow_core::function_args! {

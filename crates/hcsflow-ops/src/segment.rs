@@ -785,7 +785,7 @@ pub fn filter_size(labels: &[u32], h: usize, w: usize, min_area: u64, max_area: 
 /// [`filter_size`] in place: the areas of every label value in one parallel
 /// pass, then one pass renumbering the kept ones (a value with no pixel is
 /// never kept, whatever `min_area`).
-fn keep_sizes(mut labels: Vec<u32>, h: usize, w: usize, min_area: u64, max_area: u64) -> Labels {
+pub(crate) fn keep_sizes(mut labels: Vec<u32>, h: usize, w: usize, min_area: u64, max_area: u64) -> Labels {
     let max = labels.par_iter().copied().max().unwrap_or(0) as usize;
     let area = labels
         .par_chunks(w.max(1) * 64)
