@@ -6,8 +6,9 @@
 //! and per-channel brightness), cuts it into a grid of tiles with overlap and
 //! per-tile stage jitter (fractional), multiplies by a known flat-field, adds a
 //! dark offset, Poisson and read noise and a blur (the optics' in-focus blur,
-//! `focus_blur_px`, and a defocus that grows with |z − z_focus|), and writes the vendor layout and metadata as
-//! `shared/docs/formats.md` §4 describes, plus `ground_truth/`:
+//! `focus_blur_px`, and a defocus that grows with |z − z_focus|), and writes
+//! the vendor layout and metadata as `shared/docs/formats.md` §4 describes,
+//! plus `ground_truth/`:
 //!
 //! - `tile_positions.csv`: per (well, site) the true top-left position in the
 //!   well frame (pixels), the nominal one, and the stage positions in µm the

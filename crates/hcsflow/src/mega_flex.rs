@@ -48,8 +48,9 @@ pub fn mega_flex_pipeline() -> Result<PipelineSpec, PipelineError> {
 /// spans 5 planes), the default shading and jitter, and the clean truth
 /// images. Unlike the default plate: a low-light acquisition (read noise 40
 /// counts, so denoising has something to remove: about 27 dB PSNR in DAPI,
-/// 21 dB in GFP, against the clean in-focus plane), nuclei that never overlap (every nucleus of the truth is
-/// countable) at a higher density, 15 % tile overlap, so that the overlaps
+/// 21 dB in GFP, against the clean in-focus plane), nuclei that never
+/// overlap (every nucleus of the truth is countable) at a higher density,
+/// 15 % tile overlap, so that the overlaps
 /// of small tiles hold enough nuclei to register, and optics that blur the
 /// in-focus plane by σ 2.5 px (the PSF the example's deconvolution assumes),
 /// so that deconvolution has something to restore.
