@@ -11,7 +11,9 @@
 //!   result back on the host ([`Registry::call`]).
 //! - [`artifact`]: what a function sees besides its stack (plane metadata,
 //!   tables from earlier steps) and the tables it produces.
-//! - [`adapter`]: GPU adapter descriptions and the device-selection policy.
+//! - [`adapter`]: GPU adapter descriptions, the device-selection policy and
+//!   the spreading of wells over several adapters.
+//! - [`queue`]: which queue of an adapter the current thread's GPU work goes to.
 //!
 //! This crate has no I/O and no GPU dependency; everything above it points down to it.
 
@@ -21,17 +23,19 @@ pub mod call;
 pub mod convert;
 pub mod dtype;
 pub mod memory;
+pub mod queue;
 pub mod registry;
 pub mod slices;
 pub mod stack;
 pub mod transfer;
 
-pub use adapter::{select_device, AdapterInfo, AdapterKind, DeviceChoice, DeviceError};
+pub use adapter::{assign_adapters, select_device, AdapterInfo, AdapterKind, AdapterLoad, AssignError, DeviceChoice, DeviceError, Spread};
 pub use artifact::{ArtifactDecl, ArtifactKind, Artifacts, CallContext, Cell, PlaneInfo, Row, StackInfo, Table};
 pub use call::CallError;
 pub use convert::{plan_route, ConversionError, ConversionPolicy, Conversions, Route, RouteKind};
 pub use dtype::{DType, DTypeConversion, DTypePolicy, OutputDType};
-pub use memory::{Array, BadDevice, Device, DeviceBuffer, DeviceRequest, MemorySpace, MemoryType, Runtime};
+pub use memory::{Array, BadDevice, Device, DeviceBuffer, DeviceRequest, GpuSet, MemorySpace, MemoryType, Runtime};
+pub use queue::{QueueId, QueueScope};
 pub use registry::{
     blamed, one_plane, same_shape, ArgCheck, ArgDecl, ArgError, ArgProblem, ArgSpec, ArgType, ArgValue, Args, Binding, CallPlan, Contract,
     FunctionArgs, FunctionDecl, FunctionError, FunctionSpec, HostWork, Implementation, NoArgs, PlanError, PlaneReduction, Registry,

@@ -237,26 +237,112 @@ pub enum DeviceRequest {
     Gpu,
     /// GPU adapter `n`; an error if it does not exist or is not usable.
     GpuIndex(usize),
+    /// Several GPU adapters (`gpu:0,1`), the wells spread over them
+    /// ([`crate::adapter::assign_adapters`]); an error if any of them does
+    /// not exist or is not usable.
+    GpuSet(GpuSet),
 }
 
-/// A `--device` value that is not `auto`, `cpu`, `gpu` or `gpu:N`.
+/// A set of GPU adapter indices (`gpu:0,1`), at most 64 (indices `0..64`),
+/// each once; iterated in index order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+pub struct GpuSet(u64);
+
+impl GpuSet {
+    /// Indices above this are refused by [`GpuSet::insert`].
+    pub const MAX_INDEX: usize = 63;
+
+    /// Adds `index`; `false` if it was there already or is above [`Self::MAX_INDEX`].
+    pub fn insert(&mut self, index: usize) -> bool {
+        if index > Self::MAX_INDEX || self.contains(index) {
+            return false;
+        }
+        self.0 |= 1 << index;
+        true
+    }
+
+    pub fn contains(self, index: usize) -> bool {
+        index <= Self::MAX_INDEX && self.0 & (1 << index) != 0
+    }
+
+    /// The indices, in increasing order.
+    pub fn indices(self) -> impl Iterator<Item = usize> {
+        (0..=Self::MAX_INDEX).filter(move |&i| self.contains(i))
+    }
+
+    pub fn len(self) -> usize {
+        self.0.count_ones() as usize
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+}
+
+impl fmt::Display for GpuSet {
+    /// `gpu:0,1`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let list: Vec<String> = self.indices().map(|i| i.to_string()).collect();
+        write!(f, "gpu:{}", list.join(","))
+    }
+}
+
+/// A `--device` value that is not `auto`, `cpu`, `gpu`, `gpu:N` or `gpu:N,M,…`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad device '{0}': expected auto, cpu, gpu or gpu:N (N = adapter index from `hcsflow doctor`)")]
-pub struct BadDevice(pub String);
+#[error("bad device '{value}': {problem}")]
+pub struct BadDevice {
+    /// The value as given.
+    pub value: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl BadDevice {
+    fn new(value: &str, problem: impl Into<String>) -> BadDevice {
+        BadDevice { value: value.to_string(), problem: problem.into() }
+    }
+}
+
+const EXPECTED_DEVICE: &str =
+    "expected auto, cpu, gpu or gpu:N, or gpu:N,M,… for several adapters (N = adapter index from `hcsflow doctor`)";
 
 impl FromStr for DeviceRequest {
     type Err = BadDevice;
+    /// `auto`, `cpu`, `gpu`, `gpu:N`, or `gpu:N,M,…` (also `gpu:N,gpu:M`):
+    /// several adapters, each named once. A list that mixes the CPU in
+    /// (`cpu,gpu:0`) is refused: a run is on the CPU or on GPUs (a step goes
+    /// to the host with `device = "cpu"` in the pipeline).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
-            "auto" => Ok(DeviceRequest::Auto),
-            "cpu" => Ok(DeviceRequest::Cpu),
-            "gpu" => Ok(DeviceRequest::Gpu),
-            _ => s
-                .strip_prefix("gpu:")
-                .and_then(|n| n.parse::<usize>().ok())
-                .map(DeviceRequest::GpuIndex)
-                .ok_or_else(|| BadDevice(s.to_string())),
+            "auto" => return Ok(DeviceRequest::Auto),
+            "cpu" => return Ok(DeviceRequest::Cpu),
+            "gpu" => return Ok(DeviceRequest::Gpu),
+            _ => {}
         }
+        let items: Vec<&str> = s.split(',').map(str::trim).collect();
+        if items.len() > 1 && items.iter().any(|i| matches!(*i, "cpu" | "auto")) {
+            return Err(BadDevice::new(
+                s,
+                "a run is on the CPU or on GPUs, not both (to run one step on the host, set device = \"cpu\" in its pipeline step)",
+            ));
+        }
+        let Some(first) = items[0].strip_prefix("gpu:") else { return Err(BadDevice::new(s, EXPECTED_DEVICE)) };
+        let index = |item: &str| item.strip_prefix("gpu:").unwrap_or(item).parse::<usize>().ok();
+        let first = index(first).ok_or_else(|| BadDevice::new(s, EXPECTED_DEVICE))?;
+        if items.len() == 1 {
+            return Ok(DeviceRequest::GpuIndex(first));
+        }
+        let mut set = GpuSet::default();
+        for (i, item) in items.iter().enumerate() {
+            let n = if i == 0 { first } else { index(item).ok_or_else(|| BadDevice::new(s, EXPECTED_DEVICE))? };
+            if n > GpuSet::MAX_INDEX {
+                return Err(BadDevice::new(s, format!("adapter gpu:{n}: a list names adapters gpu:0 to gpu:{}", GpuSet::MAX_INDEX)));
+            }
+            if !set.insert(n) {
+                return Err(BadDevice::new(s, format!("gpu:{n} is listed twice; name each adapter once")));
+            }
+        }
+        Ok(DeviceRequest::GpuSet(set))
     }
 }
 
@@ -267,6 +353,7 @@ impl fmt::Display for DeviceRequest {
             DeviceRequest::Cpu => f.write_str("cpu"),
             DeviceRequest::Gpu => f.write_str("gpu"),
             DeviceRequest::GpuIndex(n) => write!(f, "gpu:{n}"),
+            DeviceRequest::GpuSet(set) => write!(f, "{set}"),
         }
     }
 }
