@@ -1,4 +1,6 @@
-//! Adapter discovery and the per-process GPU contexts.
+//! Adapter discovery and the per-process GPU contexts: one per queue of an
+//! adapter ([`hcsflow_core::queue`]), each a wgpu device of its own on that
+//! adapter, so that wells in flight submit to their own queue.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -6,9 +8,12 @@ use std::sync::{Arc, Mutex, OnceLock};
 use cubecl::client::Client;
 use cubecl::server::Handle;
 use cubecl::server::{IoError, LaunchError, ServerError};
-use cubecl::wgpu::{try_init_setup, wgpu, AutoGraphicsApi, RuntimeOptions, WgpuBackend, WgpuDevice, WgpuDeviceKind};
+use cubecl::wgpu::{
+    try_init_device, try_init_setup, wgpu, AutoGraphicsApi, RuntimeOptions, WgpuBackend, WgpuDevice, WgpuDeviceKind, WgpuSetup,
+};
+use hcsflow_core::queue::current_queue_slot;
 use hcsflow_core::transfer::{record_download, record_upload};
-use hcsflow_core::{AdapterInfo, AdapterKind, AdapterUsed, Device, FunctionError};
+use hcsflow_core::{AdapterInfo, AdapterKind, AdapterUsed, Device, FunctionError, QueueId};
 
 /// A GPU could not be used.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -131,40 +136,87 @@ pub fn max_binding_bytes(index: usize) -> Option<u64> {
     discovered().get(index).map(|d| d.max_binding_bytes)
 }
 
-/// One initialised GPU: the CubeCL client of an adapter. Shared per process.
+/// One initialised queue of a GPU: the CubeCL client of one wgpu device on an
+/// adapter. Shared per process; an adapter has up to
+/// [`hcsflow_core::queue::QUEUES_PER_ADAPTER`] of them.
 pub struct GpuContext {
     pub info: AdapterInfo,
     pub device: Device,
+    /// Which queue of the adapter this is (`gpu:0/q1`).
+    pub queue: QueueId,
     client: Client,
     max_binding_bytes: u64,
 }
 
 impl std::fmt::Debug for GpuContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "GpuContext({})", self.info)
+        write!(f, "GpuContext({}, queue {})", self.info, self.queue)
     }
 }
 
+/// The contexts initialised so far, by queue, and the wgpu setup of each
+/// adapter's first queue (what its other queues' devices are requested from).
+#[derive(Default)]
+struct Contexts {
+    queues: HashMap<QueueId, Arc<GpuContext>>,
+    setups: HashMap<usize, WgpuSetup>,
+}
+
+fn contexts() -> std::sync::MutexGuard<'static, Contexts> {
+    static CONTEXTS: OnceLock<Mutex<Contexts>> = OnceLock::new();
+    CONTEXTS.get_or_init(|| Mutex::new(Contexts::default())).lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 impl GpuContext {
-    /// The context of `device` (`gpu:N`), initialised on first use and shared after.
+    /// The context of `device` (`gpu:N`) on the current thread's queue slot
+    /// ([`hcsflow_core::queue::current_queue_slot`]: 0 outside a
+    /// [`hcsflow_core::QueueScope`]), initialised on first use and shared after.
     pub fn get(device: Device) -> Result<Arc<GpuContext>, GpuError> {
-        static CONTEXTS: OnceLock<Mutex<HashMap<usize, Arc<GpuContext>>>> = OnceLock::new();
+        Self::on_queue(device, current_queue_slot())
+    }
+
+    /// The context of queue `slot` (modulo
+    /// [`hcsflow_core::queue::QUEUES_PER_ADAPTER`]) of `device`. Queue 0 is
+    /// the adapter's device as cubecl selects it; queue k > 0 is another wgpu
+    /// device requested on the same adapter with the same features and
+    /// limits (so every kernel runs on it), registered with cubecl as a
+    /// runtime of its own: its own submission queue, memory pools and
+    /// compiled kernels. Buffers of two queues must not meet in one kernel;
+    /// kernels use their input's queue.
+    pub fn on_queue(device: Device, slot: usize) -> Result<Arc<GpuContext>, GpuError> {
         let Device::Gpu(index) = device else {
             return Err(GpuError::NotAGpu { device });
         };
         let found = discovered().get(index).ok_or(GpuError::NoSuchAdapter(index))?;
-        let contexts = CONTEXTS.get_or_init(|| Mutex::new(HashMap::new()));
-        let mut map = contexts.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        if let Some(ctx) = map.get(&index) {
+        let queue = QueueId { adapter: index, slot: slot % hcsflow_core::queue::QUEUES_PER_ADAPTER };
+        // Initialisation holds the lock: devices come up one at a time (a
+        // Vulkan loader is not always safe to call concurrently), once each.
+        let mut map = contexts();
+        if let Some(ctx) = map.queues.get(&queue) {
             return Ok(ctx.clone());
         }
-        let init_error = |message: String| GpuError::Init { adapter: found.info.to_string(), message };
+        let init_error = |message: String| GpuError::Init { adapter: format!("{} (queue {queue})", found.info), message };
         let options = RuntimeOptions::try_default().map_err(|e| init_error(e.to_string()))?;
-        try_init_setup::<AutoGraphicsApi>(&found.device, options).map_err(|e| init_error(e.to_string()))?;
-        let client = cubecl::Device::from(found.device.clone()).client();
-        tracing::info!(adapter = %found.info, "GPU context initialised");
-        let ctx = Arc::new(GpuContext { info: found.info.clone(), device, client, max_binding_bytes: found.max_binding_bytes });
-        map.insert(index, ctx.clone());
+        let cubecl_device = match map.setups.get(&index) {
+            None if queue.slot == 0 => {
+                let setup = try_init_setup::<AutoGraphicsApi>(&found.device, options).map_err(|e| init_error(e.to_string()))?;
+                map.setups.insert(index, setup);
+                found.device.clone()
+            }
+            None => {
+                drop(map);
+                Self::on_queue(device, 0)?;
+                return Self::on_queue(device, slot);
+            }
+            Some(first) => {
+                let setup = another_device(first).map_err(init_error)?;
+                try_init_device(setup, options).map_err(|e| init_error(e.to_string()))?
+            }
+        };
+        let client = cubecl::Device::from(cubecl_device).client();
+        tracing::info!(adapter = %found.info, queue = %queue, "GPU context initialised");
+        let ctx = Arc::new(GpuContext { info: found.info.clone(), device, queue, client, max_binding_bytes: found.max_binding_bytes });
+        map.queues.insert(queue, ctx.clone());
         Ok(ctx)
     }
 
@@ -179,22 +231,26 @@ impl GpuContext {
 
     /// A new device buffer holding `bytes`, copied from the host: every
     /// host → device copy of the runtime goes through here, counted
-    /// ([`hcsflow_core::transfer`]) and traced (a `gpu_upload` span).
+    /// ([`hcsflow_core::transfer`]) and traced (a `gpu_upload` span naming
+    /// the adapter and the queue).
     pub(crate) fn upload_bytes(&self, bytes: &[u8]) -> Handle {
         let _span =
-            tracing::info_span!("gpu_upload", bytes = bytes.len(), adapter = %self.info.name, backend = %self.info.backend).entered();
+            tracing::info_span!("gpu_upload", bytes = bytes.len(), adapter = %self.info.name, backend = %self.info.backend, queue = %self.queue)
+                .entered();
         record_upload(&self.adapter_used(), bytes.len() as u64);
         self.client.create_from_slice(bytes)
     }
 
     /// The contents of a device buffer, copied back to the host: every
-    /// device → host copy goes through here, counted and traced (`gpu_download`).
+    /// device → host copy goes through here, counted and traced (`gpu_download`,
+    /// naming the adapter and the queue).
     pub(crate) fn read_back(&self, handle: Handle) -> Result<impl std::ops::Deref<Target = [u8]>, ServerError> {
         let span = tracing::info_span!(
             "gpu_download",
             bytes = tracing::field::Empty,
             adapter = %self.info.name,
-            backend = %self.info.backend
+            backend = %self.info.backend,
+            queue = %self.queue
         )
         .entered();
         let data = self.client.read_one(handle)?;
@@ -243,4 +299,24 @@ impl GpuContext {
     pub(crate) fn runtime_error(&self, operation: &str, message: impl ToString) -> GpuError {
         GpuError::Runtime { operation: operation.to_string(), adapter: self.info.name.clone(), message: message.to_string() }
     }
+}
+
+/// A second wgpu device on the adapter of `first`, with its features and
+/// limits, as a setup cubecl can register: what queue k > 0 of an adapter
+/// runs on.
+fn another_device(first: &WgpuSetup) -> Result<WgpuSetup, String> {
+    let descriptor = wgpu::DeviceDescriptor {
+        label: Some("hcsflow queue"),
+        required_features: first.device.features(),
+        required_limits: first.device.limits(),
+        memory_hints: wgpu::MemoryHints::MemoryUsage,
+        trace: wgpu::Trace::Off,
+        // SAFETY: the token cubecl passes when it requests the adapter's first
+        // device (cubecl-wgpu's `backend/wgsl.rs`); the same here keeps the
+        // second device's features equal to the first's, which cubecl's
+        // compiler options (read from the adapter) assume.
+        experimental_features: unsafe { wgpu::ExperimentalFeatures::enabled() },
+    };
+    let (device, queue) = cubecl::future::block_on(first.adapter.request_device(&descriptor)).map_err(|e| e.to_string())?;
+    Ok(WgpuSetup { instance: first.instance.clone(), adapter: first.adapter.clone(), device, queue, backend: first.backend })
 }

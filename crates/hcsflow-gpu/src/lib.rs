@@ -2,8 +2,10 @@
 //!
 //! - [`discover_adapters`]: every adapter wgpu can see, as [`AdapterInfo`]
 //!   (`gpu:N` numbering used by `--device`).
-//! - [`GpuContext::get`]: one shared CubeCL client per adapter per process
-//!   (kernels JIT-compile on first launch; sharing keeps that cost once).
+//! - [`GpuContext::get`]: one shared CubeCL client per queue of an adapter
+//!   per process (up to `QUEUES_PER_ADAPTER` queues, each its own wgpu device;
+//!   the current thread's `QueueScope` chooses one); kernels JIT-compile on
+//!   a queue's first launch of them, sharing keeps that cost once per queue.
 //! - [`WgpuArray`]: a stack in GPU memory, the [`MemoryType::Wgpu`] array;
 //!   [`register`] adds host ↔ wgpu converters and the GPU implementations
 //!   of registered functions.

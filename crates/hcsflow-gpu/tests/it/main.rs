@@ -10,3 +10,4 @@ mod conformance;
 mod errors;
 mod focus_gpu;
 mod gpu_vs_host;
+mod queues;
