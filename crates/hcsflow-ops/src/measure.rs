@@ -36,6 +36,7 @@
 use hcsflow_core::{
     with_pixels, ArgProblem, ArtifactDecl, Cell, Contract, FunctionDecl, FunctionError, NoArgs, Pixel, Registry, Stack, StackShape, Table,
 };
+use rayon::prelude::*;
 
 /// The measurements of one object.
 #[derive(Debug, Clone, PartialEq)]
@@ -72,6 +73,13 @@ fn perimeter_weight(code: usize) -> f64 {
 
 /// Measures every object of `labels` (`h × w`, row-major; values up to
 /// `max_label`, larger values are an error) on `plane`; rows in label order.
+///
+/// The plane is read once, in parallel bands of rows, as runs of equal nonzero
+/// label; the runs are grouped by label (raster order kept) and each object is
+/// measured from its own runs, the objects in parallel. An object's pixels are
+/// visited in raster order, as a raster scan of the whole plane would, so its
+/// sums (and their rounding) do not depend on the other objects or threads;
+/// the work is that of the objects' pixels, not of the plane's.
 pub fn measure_objects<T: Pixel>(
     labels: &[u32],
     max_label: u32,
@@ -83,129 +91,176 @@ pub fn measure_objects<T: Pixel>(
     if labels.len() != h * w || plane.len() != h * w {
         return Err(FunctionError::invalid(NAME, format!("labels and plane must both have {h}×{w} pixels")));
     }
-    if let Some(&l) = labels.iter().find(|&&l| l > max_label) {
+    if h == 0 || w == 0 {
+        return Ok(Vec::new());
+    }
+    let bands: Vec<(Vec<LabelRun>, Option<u32>)> =
+        labels.par_chunks(w * RUN_BAND).enumerate().map(|(b, chunk)| label_runs(chunk, w, b * RUN_BAND, max_label)).collect();
+    if let Some(l) = bands.iter().find_map(|b| b.1) {
         return Err(FunctionError::invalid(NAME, format!("label {l} is above the count {max_label}")));
     }
+    // Counting sort of the runs by label (stable: raster order within a label).
     let n = max_label as usize + 1;
-    #[derive(Clone)]
-    struct Acc {
-        area: u64,
-        sy: f64,
-        sx: f64,
-        bbox: [usize; 4],
-        sum: f64,
-        min: f64,
-        max: f64,
-        perimeter: f64,
-        m: [f64; 3],
+    let mut start = vec![0u32; n + 1];
+    for r in bands.iter().flat_map(|b| &b.0) {
+        start[r.label as usize + 1] += 1;
     }
-    let mut acc = vec![
-        Acc {
-            area: 0,
-            sy: 0.0,
-            sx: 0.0,
-            bbox: [usize::MAX, usize::MAX, 0, 0],
-            sum: 0.0,
-            min: f64::INFINITY,
-            max: f64::NEG_INFINITY,
-            perimeter: 0.0,
-            m: [0.0; 3]
-        };
-        n
-    ];
-    let at = |y: isize, x: isize| -> u32 {
-        if y < 0 || x < 0 || y >= h as isize || x >= w as isize {
+    for l in 0..n {
+        start[l + 1] += start[l];
+    }
+    let mut next = start.clone();
+    let mut runs = vec![LabelRun { label: 0, y: 0, x0: 0, x1: 0 }; start[n] as usize];
+    for r in bands.iter().flat_map(|b| &b.0) {
+        let at = &mut next[r.label as usize];
+        runs[*at as usize] = *r;
+        *at += 1;
+    }
+    drop(bands);
+    let image = Image { labels, plane, h, w };
+    Ok((1..n)
+        .into_par_iter()
+        .filter(|&l| start[l] < start[l + 1])
+        .map_init(Vec::new, |rows, l| measure_one(&image, l as u32, &runs[start[l] as usize..start[l + 1] as usize], rows))
+        .collect())
+}
+
+/// Rows per task of [`measure_objects`]'s pass over the labels.
+const RUN_BAND: usize = 16;
+
+/// A run of pixels of one label on a row: `x0..x1` on row `y`.
+#[derive(Clone, Copy)]
+struct LabelRun {
+    label: u32,
+    y: u32,
+    x0: u32,
+    x1: u32,
+}
+
+/// The runs of equal nonzero label in `chunk` (whole rows of width `w`, the
+/// first being row `y0`), raster order, and the first label above `max_label`.
+fn label_runs(chunk: &[u32], w: usize, y0: usize, max_label: u32) -> (Vec<LabelRun>, Option<u32>) {
+    let mut runs = Vec::new();
+    let mut too_large = None;
+    for (dy, row) in chunk.chunks_exact(w).enumerate() {
+        let y = (y0 + dy) as u32;
+        let mut x = 0;
+        while x < w {
+            // Background: skipped 8 pixels at a time where it can.
+            while x + 8 <= w && row[x..x + 8].iter().all(|&l| l == 0) {
+                x += 8;
+            }
+            while x < w && row[x] == 0 {
+                x += 1;
+            }
+            if x == w {
+                break;
+            }
+            let (l, x0) = (row[x], x);
+            while x < w && row[x] == l {
+                x += 1;
+            }
+            if l > max_label {
+                too_large.get_or_insert(l);
+            }
+            runs.push(LabelRun { label: l, y, x0: x0 as u32, x1: x as u32 });
+        }
+    }
+    (runs, too_large)
+}
+
+/// A label plane and its intensity plane, `h × w`.
+struct Image<'a, T> {
+    labels: &'a [u32],
+    plane: &'a [T],
+    h: usize,
+    w: usize,
+}
+
+impl<T> Image<'_, T> {
+    /// The label at `(y, x)`, 0 outside the plane.
+    #[inline]
+    fn at(&self, y: isize, x: isize) -> u32 {
+        if y < 0 || x < 0 || y >= self.h as isize || x >= self.w as isize {
             0
         } else {
-            labels[y as usize * w + x as usize]
+            self.labels[y as usize * self.w + x as usize]
         }
-    };
-    // Border pixels: object pixels with a 4-neighbour of another value (or outside).
-    let border: Vec<bool> = (0..h * w)
-        .map(|i| {
-            let l = labels[i];
-            let (y, x) = ((i / w) as isize, (i % w) as isize);
-            l != 0 && (at(y - 1, x) != l || at(y + 1, x) != l || at(y, x - 1) != l || at(y, x + 1) != l)
-        })
-        .collect();
-    let is_border = |y: isize, x: isize, l: u32| at(y, x) == l && border[y as usize * w + x as usize];
-    for (i, &l) in labels.iter().enumerate() {
-        if l == 0 {
-            continue;
-        }
-        let (y, x) = (i / w, i % w);
-        let a = &mut acc[l as usize];
-        a.area += 1;
-        a.sy += y as f64;
-        a.sx += x as f64;
-        a.bbox = [a.bbox[0].min(y), a.bbox[1].min(x), a.bbox[2].max(y + 1), a.bbox[3].max(x + 1)];
-        let v = f64::from(plane[i].to_f32());
-        a.sum += v;
-        a.min = a.min.min(v);
-        a.max = a.max.max(v);
-        if border[i] {
+    }
+
+    /// Whether `(y, x)` is a border pixel of object `l`: one of its pixels
+    /// with a 4-neighbour of another value (or outside the plane).
+    #[inline]
+    fn is_border(&self, y: isize, x: isize, l: u32) -> bool {
+        self.at(y, x) == l && (self.at(y - 1, x) != l || self.at(y + 1, x) != l || self.at(y, x - 1) != l || self.at(y, x + 1) != l)
+    }
+}
+
+/// The measurements of object `l` from its runs (raster order); `rows` is
+/// scratch for its row extents.
+fn measure_one<T: Pixel>(image: &Image<'_, T>, l: u32, runs: &[LabelRun], rows: &mut Vec<(u32, u32)>) -> ObjectMeasurements {
+    let (mut area, mut sy, mut sx, mut sum, mut perimeter) = (0u64, 0f64, 0f64, 0f64, 0f64);
+    let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
+    let mut bbox = [usize::MAX, usize::MAX, 0, 0];
+    for r in runs {
+        let y = r.y as usize;
+        bbox = [bbox[0].min(y), bbox[1].min(r.x0 as usize), bbox[2].max(y + 1), bbox[3].max(r.x1 as usize)];
+        for x in r.x0 as usize..r.x1 as usize {
+            area += 1;
+            sy += y as f64;
+            sx += x as f64;
+            let v = f64::from(image.plane[y * image.w + x].to_f32());
+            sum += v;
+            min = min.min(v);
+            max = max.max(v);
             let (yi, xi) = (y as isize, x as isize);
-            let edges = [(-1, 0), (1, 0), (0, -1), (0, 1)].iter().filter(|(dy, dx)| is_border(yi + dy, xi + dx, l)).count();
-            let corners = [(-1, -1), (-1, 1), (1, -1), (1, 1)].iter().filter(|(dy, dx)| is_border(yi + dy, xi + dx, l)).count();
-            a.perimeter += perimeter_weight(1 + 2 * edges + 10 * corners);
-        }
-    }
-    // Each object's rows within its bounding box, one after the other: the
-    // leftmost and rightmost column of each row (EMPTY_ROW where it has none).
-    let mut row_start = vec![0usize; n + 1];
-    for (l, a) in acc.iter().enumerate() {
-        row_start[l + 1] = row_start[l] + if a.area > 0 { a.bbox[2] - a.bbox[0] } else { 0 };
-    }
-    let mut rows = vec![EMPTY_ROW; row_start[n]];
-    // Second pass: central second moments (about the centroid) and the row extents.
-    for (i, &l) in labels.iter().enumerate() {
-        if l == 0 {
-            continue;
-        }
-        let a = &mut acc[l as usize];
-        let (y, x) = (i / w, i % w);
-        let c = a.area as f64;
-        let (dy, dx) = (y as f64 - a.sy / c, x as f64 - a.sx / c);
-        a.m[0] += dy * dy;
-        a.m[1] += dy * dx;
-        a.m[2] += dx * dx;
-        let r = &mut rows[row_start[l as usize] + y - a.bbox[0]];
-        let x = (x - a.bbox[1]) as u32;
-        *r = (r.0.min(x), r.1.max(x));
-    }
-    Ok(acc
-        .iter()
-        .enumerate()
-        .skip(1)
-        .filter(|(_, a)| a.area > 0)
-        .map(|(l, a)| {
-            let c = a.area as f64;
-            // inertia tensor [[mu_xx, -mu_xy], [-mu_xy, mu_yy]] / area (skimage's layout)
-            let (p, q, r) = (a.m[2] / c, -a.m[1] / c, a.m[0] / c);
-            let mid = (p + r) / 2.0;
-            let rad = (((p - r) / 2.0).powi(2) + q * q).sqrt();
-            let (l1, l2) = ((mid + rad).max(0.0), (mid - rad).max(0.0));
-            let eccentricity = if l1 == 0.0 { 0.0 } else { (1.0 - l2 / l1).sqrt() };
-            let convex_area = convex_area(&rows[row_start[l]..row_start[l + 1]]);
-            ObjectMeasurements {
-                label: l as u32,
-                area: a.area,
-                center_y: a.sy / c,
-                center_x: a.sx / c,
-                bbox: a.bbox,
-                perimeter: a.perimeter,
-                eccentricity,
-                major_axis_length: 4.0 * l1.sqrt(),
-                minor_axis_length: 4.0 * l2.sqrt(),
-                convex_area,
-                solidity: a.area as f64 / convex_area as f64,
-                mean_intensity: a.sum / c,
-                integrated_intensity: a.sum,
-                min_intensity: a.min,
-                max_intensity: a.max,
+            if image.is_border(yi, xi, l) {
+                let edges = [(-1, 0), (1, 0), (0, -1), (0, 1)].iter().filter(|(dy, dx)| image.is_border(yi + dy, xi + dx, l)).count();
+                let corners = [(-1, -1), (-1, 1), (1, -1), (1, 1)].iter().filter(|(dy, dx)| image.is_border(yi + dy, xi + dx, l)).count();
+                perimeter += perimeter_weight(1 + 2 * edges + 10 * corners);
             }
-        })
-        .collect())
+        }
+    }
+    // Central second moments (about the centroid) and each row's leftmost and
+    // rightmost column within the bounding box (EMPTY_ROW where it has none).
+    let c = area as f64;
+    let mut m = [0f64; 3];
+    rows.clear();
+    rows.resize(bbox[2] - bbox[0], EMPTY_ROW);
+    for r in runs {
+        let y = r.y as usize;
+        for x in r.x0 as usize..r.x1 as usize {
+            let (dy, dx) = (y as f64 - sy / c, x as f64 - sx / c);
+            m[0] += dy * dy;
+            m[1] += dy * dx;
+            m[2] += dx * dx;
+        }
+        let e = &mut rows[y - bbox[0]];
+        *e = (e.0.min(r.x0 - bbox[1] as u32), e.1.max(r.x1 - 1 - bbox[1] as u32));
+    }
+    // inertia tensor [[mu_xx, -mu_xy], [-mu_xy, mu_yy]] / area (skimage's layout)
+    let (p, q, r) = (m[2] / c, -m[1] / c, m[0] / c);
+    let mid = (p + r) / 2.0;
+    let rad = (((p - r) / 2.0).powi(2) + q * q).sqrt();
+    let (l1, l2) = ((mid + rad).max(0.0), (mid - rad).max(0.0));
+    let eccentricity = if l1 == 0.0 { 0.0 } else { (1.0 - l2 / l1).sqrt() };
+    let convex_area = convex_area(rows);
+    ObjectMeasurements {
+        label: l,
+        area,
+        center_y: sy / c,
+        center_x: sx / c,
+        bbox,
+        perimeter,
+        eccentricity,
+        major_axis_length: 4.0 * l1.sqrt(),
+        minor_axis_length: 4.0 * l2.sqrt(),
+        convex_area,
+        solidity: area as f64 / convex_area as f64,
+        mean_intensity: sum / c,
+        integrated_intensity: sum,
+        min_intensity: min,
+        max_intensity: max,
+    }
 }
 
 /// A row of an object's bounding box that holds none of its pixels.
