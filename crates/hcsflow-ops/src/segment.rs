@@ -838,21 +838,42 @@ pub fn maxima_markers(dist: &[f32], h: usize, w: usize, radius: usize) -> Labels
             window_max(&mut o[k..], &row[..w - k]);
         }
     });
-    let mut peak = vec![false; h * w];
-    peak.par_chunks_mut(w).enumerate().for_each_init(
-        || vec![0f32; w],
-        |m, (y, p)| {
-            m.copy_from_slice(&rowmax[y * w..(y + 1) * w]);
-            for yy in y.saturating_sub(radius)..=(y + radius).min(h - 1) {
-                window_max(m, &rowmax[yy * w..(yy + 1) * w]);
-            }
-            let row = &dist[y * w..(y + 1) * w];
-            for ((p, &v), &m) in p.iter_mut().zip(row).zip(m.iter()) {
-                *p = v > 0.0 && m <= v;
-            }
-        },
-    );
-    label_mask(&peak, h, w, Connectivity::Eight)
+    // The maximum pixels, as runs of a row (bands of rows in parallel): they
+    // are few, so they are labelled as runs (the components of touching runs,
+    // numbered in raster order as `label_mask` numbers them).
+    let bands: Vec<Vec<Run>> = (0..h.div_ceil(FLOOD_BAND))
+        .into_par_iter()
+        .map_init(
+            || (vec![0f32; w], vec![false; w]),
+            |(m, peak), b| {
+                let mut runs = Vec::new();
+                for y in b * FLOOD_BAND..((b + 1) * FLOOD_BAND).min(h) {
+                    m.copy_from_slice(&rowmax[y * w..(y + 1) * w]);
+                    for yy in y.saturating_sub(radius)..=(y + radius).min(h - 1) {
+                        window_max(m, &rowmax[yy * w..(yy + 1) * w]);
+                    }
+                    let row = &dist[y * w..(y + 1) * w];
+                    for ((p, &v), &m) in peak.iter_mut().zip(row).zip(m.iter()) {
+                        *p = v > 0.0 && m <= v;
+                    }
+                    let mut x = 0;
+                    while let Some((x0, x1)) = next_run(peak, &mut x, true) {
+                        runs.push(Run { y: y as u32, x0: x0 as u32, x1: x1 as u32, at: 0, band: 0, marked: true });
+                    }
+                }
+                runs
+            },
+        )
+        .collect();
+    drop(rowmax);
+    let runs = bands.concat();
+    let parts = run_components(&runs, h, Connectivity::Eight);
+    let mut labels = vec![0u32; h * w];
+    for (r, &(c, _)) in runs.iter().zip(&parts.slot) {
+        let row = r.y as usize * w;
+        labels[row + r.x0 as usize..row + r.x1 as usize].fill(c + 1);
+    }
+    Labels { height: h, width: w, labels, count: parts.components.len() as u32 }
 }
 
 /// `out[i] = max(out[i], v[i])` (the values have no NaN).
@@ -927,7 +948,7 @@ pub fn segment_nuclei<T: Pixel>(plane: &[T], h: usize, w: usize, p: &NucleiParam
         return Err(FunctionError::invalid(NAME, "the image contains NaN"));
     }
     let t = threshold_value(&smoothed, p.threshold)? * p.threshold_factor;
-    let mask: Vec<bool> = smoothed.iter().map(|&v| f64::from(v) > t).collect();
+    let mask: Vec<bool> = smoothed.par_iter().map(|&v| f64::from(v) > t).collect();
     drop(smoothed);
     let mask = fill_holes(&mask, h, w);
     let dist = distance_transform_edt(&mask, h, w, (1.0, 1.0));
