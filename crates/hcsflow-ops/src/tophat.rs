@@ -95,8 +95,9 @@ impl Lattice for f32 {
 pub const MAX_RADIUS: usize = 1000;
 
 /// Half-width of skimage's `disk(r)` chord at row offset `dy`: the largest `x`
-/// with `x² + dy² ≤ r²` (exact integer arithmetic).
-fn chord_half_width(r: usize, dy: usize) -> usize {
+/// with `x² + dy² ≤ r²` (exact integer arithmetic). The GPU top-hat decomposes
+/// the disk with it too.
+pub fn chord_half_width(r: usize, dy: usize) -> usize {
     let rem = r * r - dy * dy;
     let mut x = (rem as f64).sqrt() as usize;
     while x * x > rem {

@@ -10,8 +10,10 @@ mod basic;
 mod equalize;
 mod filters;
 mod focus;
+mod median;
 mod normalize;
 mod projection;
+mod tophat;
 
 use std::sync::Arc;
 
@@ -58,6 +60,9 @@ pub fn implementations() -> Vec<Binding> {
         ops_equalize::STACK_EQUALIZE_HISTOGRAM.device(WGPU, |a, args, _| equalize::stack_equalize_histogram(a, args)),
         ops_filters::GAUSSIAN_BLUR.device(WGPU, |a, args, _| filters::gaussian_blur(a, args)).with_scratch(filters::separable_scratch),
         ops_filters::SHARPEN.device(WGPU, |a, args, _| filters::sharpen(a, args)).with_scratch(filters::separable_scratch),
+        // Every side the host takes (1..=99); two reflect tables of h + k − 1 and w + k − 1 entries, no scratch.
+        ops_filters::MEDIAN_FILTER.device(WGPU, |a, args, _| median::median_filter(a, args)),
+        hcsflow_ops::tophat::WHITE_TOPHAT.device(WGPU, |a, args, _| tophat::white_tophat(a, args)).with_scratch(tophat::scratch),
         ops_composite::COMPOSITE.device(WGPU, |a, args, _| filters::composite(a, args)),
         ops_composite::APPLY_MASK.device(WGPU, |a, args, _| filters::apply_mask(a, args)),
         // Reads its profiles from the plate-wide fit in the call context, or the files its arguments name.

@@ -50,6 +50,10 @@ fn agreement(function: &str, dtype: DType) -> Agreement {
         // `I·(1/F) − (D + offset)/F`: bit-exact unless the driver fuses it into an FMA,
         // then within an ulp of I/F (1/F ≤ 2 here); basic_gpu.rs holds each value to that ulp.
         "basic_correct" => Agreement::Close { atol: 1e-6, rtol: 0.0, scaled: true },
+        // The median is a value of the window, found exactly (morphology_gpu.rs).
+        "median_filter" => Agreement::Exact,
+        // Exact min/max and the subtraction in the input dtype (morphology_gpu.rs).
+        "white_tophat" => Agreement::Exact,
         "focus_stack" => Agreement::MostPixels,
         "assemble" if integer => Agreement::Close { atol: 1.0, rtol: 0.0, scaled: false },
         "assemble" => Agreement::Close { atol: 1e-6, rtol: 0.0, scaled: true },

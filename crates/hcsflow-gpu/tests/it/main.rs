@@ -10,4 +10,5 @@ mod conformance;
 mod errors;
 mod focus_gpu;
 mod gpu_vs_host;
+mod morphology_gpu;
 mod queues;
