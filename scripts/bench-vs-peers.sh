@@ -7,6 +7,9 @@
 #   scripts/bench-vs-peers.sh zproj,gaussian       # rows whose name contains one of these
 #   scripts/bench-vs-peers.sh stitch               # the ASHLAR tile grids only
 #   scripts/bench-vs-peers.sh pipeline             # the end-to-end pipeline against OpenHCS only
+#   OPENHCS_TORCH_FROM=/path/to/site-packages scripts/bench-vs-peers.sh mega_flex
+#                                                  # examples/mega_flex.toml against OpenHCS running the same steps
+#                                                  # (its N2V2 needs torch: linked from a venv that has it)
 #   PEERS_HEAVY=1 scripts/bench-vs-peers.sh basicpy  # BaSiC fit, fit with dark-field, correction against BaSiCPy
 #   PEERS_HEAVY=1 scripts/bench-vs-peers.sh n2v      # N2V2 against CAREamics: s/step, predict 1024²/2048², PSNR, RSS
 #

@@ -4,7 +4,7 @@ on identical inputs, in one session (on a shared machine only ratios from one ru
 Run through scripts/bench-vs-peers.sh, which creates the main peer virtualenv and builds hcsflow;
 this driver creates the other peers' virtualenvs on first use (bench/suite.json lists them).
 
-Four sections, one table (Markdown on stdout and in WORK/bench-vs-peers.md, JSON in
+Five sections, one table (Markdown on stdout and in WORK/bench-vs-peers.md, JSON in
 WORK/bench-vs-peers.json):
 - ops: numpy/scipy/scikit-image ops of bench_skimage.py (and BaSiCPy/CAREamics with
   PEERS_HEAVY=1) against `hcsflow bench op` on the peer's own cached .npy input; accuracy is
@@ -14,6 +14,10 @@ WORK/bench-vs-peers.json):
   bench_ashlar.py's own formula (per axis, relative to tile 0) applied to our positions.
 - pipeline: bench_openhcs.py (OpenHCS's own synthetic ImageXpress plate and demo pipeline) and
   `hcsflow run` with our demo pipeline on the same image files, MB/s and peak RSS.
+- mega_flex: examples/mega_flex.toml and OpenHCS running the same steps (bench/peers/
+  bench_openhcs_mega_flex.py) on one `hcsflow synth` plate: end to end without N2V2 (both measured), N2V2
+  alone and end to end with it (OpenHCS's N2V2 refuses CPU: its own code without that guard, timed on one
+  plane and extrapolated; set OPENHCS_TORCH_FROM to a site-packages with torch, see torch_for_openhcs).
 - n2v (PEERS_HEAVY=1): bench_n2v.py (CAREamics N2V2) and hcsflow-n2v's bench_n2v example trained on
   the same noisy pair with the same steps, patch and batch: s/step, prediction 1024² and 2048²,
   PSNR after training, peak RSS.
@@ -560,6 +564,241 @@ def run_pipeline(a, suite, venvs, rows, common):
         rows.add(row)
 
 
+# ---------------------------------------------------------------- mega flex
+def synth_plate(a, common, c):
+    """The case's plate, written once by `hcsflow synth` (examples/mega_flex.toml's synthetic plate, as
+    `hcsflow demo --pipeline mega-flex` makes it, at the case's size) and cached in $PEERBENCH_DATA."""
+    s = c["synth"]
+    plate = os.path.join(common.DATA, f"mega_flex_{s['size']}px_{s['z']}z_{s['wells'].replace(',', '_')}")
+    marker = os.path.join(plate, "ground_truth", "synth_config.json")
+    if not os.path.exists(marker):
+        shutil.rmtree(plate, ignore_errors=True)
+        cfg = os.path.join(a.work, "mega_flex_synth.json")
+        with open(cfg, "w") as fh:
+            json.dump(s["config"], fh)
+        # Flags as well as the config: `synth` applies its flags' defaults over --config.
+        subprocess.run([a.hcsflow, "synth", plate, "--config", cfg, "--size", str(s["size"]), "--z", str(s["z"]),
+                        "--overlap", str(s["overlap"]), "--wells", s["wells"], "--grid", f"{s['grid']}x{s['grid']}",
+                        "--channels", str(s["channels"])], check=True, capture_output=True, text=True)
+    return plate
+
+
+def replace_steps(pipeline, drop, replacement, out):
+    """`pipeline` with the [[steps]] blocks named in `drop` replaced by the TOML text `replacement` (at the
+    first one; the others left out; an empty replacement leaves them all out), written to `out`."""
+    text = open(pipeline).read()
+    head, *blocks = re.split(r"(?m)^(?=\[\[steps\]\])", text)
+    hit = [any(re.search(rf'(?m)^name = "{re.escape(d)}"$', b) for d in drop) for b in blocks]
+    if sum(hit) != len(drop):
+        raise ValueError(f"{pipeline}: not every step of {drop} found")
+    first = hit.index(True)
+
+    def trailing_comments(b):  # the next step's comment lines end the block before it: keep them
+        m = re.search(r"(?:\n(?:#[^\n]*|[ \t]*))+$", b)
+        return b[m.start() + 1:] if m else ""
+
+    kept = []
+    for i, b in enumerate(blocks):
+        if not hit[i]:
+            kept.append(b)
+        elif i == first and replacement:
+            kept.append(replacement.rstrip("\n") + "\n\n" + trailing_comments(b))
+        else:
+            kept.append(trailing_comments(b))
+    with open(out, "w") as fh:
+        fh.write(head + "".join(kept))
+    return out
+
+
+def torch_for_openhcs(py, work):
+    """OpenHCS's N2V2 needs torch, which `pip install openhcs` does not bring. With OPENHCS_TORCH_FROM set to
+    a site-packages folder holding torch (e.g. another venv's), link torch and the packages it imports from
+    there into WORK/torch-for-openhcs and add that folder to the openhcs venv with a .pth file (after the
+    venv's own packages), instead of downloading a second multi-GB torch. Returns whether torch imports."""
+    ok = lambda: subprocess.run([py, "-c", "import torch"], capture_output=True).returncode == 0  # noqa: E731
+    if ok():
+        return True
+    src = os.environ.get("OPENHCS_TORCH_FROM")
+    if not src or not os.path.isdir(os.path.join(src, "torch")):
+        return False
+    site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    links = os.path.join(work, "torch-for-openhcs")
+    os.makedirs(links, exist_ok=True)
+    wanted = ("torch", "torchgen", "functorch", "triton", "nvidia", "cuda", "sympy", "mpmath", "isympy.py", "jinja2",
+              "markupsafe", "filelock", "networkx", "typing_extensions.py", "fsspec")
+    for name in os.listdir(src):
+        base = re.split(r"-\d", name)[0].replace("-", "_").lower()
+        hit = name in wanted or any(base == w or base.startswith(w + "_") for w in wanted if not w.endswith(".py"))
+        if hit and not os.path.exists(os.path.join(site, name)) and not os.path.exists(os.path.join(links, name)):
+            os.symlink(os.path.join(src, name), os.path.join(links, name))
+    with open(os.path.join(site, "zz_torch_for_openhcs.pth"), "w") as fh:
+        fh.write(links + "\n")
+    return ok()
+
+
+def peer_settings(pipeline):
+    """The settings the peer matches, read from our pipeline file: Richardson–Lucy's iterations and PSF σ,
+    N2V2's total training steps, patch and batch, as bench_openhcs_mega_flex.py's flags."""
+    import tomllib
+
+    funcs = []
+    for step in tomllib.load(open(pipeline, "rb"))["steps"]:
+        f = step.get("func")
+        for g in (f if isinstance(f, list) else list(f.values()) if isinstance(f, dict) and "name" not in f else [f]):
+            funcs.append({"name": g, "args": {}} if isinstance(g, str) else g)
+    args = {f["name"]: f.get("args", {}) for f in funcs if isinstance(f, dict)}
+    rl, n2v = args.get("richardson_lucy", {}), args.get("n2v_denoise", {})
+    out = []
+    for flag, v in (("--rl-iterations", rl.get("iterations")), ("--rl-sigma-xy", rl.get("sigma_xy")),
+                    ("--rl-sigma-z", rl.get("sigma_z")), ("--n2v-patch", n2v.get("patch_size")),
+                    ("--n2v-batch", n2v.get("batch_size"))):
+        if v is not None:
+            out += [flag, str(v)]
+    if n2v.get("epochs") and n2v.get("steps_per_epoch"):
+        out += ["--n2v-steps", str(n2v["epochs"] * n2v["steps_per_epoch"])]
+    return out
+
+
+def run_ours_pipeline(a, plate, pipeline, repeats, tag):
+    """`hcsflow run PLATE pipeline OUT --device cpu` `repeats` times: (report fields, process wall, CPU, peak RSS
+    MiB from the report), or an error string."""
+    secs, walls, cpus, rss, mbps, reports = [], [], [], [], [], []
+    for i in range(repeats):
+        out = os.path.join(a.work, f"mega_flex_out_{tag}")
+        shutil.rmtree(out, ignore_errors=True)
+        report = os.path.join(a.work, f"mega_flex_report_{tag}_{i}.json")
+        c0, t0 = children_cpu(), time.perf_counter()
+        q = subprocess.run([a.hcsflow, "run", plate, pipeline, out, "--device", "cpu", "--report", report],
+                           capture_output=True, text=True)
+        walls.append(time.perf_counter() - t0)
+        cpus.append(children_cpu() - c0)
+        shutil.rmtree(out, ignore_errors=True)
+        if q.returncode != 0 or not os.path.exists(report):
+            return q.stderr[-400:].strip() or f"exit {q.returncode}"
+        r = json.load(open(report))
+        if r.get("failures"):
+            return "; ".join(f"{f.get('well')}: {f.get('error')}" for f in r["failures"])[:400]
+        reports.append(r)
+        secs.append(r["seconds"])
+        mbps.append(r["mb_per_s"])
+        rss.append((r.get("peak_rss_bytes") or 0) / 2**20)
+    r = reports[-1]
+    steps = {s["name"]: s for s in r["steps"]}
+    return {"seconds": secs, "process_wall_s": walls, "process_cpu_s": cpus, "mb_per_s": mbps, "peak_rss_mib": rss,
+            "input_bytes": r["input_bytes"], "steps": list(steps), "workers": r.get("workers"),
+            "step_seconds": {k: sum(v.get(f"{p}_seconds") or 0 for p in ("read", "compute", "write"))
+                             for k, v in steps.items()},
+            "time": {"median_s": statistics.median(secs), "min_s": min(secs), "max_s": max(secs), "runs": len(secs),
+                     "cpu_median_s": statistics.median(cpus), "peak_rss_mib": max(rss)}}
+
+
+def run_mega_flex(a, suite, venvs, rows, common):
+    """examples/mega_flex.toml against OpenHCS running the same steps (bench/peers/bench_openhcs_mega_flex.py)
+    on one `hcsflow synth` plate, interleaved (peer, ours). Rows: end to end without N2V2 (both measured);
+    N2V2 alone (ours: the step's time in our full run; OpenHCS: its own N2V2 code, CUDA guard removed,
+    timed on one plane and extrapolated to the plate); end to end with N2V2 (ours measured; OpenHCS = its
+    measured run + its extrapolated N2V2)."""
+    cases = [c for c in suite.get("mega_flex", []) if selected(a, "mega_flex " + c["name"])]
+    if not cases:
+        return
+    py = venvs.python("openhcs")
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for c in cases:
+        plate = synth_plate(a, common, c)
+        images = plate_images(plate)
+        sums = files_sha256(plate, images)
+        s = c["synth"]
+        peer_args = ["--plate", plate, "--grid", str(s["grid"]), "--overlap", str(s["overlap"]), "--z", str(s["z"]),
+                     "--channels", str(s["channels"])]
+        full = os.path.join(repo, c["pipeline"])
+        peer_args += peer_settings(full)
+        drop = c.get("n2v_steps", ["denoised"])
+        no_n2v = replace_steps(full, drop, c.get("n2v_replacement", ""), os.path.join(a.work, "mega_flex_no_n2v.toml"))
+        load = {"start": os.getloadavg()[0]}
+        peer, peer_cpu = run_peer(py, a.peer_dir, "bench_openhcs_mega_flex.py", None, extra=peer_args + ["--n2v", "skip"])
+        load["ours"] = os.getloadavg()[0]
+        ours = run_ours_pipeline(a, plate, no_n2v, c.get("repeats", 1), "no_n2v")
+        if torch_for_openhcs(py, os.path.dirname(a.work)):
+            probe, _ = run_peer(py, a.peer_dir, "bench_openhcs_mega_flex.py", None, extra=peer_args + ["--n2v", "probe"])
+        else:
+            probe = {"error": "not run: no torch in the openhcs venv (set OPENHCS_TORCH_FROM to a site-packages with torch)"}
+        load["ours_full"] = os.getloadavg()[0]
+        ours_full = run_ours_pipeline(a, plate, full, c.get("repeats", 1), "full")
+        load["end"] = os.getloadavg()[0]
+        rows.meta["openhcs_versions"] = peer.get("versions") or probe.get("versions")
+        mb = sum(os.path.getsize(os.path.join(plate, i)) for i in images) / 1e6
+        what = (f"{len(images)} planes, {mb:.0f} MB (hcsflow synth: {s['wells']}, {s['grid']}×{s['grid']} sites, "
+                f"{s['channels']} ch, {s['z']} z, {s['size']}²); load 1 min peer {load['start']:.1f} / ours "
+                f"{load['ours']:.1f} / ours with N2V2 {load['ours_full']:.1f}")
+        base = {"section": "mega_flex", "peer": "OpenHCS", "input_sha256_peer": sums, "input_sha256_ours": sums}
+
+        # 1. End to end without N2V2: both sides measured.
+        row = dict(base, op=f"mega flex without N2V2: {c['name']}", peer_op="--n2v skip", peer_result=peer)
+        if "error" in peer:
+            row["peer_error"] = peer["error"]
+        else:
+            row["peer_time"] = {"median_s": peer["execute_s"], "min_s": peer["execute_s"], "max_s": peer["execute_s"],
+                                "runs": 1, "cpu_median_s": None, "peak_rss_mib": peer["peak_rss_mib"]}
+        if isinstance(ours, str):
+            row["ours"] = {"error": ours}
+        else:
+            row["ours"], row["ours_time"] = ours, ours["time"]
+        mbps = lambda t: f"{mb / t:.2f}" if t else "–"  # noqa: E731
+        row["notes"] = (f"{what}; MB/s OpenHCS {mbps(peer.get('execute_s'))}, hcsflow "
+                        f"{mbps(row.get('ours_time', {}).get('median_s'))}; ours: {c['pipeline']} with "
+                        f"{', '.join(drop)} replaced by {c.get('n2v_replacement_what', 'nothing')}, process wall incl. compile "
+                        f"{statistics.median(ours['process_wall_s']) if not isinstance(ours, str) else 0:.1f} s; "
+                        f"OpenHCS: execution only (compile {peer.get('compile_s', '–')} s not counted), 1 worker, "
+                        f"process CPU {peer_cpu:.0f} s; {c.get('peer_note', '')}")
+        row["accuracy"] = "– (same steps, different implementations; outputs not compared)"
+        rows.add(row)
+
+        # 2. N2V2 alone.
+        row = dict(base, op=f"mega flex N2V2 step: {c['name']}", peer_op="--n2v probe", peer_result=probe)
+        ours_n2v = None if isinstance(ours_full, str) else sum(
+            ours_full["step_seconds"].get(d) or 0 for d in drop) or None
+        if "error" in probe:
+            row["peer_error"] = probe["error"]
+        else:
+            est = probe["n2v_estimated_plate_s"]
+            row["peer_time"] = {"median_s": est, "min_s": est, "max_s": est, "runs": 1, "cpu_median_s": None,
+                                "peak_rss_mib": probe["peak_rss_mib"]}
+        if ours_n2v:
+            row["ours_time"] = {"median_s": ours_n2v, "min_s": ours_n2v, "max_s": ours_n2v, "runs": 1,
+                                "cpu_median_s": None, "peak_rss_mib": None}
+            row["ours"] = {"step_seconds": ours_n2v}
+        else:
+            row["ours"] = {"error": ours_full if isinstance(ours_full, str) else "no N2V2 step time in the report"}
+        row["notes"] = ("OpenHCS: ESTIMATE — its n2v2_denoise_torch refuses CPU tensors (CUDA required); its own code "
+                        "with that guard removed, timed on one plane: "
+                        f"{probe.get('n2v_s_per_train_step', '–')} s per training step (batch 16 × 64²), "
+                        f"{probe.get('n2v_s_per_plane_predict', '–')} s per plane predicted, × "
+                        f"{probe.get('n2v_models', '–')} models × {probe.get('n2v_train_steps_per_model', '–')} steps "
+                        f"+ {probe.get('n2v_planes', '–')} planes; peak RSS of the one-plane probe. Ours: the "
+                        f"`{', '.join(drop)}` step's time in our full run (2 models × 200 steps, every plane); {what}")
+        row["accuracy"] = "–"
+        rows.add(row)
+
+        # 3. End to end with N2V2.
+        row = dict(base, op=f"mega flex end to end: {c['name']}", peer_op="--n2v skip + probe")
+        if "error" not in peer and "error" not in probe:
+            t = peer["execute_s"] + probe["n2v_estimated_plate_s"]
+            row["peer_time"] = {"median_s": t, "min_s": t, "max_s": t, "runs": 1, "cpu_median_s": None,
+                                "peak_rss_mib": max(peer["peak_rss_mib"], probe["peak_rss_mib"])}
+        else:
+            row["peer_error"] = peer.get("error") or probe.get("error")
+        if isinstance(ours_full, str):
+            row["ours"] = {"error": ours_full}
+        else:
+            row["ours"], row["ours_time"] = ours_full, ours_full["time"]
+        row["notes"] = (f"OpenHCS: ESTIMATE = its measured run without N2V2 + its extrapolated N2V2 (rows above); "
+                        f"peak RSS the larger of the two processes. Ours: {c['pipeline']} measured, MB/s "
+                        f"{mbps(row.get('ours_time', {}).get('median_s'))}; {what}")
+        row["accuracy"] = "–"
+        rows.add(row)
+
+
 # ---------------------------------------------------------------- table
 def fmt_time(t):
     if not t or t.get("median_s") is None:
@@ -636,7 +875,7 @@ def main():
     ap.add_argument("--work", required=True, help="results folder")
     ap.add_argument("--venvs", help="folder of the peer virtualenvs (default: the parent of --work)")
     ap.add_argument("--only", help="comma-separated substrings of op names (ops: the peer op; 'stitch', 'pipeline')")
-    ap.add_argument("--sections", default="ops,stitch,pipeline,n2v")
+    ap.add_argument("--sections", default="ops,stitch,pipeline,mega_flex,n2v")
     ap.add_argument("--n2v-bin", help="path to hcsflow-n2v's bench_n2v example (the n2v section)")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--reference", nargs=3, metavar=("SCRIPT", "OP", "OUT"), help=argparse.SUPPRESS)
@@ -664,6 +903,8 @@ def main():
     # Longest and most telling first: an interrupted run keeps the end-to-end and stitching rows.
     if "pipeline" in sections:
         run_pipeline(a, suite, venvs, rows, common)
+    if "mega_flex" in sections:
+        run_mega_flex(a, suite, venvs, rows, common)
     if "stitch" in sections:
         run_stitch(a, suite, venvs, rows)
     if "n2v" in sections:
