@@ -8,9 +8,9 @@ What runs (OpenHCS FunctionSteps, one worker, numpy backends):
                 stack_percentile_normalize (1–99.5 %) → CLAHE → create_composite →
                 ashlar_compute_tile_positions_cpu
   measurement:  from the pipeline start: basic_flatfield_correction_numpy (fit and correct, one call
-                per channel over all sites and planes) → [N2V2] → Richardson–Lucy 3D on each tile's
-                z-stack (--rl-iterations, Gaussian PSF --rl-sigma-xy, --rl-sigma-z) → max-Z → assemble_stack_cpu →
-                count_cells_single_channel (watershed) on the DAPI mosaic
+                per channel over all sites and planes) → Richardson–Lucy 3D on each tile's z-stack
+                (--rl-iterations, Gaussian PSF --rl-sigma-xy, --rl-sigma-z) → max-Z →
+                assemble_stack_cpu → count_cells_single_channel (watershed) on the DAPI mosaic
 
 Where OpenHCS has no CPU function, the step is what an OpenHCS user would write, a @numpy function in
 the pipeline: CLAHE (OpenHCS has it only for CuPy) is skimage's equalize_adapthist; 3D Richardson–Lucy
@@ -22,11 +22,11 @@ N2V2: OpenHCS's n2v2_denoise_torch raises on a CPU tensor ("CUDA required"). `--
 own code with only that guard removed (its 31 M-parameter paper U-Net, AdamW, its patch sampler and
 its overlapping-patch prediction), outside the orchestrator: one training epoch on one plane and the
 prediction of that plane, timed apart, and extrapolates to the plate (one model per channel trained
-for the steps of our settings, every plane predicted). `--n2v pipeline` puts that CPU copy into the
-pipeline after BaSiC (hours on 1024² tiles on two cores). `--n2v skip` (default) leaves it out.
+for the steps of our settings, every plane predicted). `--n2v skip` (default) leaves it out of the
+pipeline: in it, on 1024² tiles and two cores, it would take hours.
 
-Usage (the openhcs venv; torch only for --n2v):
-  python bench_openhcs_mega_flex.py --plate PLATE --grid 3 --overlap 0.15 [--n2v skip|probe|pipeline]
+Usage (the openhcs venv; torch only for --n2v probe):
+  python bench_openhcs_mega_flex.py --plate PLATE --grid 3 --overlap 0.15 [--n2v skip|probe]
 Prints one JSON line: execute_s (orchestrator execution), compile_s, images, input_MB, MB_per_s,
 peak_rss_mib (the whole process), the steps, versions, and with --n2v probe the N2V2 timings.
 """
@@ -124,22 +124,13 @@ def richardson_lucy_3d(
     return out.astype(stack.dtype)
 
 
-def n2v2_denoise_torch_cpu(image, *, max_epochs: int = 6, batch_size: int = N2V_BATCH, patch_size: int = N2V_PATCH):  # noqa: E501
-    """OpenHCS's N2V2 with its CUDA guard removed (see n2v_cpu_function)."""
-    cpu_fn, _, _ = n2v_cpu_function()
-    return cpu_fn(image, max_epochs=max_epochs, batch_size=batch_size, patch_size=patch_size)
-
-
-def build_functions(n2v_in_pipeline):
+def build_functions():
     """The functions an OpenHCS user writes for what OpenHCS lacks on CPU, declared with OpenHCS's memory-type
     decorators and bound under their own names in this module (so the orchestrator can name them)."""
     from openhcs.core.memory import numpy as numpy_func
-    from openhcs.core.memory import torch as torch_func
 
     mod = sys.modules[__name__]
     fns = {"clahe_skimage": numpy_func(clahe_skimage), "richardson_lucy_3d": numpy_func(richardson_lucy_3d)}
-    if n2v_in_pipeline:
-        fns["n2v2_denoise_torch_cpu"] = torch_func(n2v2_denoise_torch_cpu)
     for name, f in fns.items():
         setattr(mod, name, f)
     return fns
@@ -185,11 +176,6 @@ def pipeline_steps(a, fns):
         FunctionStep(func=basic_flatfield_correction_numpy, name="BaSiC fit + correct",
                      processing_config=cfg(V.SITE, V.Z_INDEX, input_source=InputSource.PIPELINE_START)),
     ]
-    if a.n2v == "pipeline":
-        epochs, _ = n2v_epochs_for_our_steps(a, a.grid * a.grid * a.z, a.size)
-        steps.append(FunctionStep(func=(fns["n2v2_denoise_torch_cpu"], {"max_epochs": epochs, "batch_size": a.n2v_batch,
-                                                                        "patch_size": a.n2v_patch}), name="N2V2 (CPU copy)",
-                                  processing_config=cfg(V.SITE, V.Z_INDEX)))
     steps += [
         FunctionStep(func=(fns["richardson_lucy_3d"], {"iterations": a.rl_iterations, "sigma_xy": a.rl_sigma_xy,
                                                        "sigma_z": a.rl_sigma_z}),
@@ -220,7 +206,7 @@ def run_pipeline(a, plate):
     from openhcs.core.progress import set_progress_queue
     import openhcs.processing.func_registry as reg
 
-    fns = build_functions(a.n2v == "pipeline")
+    fns = build_functions()
     gpc = GlobalPipelineConfig(num_workers=1) if "num_workers" in GlobalPipelineConfig.__dataclass_fields__ \
         else GlobalPipelineConfig()
     ensure_global_config_context(GlobalPipelineConfig, gpc)
@@ -266,12 +252,12 @@ def n2v_probe(a, plate_images):
         return out
 
     ns["process_large_slice"] = timed_slice
+    if max(plane.shape) <= 512:  # OpenHCS predicts small planes whole (no process_large_slice to time)
+        raise RuntimeError("--n2v probe needs tiles larger than 512² (OpenHCS's patched prediction)")
     _, steps_one_plane = n2v_epochs_for_our_steps(a, 1, plane.shape[0])
     t0 = time.perf_counter()
     cpu_fn(torch.from_numpy(plane[None]), max_epochs=1, batch_size=a.n2v_batch, patch_size=a.n2v_patch)
     total = time.perf_counter() - t0
-    if plane.shape[0] <= 512:  # OpenHCS predicts small planes whole (no process_large_slice)
-        raise RuntimeError("--n2v probe needs tiles larger than 512² (OpenHCS's patched prediction)")
     s_plane = sum(predict_s)
     s_step = (total - s_plane) / steps_one_plane
     planes = len(plate_images)
@@ -306,13 +292,15 @@ def main():
     ap.add_argument("--rl-iterations", type=int, default=RL_ITERATIONS)
     ap.add_argument("--rl-sigma-xy", type=float, default=RL_SIGMA_XY, help="PSF σ in x and y, px")
     ap.add_argument("--rl-sigma-z", type=float, default=RL_SIGMA_Z, help="PSF σ in z, planes")
-    ap.add_argument("--n2v-steps", type=int, default=N2V_STEPS, help="our N2V2 training steps per model (epochs × steps)")
+    ap.add_argument("--n2v-steps", type=int, default=N2V_STEPS,
+                    help="our N2V2 training steps per model (epochs × steps)")
     ap.add_argument("--n2v-patch", type=int, default=N2V_PATCH)
     ap.add_argument("--n2v-batch", type=int, default=N2V_BATCH)
-    ap.add_argument("--pixel-size", type=float, default=0.65, help="µm per pixel, declared to OpenHCS (hcsflow synth: 0.65)")
-    ap.add_argument("--n2v", choices=("skip", "probe", "pipeline"), default="skip",
-                    help="N2V2: leave out, time OpenHCS's own code on one plane and extrapolate, or run it in "
-                         "the pipeline (CPU copy, its CUDA guard removed)")
+    ap.add_argument("--pixel-size", type=float, default=0.65,
+                    help="µm per pixel, declared to OpenHCS (hcsflow synth: 0.65)")
+    ap.add_argument("--n2v", choices=("skip", "probe"), default="skip",
+                    help="skip: run the pipeline without N2V2; probe: only time OpenHCS's N2V2 (its CUDA guard "
+                         "removed) on one plane and extrapolate to the plate")
     a = ap.parse_args()
 
     src = os.path.abspath(a.plate)
