@@ -105,9 +105,7 @@ impl ClahePixel for f32 {
         let u16s = f32_to_uint(data)?;
         let levels = clahe_levels(&u16s, h, w, p, |v| v);
         let Some((lo, hi)) = min_max(&levels) else { return Ok(Vec::new()) };
-        let (lo_f, span) = (lo as f32, (hi - lo) as f32);
-        let lut: Vec<f32> =
-            (0..=hi as usize).map(|r| if hi == lo { (r as f32).clamp(0.0, 1.0) } else { (r as f32 - lo_f) / span }).collect();
+        let lut = f32_output_lut(lo, hi);
         Ok(levels.iter().map(|&r| lut[r as usize]).collect())
     }
 }
@@ -149,14 +147,27 @@ fn min_max(levels: &[u16]) -> Option<(u16, u16)> {
 /// times the dtype's max, rounded ties-to-even (`img_as_ubyte` / `img_as_uint`).
 fn to_integer_range<T: Pixel>(levels: &[u16]) -> Vec<T> {
     let Some((lo, hi)) = min_max(levels) else { return Vec::new() };
+    let lut = integer_output_lut::<T>(lo, hi);
+    levels.par_iter().map(|&r| lut[r as usize]).collect()
+}
+
+/// Step 6 for u8/u16 output: the value of every level `0..=hi` of a plane
+/// whose levels span `lo..=hi` (see [`to_integer_range`]). The GPU implementation uses it too.
+pub fn integer_output_lut<T: Pixel>(lo: u16, hi: u16) -> Vec<T> {
     let max = T::max_value().to_f32() as f64;
-    let lut: Vec<T> = (0..=hi as usize)
+    (0..=hi as usize)
         .map(|r| {
             let unit = if hi == lo { (r as f64).clamp(0.0, 1.0) } else { (r as f64 - lo as f64) / (hi - lo) as f64 };
             T::from_f32_clip((unit * max).round_ties_even() as f32)
         })
-        .collect();
-    levels.par_iter().map(|&r| lut[r as usize]).collect()
+        .collect()
+}
+
+/// Step 6 for f32 output: the value in [0, 1] of every level `0..=hi` of a
+/// plane whose levels span `lo..=hi`. The GPU implementation uses it too.
+pub fn f32_output_lut(lo: u16, hi: u16) -> Vec<f32> {
+    let (lo_f, span) = (lo as f32, (hi - lo) as f32);
+    (0..=hi as usize).map(|r| if hi == lo { (r as f32).clamp(0.0, 1.0) } else { (r as f32 - lo_f) / span }).collect()
 }
 
 /// Steps 1–5 of the module docs: the CLAHE grey level (0..=16383) of every
@@ -177,24 +188,48 @@ fn bin_lut<T: Binned + Copy + Sync>(data: &[T], nbins: usize, to_u16: &(impl Fn(
         .par_chunks(1 << 16)
         .map(|c| c.iter().fold((u16::MAX, 0u16), |(a, b), &v| (a.min(to_u16(v)), b.max(to_u16(v)))))
         .reduce(|| (u16::MAX, 0), |x, y| (x.0.min(y.0), x.1.max(y.1)));
+    bin_lut_for_range(lo, hi, nbins, T::BINS == 256)
+}
+
+/// The bin of every input value of a plane whose 16-bit values (skimage's
+/// `img_as_uint`) span `lo..=hi`: indexed by the u8 value (256 entries, its
+/// 16-bit value `v·257`) when `u8_input`, else by the 16-bit value (65,536).
+/// Step 2 of the module docs; the GPU implementation uses it too.
+pub fn bin_lut_for_range(lo: u16, hi: u16, nbins: usize, u8_input: bool) -> Vec<u16> {
     let bin_size = 1 + LEVELS / nbins;
     let (lo_f, span) = (lo as f64, hi as f64 - lo as f64);
-    // Index by the input value's bin (u8: 256 entries, u16: 65,536), through its 16-bit value.
-    let mut lut = vec![0u16; T::BINS];
     let fill = |u: u16| -> u16 {
         let level = if hi == lo { (u as f64).clamp(0.0, TOP) } else { ((u as f64 - lo_f) / span * TOP).round_ties_even() };
         (level as usize / bin_size) as u16
     };
-    if T::BINS == 256 {
-        for (v, slot) in lut.iter_mut().enumerate() {
-            *slot = fill((v as u16) * 257);
-        }
+    if u8_input {
+        (0..256u32).map(|v| fill((v as u16) * 257)).collect()
     } else {
-        for (v, slot) in lut.iter_mut().enumerate() {
-            *slot = fill(v as u16);
-        }
+        (0..=u16::MAX).map(fill).collect()
     }
-    lut
+}
+
+/// The histogram clip of a `elements`-pixel region: `max(int(clip_limit·elements), 1)`,
+/// or `elements` (no clipping) when `clip_limit` is 0.
+pub fn clip_count(clip_limit: f64, elements: i64) -> i64 {
+    if clip_limit > 0.0 {
+        ((clip_limit * elements as f64).max(1.0)) as i64
+    } else {
+        elements
+    }
+}
+
+/// Step 4 of the module docs for one tile: `hist` (`nbins` counts of an
+/// `elements`-pixel region) clipped at `clip` in place, then its grey-level
+/// map (exact integers as f64) appended to `out`. The GPU implementation uses it too.
+pub fn tile_map(hist: &mut [i64], clip: i64, elements: i64, out: &mut Vec<f64>) {
+    let scale = TOP / elements as f64;
+    clip_histogram(hist, clip);
+    let mut acc = 0i64;
+    out.extend(hist.iter().map(|&c| {
+        acc += c;
+        ((acc as f64 * scale).min(TOP) as i64) as f64
+    }));
 }
 
 /// The clipped, cumulated grey-level map of every tile, `[ty][tx][bin]` flattened,
@@ -203,8 +238,7 @@ fn tile_maps<T: Binned + Copy + Sync>(data: &[T], h: usize, w: usize, ky: usize,
     let (ny, nx) = (h.div_ceil(ky), w.div_ceil(kx));
     let nbins = p.nbins;
     let elements = (ky * kx) as i64;
-    let clip = if p.clip_limit > 0.0 { ((p.clip_limit * elements as f64).max(1.0)) as i64 } else { elements };
-    let scale = TOP / elements as f64;
+    let clip = clip_count(p.clip_limit, elements);
     let cols: Vec<usize> = (0..nx * kx).map(|j| Boundary::Mirror.index(j as isize, w)).collect();
     let maps: Vec<f64> = (0..ny)
         .into_par_iter()
@@ -221,12 +255,7 @@ fn tile_maps<T: Binned + Copy + Sync>(data: &[T], h: usize, w: usize, ky: usize,
             }
             let mut out = Vec::with_capacity(nx * nbins);
             for hist in hist.chunks_mut(nbins) {
-                clip_histogram(hist, clip);
-                let mut acc = 0i64;
-                out.extend(hist.iter().map(|&c| {
-                    acc += c;
-                    ((acc as f64 * scale).min(TOP) as i64) as f64
-                }));
+                tile_map(hist, clip, elements, &mut out);
             }
             out
         })

@@ -7,6 +7,7 @@
 
 mod assemble;
 mod basic;
+mod clahe;
 mod equalize;
 mod filters;
 mod focus;
@@ -63,6 +64,7 @@ pub fn implementations() -> Vec<Binding> {
         // Every side the host takes (1..=99); two reflect tables of h + k − 1 and w + k − 1 entries, no scratch.
         ops_filters::MEDIAN_FILTER.device(WGPU, |a, args, _| median::median_filter(a, args)),
         hcsflow_ops::tophat::WHITE_TOPHAT.device(WGPU, |a, args, _| tophat::white_tophat(a, args)).with_scratch(tophat::scratch),
+        hcsflow_ops::clahe::CLAHE.device(WGPU, |a, args, _| clahe::clahe(a, args)).with_scratch(clahe::scratch),
         ops_composite::COMPOSITE.device(WGPU, |a, args, _| filters::composite(a, args)),
         ops_composite::APPLY_MASK.device(WGPU, |a, args, _| filters::apply_mask(a, args)),
         // Reads its profiles from the plate-wide fit in the call context, or the files its arguments name.

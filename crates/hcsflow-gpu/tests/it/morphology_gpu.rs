@@ -125,3 +125,41 @@ fn white_tophat_gpu_is_exact_with_host() {
     let gpu = run("white_tophat", &["radius=2"], &s, dev).unwrap_err();
     assert_eq!(gpu, host);
 }
+
+/// The host's tables (bins, clipped maps, output stretch) and each bilinear
+/// term rounded as the host's f64 product then f32: equal to the host for
+/// every dtype, tile size, clip limit and bin count, f32 inputs inside and
+/// outside [-1, 1] included; NaN refused as on the host.
+#[test]
+fn clahe_gpu_is_exact_with_host() {
+    let Some(dev) = gpu() else { return };
+    let settings: [&[&str]; 5] =
+        [&[], &["kernel_size=5"], &["kernel_size=16", "clip_limit=0"], &["kernel_size=7", "clip_limit=0.05", "nbins=64"], &["nbins=1000"]];
+    for dtype in DType::ALL {
+        for (i, shape) in SHAPES.iter().enumerate() {
+            for args in settings {
+                if args.first().is_some_and(|a| a.starts_with("kernel_size")) && shape[1].max(shape[2]) < 16 {
+                    continue; // kernel_size is at most the plane's larger side
+                }
+                let s = random_stack(dtype, *shape, 1200 + i as u64);
+                let host = run("clahe", args, &s, Device::Cpu).unwrap();
+                let gpu = run("clahe", args, &s, dev).unwrap();
+                assert_same(&gpu, &host, &format!("clahe {args:?} {dtype} {shape:?}"));
+            }
+        }
+    }
+    // f32 inside [-1, 1] (no stretch), a constant plane, a low-contrast u16 plane.
+    let unit = Stack::from_f32_array(random_stack(DType::F32, [2, 30, 27], 1201).to_f32().mapv(|v| v / 1000.0), DType::F32);
+    let constant = Stack::from_f32_array(Array3::from_elem((1, 9, 12), 3.0), DType::F32);
+    let low =
+        Stack::from_f32_array(random_stack(DType::U16, [2, 30, 27], 1202).to_f32().mapv(|v| 1000.0 + (v / 4000.0).floor()), DType::U16);
+    for (what, s) in [("unit f32", &unit), ("constant f32", &constant), ("low-contrast u16", &low)] {
+        let host = run("clahe", &[], s, Device::Cpu).unwrap();
+        let gpu = run("clahe", &[], s, dev).unwrap();
+        assert_same(&gpu, &host, what);
+    }
+    let mut nan = random_stack(DType::F32, [2, 5, 6], 1203).to_f32();
+    nan[[1, 2, 3]] = f32::NAN;
+    let s = Stack::from_f32_array(nan, DType::F32);
+    assert_eq!(run("clahe", &[], &s, dev).unwrap_err(), run("clahe", &[], &s, Device::Cpu).unwrap_err());
+}
