@@ -13,7 +13,7 @@ use crate::{CliError, Exit};
 /// Where functions run (`run`, `demo`, `apply`).
 #[derive(Args)]
 pub struct DeviceArgs {
-    /// auto | cpu | gpu | gpu:N.
+    /// auto | cpu | gpu | gpu:N | gpu:N,M,… (wells spread over several adapters).
     #[arg(long, default_value = "auto")]
     device: String,
     /// Allow a software GPU adapter (lavapipe/llvmpipe), for tests and CI.

@@ -16,8 +16,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use hcsflow_core::{
-    blamed, ArgError, CallPlan, Contract, ConversionPolicy, Conversions, DType, DTypeConversion, DTypePolicy, Device, MemoryType,
-    OutputDType, PlanError, Registry, Route, StackShape,
+    assign_adapters, blamed, AdapterLoad, ArgError, AssignError, CallPlan, Contract, ConversionPolicy, Conversions, DType, DTypeConversion,
+    DTypePolicy, Device, MemoryType, OutputDType, PlanError, Registry, Route, Spread, StackShape,
 };
 use hcsflow_plate::naming::z_reduced_rel;
 use hcsflow_plate::{ImageError, PlaneAt, Plate};
@@ -301,6 +301,11 @@ pub struct WellPlan {
     /// Estimated peak bytes while the well runs (input planes, one stack
     /// copy, the outputs): what `--max-memory` budgets.
     pub estimate_bytes: u64,
+    /// The GPU adapter (`gpu:N` index) the well's GPU calls run on: the one
+    /// the calls are planned on, or the well's share of several
+    /// ([`Plan::spread_over_gpus`]). `None` when no call of the plan runs on
+    /// a GPU.
+    pub gpu: Option<usize>,
 }
 
 /// The frozen plan of a run.
@@ -339,6 +344,25 @@ pub struct Plan {
     pub site_cells: BTreeMap<u32, (u32, u32)>,
     /// Site grid rows and columns.
     pub site_grid: (u32, u32),
+}
+
+impl Plan {
+    /// Spreads the wells that run on a GPU over the adapters `gpus`
+    /// (`--device gpu:0,1`), round-robin in plan order
+    /// ([`hcsflow_core::assign_adapters`]): the wells workers start one after
+    /// the other land on different adapters. Each such well's GPU calls then
+    /// run on its adapter ([`WellPlan::gpu`]); wells without GPU calls are
+    /// left alone. The plan text and the run report name each well's adapter.
+    pub fn spread_over_gpus(&mut self, gpus: &[usize]) -> Result<(), AssignError> {
+        let adapters: Vec<AdapterLoad> = gpus.iter().map(|&index| AdapterLoad { index, free_bytes: None }).collect();
+        let on_gpu: Vec<&mut WellPlan> = self.wells.iter_mut().filter(|w| w.gpu.is_some()).collect();
+        let bytes: Vec<u64> = on_gpu.iter().map(|w| w.estimate_bytes).collect();
+        let assigned = assign_adapters(&adapters, &bytes, Spread::RoundRobin)?;
+        for (w, gpu) in on_gpu.into_iter().zip(assigned) {
+            w.gpu = Some(gpu);
+        }
+        Ok(())
+    }
 }
 
 /// OUT must be a folder or not exist yet, and then its nearest existing
@@ -460,7 +484,14 @@ pub fn compile(
         return Err(flatten(errors));
     }
     let context = WellContext { plate, steps: &steps, funcs: &funcs, plate_steps: &plate_steps, plane_bytes };
-    let wells: Vec<WellPlan> = well_planes.into_iter().map(|(well, inputs)| plan_well(well, inputs, &context, &mut found)).collect();
+    let mut wells: Vec<WellPlan> = well_planes.into_iter().map(|(well, inputs)| plan_well(well, inputs, &context, &mut found)).collect();
+    let planned_gpu = steps.iter().flat_map(|s| &s.chains).flat_map(|c| &c.calls).find_map(|c| match c.device {
+        Device::Gpu(n) => Some(n),
+        Device::Cpu => None,
+    });
+    for w in &mut wells {
+        w.gpu = planned_gpu;
+    }
     errors.extend(found.wiring_errors.into_values());
     check_group_maps(plate, &steps, &found.seen, &found.unmapped, &mut errors);
     if !errors.is_empty() {
@@ -596,6 +627,7 @@ fn plan_well(well: String, inputs: Vec<InputPlane>, context: &WellContext<'_>, f
         input_bytes,
         // Planes held (a step's input and output) + one stack and its result in flight per group.
         estimate_bytes: (peak_planes as u64 + 2 * largest_stack) * plane_bytes,
+        gpu: None,
     }
 }
 

@@ -49,9 +49,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
+use hcsflow_core::queue::queue_slot_of_worker;
 use hcsflow_core::{
-    Array, ArtifactKind, CallContext, Conversions, Device, FunctionError, PlaneInfo, Registry, Route, Stack, StackInfo, Table,
-    TransferMeter, Transfers,
+    Array, ArtifactKind, CallContext, CallPlan, Conversions, Device, FunctionError, PlaneInfo, QueueId, QueueScope, Registry, Route, Stack,
+    StackInfo, Table, TransferMeter, Transfers,
 };
 pub use hcsflow_io::peak_rss_bytes;
 use hcsflow_plate::{ImageError, PlaneAt};
@@ -205,6 +206,13 @@ pub struct WellReport {
     /// Missing images used as planes of zeros (`--missing fill`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub filled: Vec<MissingPlane>,
+    /// The GPU adapter its GPU calls ran on (`gpu:1`, [`WellPlan::gpu`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<String>,
+    /// The queue of that adapter they were submitted to (`gpu:1/q0`): the
+    /// queue of the worker that ran the well ([`hcsflow_core::queue`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<String>,
 }
 
 /// A function chain of a step, for the report.
@@ -444,8 +452,9 @@ pub fn execute(
         stopped: Mutex::new(None),
     };
     std::thread::scope(|scope| {
-        for _ in 0..workers {
-            scope.spawn(|| run.run_worker());
+        for worker in 0..workers {
+            let run = &run;
+            scope.spawn(move || run.run_worker(worker));
         }
     });
     let Run { queue, manifest, reports, stopped, total, .. } = run;
@@ -604,9 +613,11 @@ impl Run<'_> {
         self.options.cancel.load(Ordering::SeqCst) || self.stopped.lock().map(|s| s.is_some()).unwrap_or(true)
     }
 
-    /// One worker: takes wells off the queue until it is empty or the run
-    /// halts, each within the memory budget, and records each outcome.
-    fn run_worker(&self) {
+    /// One worker (`worker`, 0-based): takes wells off the queue until it is
+    /// empty or the run halts, each within the memory budget, and records
+    /// each outcome. Its wells' GPU work goes to its own queue of their
+    /// adapter ([`queue_slot_of_worker`]).
+    fn run_worker(&self, worker: usize) {
         loop {
             if self.halted() {
                 break;
@@ -623,29 +634,36 @@ impl Run<'_> {
             (self.progress)(Progress::Started { well: &well.well });
             let t0 = Instant::now();
             let missing: Vec<&MissingPlane> = self.plan.missing.iter().filter(|m| m.well == well.well).collect();
-            let result = self.run_isolated(well, &missing);
+            let queue = well.gpu.map(|adapter| QueueId { adapter, slot: queue_slot_of_worker(worker) });
+            let result = self.run_isolated(well, queue, &missing);
             drop(reservation);
             let seconds = t0.elapsed().as_secs_f64();
-            let (record, report) = self.outcome(well, result, missing, seconds);
+            let (record, mut report) = self.outcome(well, result, missing, seconds);
+            report.adapter = queue.map(|q| Device::Gpu(q.adapter).to_string());
+            report.queue = queue.map(|q| q.to_string());
             self.record(well, record, report, seconds);
         }
     }
 
-    /// Runs `well`, a panic included in its failure; under skip-well a well
-    /// with `missing` images is not run.
-    fn run_isolated(&self, well: &WellPlan, missing: &[&MissingPlane]) -> WellResult {
+    /// Runs `well` (its GPU calls on `queue`), a panic included in its
+    /// failure; under skip-well a well with `missing` images is not run.
+    fn run_isolated(&self, well: &WellPlan, queue: Option<QueueId>, missing: &[&MissingPlane]) -> WellResult {
         if self.plan.missing_policy != MissingPolicy::Fill && !missing.is_empty() {
             // Compile refuses missing images under `error`: this is skip-well.
             return Err((WellError::NotRun(skipped_for_missing(missing)), Vec::new()));
         }
         // Trace spans (`hcsflow run --trace`): well > step > read | stack > call | conversion, and write.
-        let span = tracing::info_span!("well", well = %well.well);
+        let span = tracing::info_span!("well", well = %well.well, queue = tracing::field::Empty);
+        if let Some(q) = queue {
+            span.record("queue", tracing::field::display(q));
+        }
         std::panic::catch_unwind(AssertUnwindSafe(|| {
             let engine = Engine {
                 registry: self.registry,
                 conversions: self.conversions,
                 gpu_memory: self.options.gpu_memory,
                 gpu_memory_firm: self.options.gpu_memory_firm,
+                queue,
             };
             span.in_scope(|| run_well(self.plan, well, &engine, self.zarr, self.plate, self.progress))
         }))
@@ -1049,10 +1067,11 @@ struct GroupResult {
     splits: Vec<GpuSplit>,
 }
 
-/// The devices the calls of `step` are planned on, each once, in chain order.
-fn step_devices(step: &StepPlan) -> Vec<String> {
+/// The devices the calls of `step` run on in a well whose GPU calls run on
+/// adapter `gpu` ([`calls_on`]), each once, in chain order.
+fn step_devices(step: &StepPlan, gpu: Option<usize>) -> Vec<String> {
     let mut devices: Vec<String> = Vec::new();
-    for call in step.chains.iter().flat_map(|c| &c.calls) {
+    for call in step.chains.iter().flat_map(|c| calls_on(&c.calls, gpu).into_owned()) {
         let d = call.device.to_string();
         if !devices.contains(&d) {
             devices.push(d);
@@ -1061,13 +1080,16 @@ fn step_devices(step: &StepPlan) -> Vec<String> {
     devices
 }
 
-/// What runs the functions of a well: the registry, the converters and the
-/// GPU memory budget ([`RunOptions::gpu_memory`]).
+/// What runs the functions of a well: the registry, the converters, the
+/// GPU memory budget ([`RunOptions::gpu_memory`]) and the well's GPU queue.
 struct Engine<'a> {
     registry: &'a Registry,
     conversions: &'a Conversions,
     gpu_memory: Option<u64>,
     gpu_memory_firm: bool,
+    /// The adapter the well's GPU calls run on ([`WellPlan::gpu`]) and the
+    /// queue slot of the worker running it; `None` without GPU calls.
+    queue: Option<QueueId>,
 }
 
 fn run_well(
@@ -1090,7 +1112,12 @@ fn run_well(
         let step_span = tracing::info_span!("step", step = %step.name, well = %well.well);
         let _in_step = step_span.enter();
         let step_started = Instant::now();
-        let mut timing = StepTiming { step: step.name.clone(), stacks: ws.groups.len(), devices: step_devices(step), ..Default::default() };
+        let mut timing = StepTiming {
+            step: step.name.clone(),
+            stacks: ws.groups.len(),
+            devices: step_devices(step, engine.queue.map(|q| q.adapter)),
+            ..Default::default()
+        };
         let fail = |source: StepError, mut timing: StepTiming, mut timings: Vec<StepTiming>| {
             timing.seconds = step_started.elapsed().as_secs_f64();
             timings.push(timing);
@@ -1114,8 +1141,11 @@ fn run_well(
                 let _in_stack =
                     tracing::info_span!(parent: &step_span, "stack", planes = planes.iter().map(Stack::depth).sum::<usize>()).entered();
                 let sources = Sources { produced: &produced, plate };
-                // The copies this stack's calls make on this thread (nested
-                // work stolen by rayon meanwhile counts in its own window).
+                // This stack's uploads (and the kernels on them) go to the
+                // well's queue; the copies its calls make on this thread are
+                // counted (nested work stolen by rayon meanwhile opens its
+                // own scope and window).
+                let _queue = engine.queue.map(|q| QueueScope::enter(q.slot));
                 let meter = TransferMeter::start();
                 let result = run_group(plan, &well.well, ws.step, g, planes, engine, &sources);
                 let transfers = meter.finish();
@@ -1183,6 +1213,21 @@ struct Sources<'a> {
     plate: &'a PlateResults,
 }
 
+/// `calls` with their GPU calls on adapter `gpu` (the well's, when wells are
+/// spread over several adapters); the planned calls themselves when they
+/// are there already.
+fn calls_on(calls: &[CallPlan], gpu: Option<usize>) -> std::borrow::Cow<'_, [CallPlan]> {
+    let moved = |c: &CallPlan| matches!((c.device, gpu), (Device::Gpu(n), Some(g)) if n != g);
+    match gpu {
+        Some(g) if calls.iter().any(moved) => calls
+            .iter()
+            .map(|c| if moved(c) { CallPlan { device: Device::Gpu(g), ..c.clone() } } else { c.clone() })
+            .collect::<Vec<_>>()
+            .into(),
+        _ => calls.into(),
+    }
+}
+
 /// Runs one stack through its chain and splits the result into output planes.
 /// Each call gets a context: the metadata of the planes it sees and the
 /// artifacts it consumes, table rows re-indexed to those planes, planes
@@ -1219,6 +1264,7 @@ fn run_group(
         }
     };
     let context = |ci: usize, keys: &[Key]| call_context(plan, well, step, group, sources, &chain.calls[ci], keys, &first);
+    let calls = calls_on(&chain.calls, engine.queue.map(|q| q.adapter));
     let mut run = ChainRun {
         registry: engine.registry,
         conversions: engine.conversions,
@@ -1230,7 +1276,7 @@ fn run_group(
         splits: Vec::new(),
         chunking: false,
     };
-    let array = run.run(&chain.calls, Array::from(stack), &keys_of, &context).map_err(|e| match e {
+    let array = run.run(&calls, Array::from(stack), &keys_of, &context).map_err(|e| match e {
         ChainError::Function(source) => StepError::Function(Box::new(FunctionFailure { at: first.clone(), source })),
         ChainError::Memory(source) => StepError::DeviceMemory { at: first.clone(), source },
         ChainError::Failed(text) => StepError::Failed(text),
@@ -1342,6 +1388,35 @@ pub(crate) fn key_text(k: &Key) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_wells_gpu_calls_move_to_its_adapter_and_host_calls_stay() {
+        use hcsflow_core::convert::Converter;
+        use hcsflow_core::{Contract, ConversionError, ConversionPolicy, FunctionDecl, MemoryType, NoArgs};
+        static ID: FunctionDecl<NoArgs> = FunctionDecl::new("id", Contract::Pure2d, "x");
+        struct Never;
+        impl Converter for Never {
+            fn convert(&self, array: Array, _: Device) -> Result<Array, ConversionError> {
+                Ok(array)
+            }
+        }
+        let mut registry = Registry::new();
+        registry.add(ID.host(|s, _, _| Ok(s.clone())));
+        registry.add(ID.device(MemoryType::Wgpu, |a, _, _| Ok(a)));
+        let mut conversions = Conversions::default();
+        conversions.register(MemoryType::Host, MemoryType::Wgpu, Arc::new(Never));
+        conversions.register(MemoryType::Wgpu, MemoryType::Host, Arc::new(Never));
+        let plan = |device| {
+            let args = registry.get("id").unwrap().validate_args(vec![]).unwrap();
+            registry.plan_call("id", args, MemoryType::Host, device, &conversions, ConversionPolicy::default()).unwrap()
+        };
+        let calls = [plan(Device::Gpu(0)), plan(Device::Cpu), plan(Device::Gpu(0))];
+        let devices = |calls: &[CallPlan]| calls.iter().map(|c| c.device).collect::<Vec<_>>();
+        let moved = calls_on(&calls, Some(1));
+        assert_eq!(devices(&moved), [Device::Gpu(1), Device::Cpu, Device::Gpu(1)]);
+        assert!(matches!(calls_on(&calls, Some(0)), std::borrow::Cow::Borrowed(_)), "already there: no copy");
+        assert_eq!(devices(&calls_on(&calls, None)), devices(&calls));
+    }
 
     #[test]
     fn a_failed_function_keeps_its_error_under_the_same_text() {

@@ -11,7 +11,8 @@ use serde::Serialize;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct DeviceOptions {
     /// `auto` (default: a hardware GPU if there is one, else the CPU), `cpu`,
-    /// `gpu` (the best usable adapter) or `gpu:N`.
+    /// `gpu` (the best usable adapter), `gpu:N`, or `gpu:N,M,…` (the wells
+    /// spread over those adapters: [`hcsflow_pipeline::Plan::spread_over_gpus`]).
     pub request: DeviceRequest,
     /// Count software adapters (lavapipe/llvmpipe) as usable GPUs, for tests
     /// and CI. The environment variable `HCSFLOW_ALLOW_SOFTWARE_GPU=1` allows

@@ -2,6 +2,7 @@
 //! makes with them: plan a pipeline run and execute it, or plan and run one
 //! function on one stack.
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -12,7 +13,7 @@ use hcsflow_core::{
 use hcsflow_pipeline::{CompileConfig, PipelineSpec, Plan, Progress, RunSummary};
 
 use crate::device::DeviceOptions;
-use crate::error::Error;
+use crate::error::{Error, OptionsError};
 use crate::options::RunOptions;
 
 /// The functions a front end may call and the converters between their
@@ -34,13 +35,14 @@ fn write_qc_report(plan: &Plan, summary: &mut RunSummary) {
 }
 
 /// The device-memory budget of the run of `plan`: the one asked, else the
-/// adapter's largest binding; none when nothing runs on a GPU.
+/// largest binding of its adapters (the smallest of them, when the wells are
+/// spread over several); none when nothing runs on a GPU.
 fn gpu_memory(plan: &Plan, options: &RunOptions) -> Option<u64> {
-    let gpu = plan.steps.iter().flat_map(|s| &s.chains).flat_map(|c| &c.calls).find_map(|c| match c.device {
-        Device::Gpu(_) => Some(c.device),
-        Device::Cpu => None,
-    })?;
-    options.gpu_memory.or_else(|| crate::device::default_gpu_memory(gpu))
+    let gpus: BTreeSet<usize> = plan.wells.iter().filter_map(|w| w.gpu).collect();
+    if gpus.is_empty() {
+        return None;
+    }
+    options.gpu_memory.or_else(|| gpus.into_iter().filter_map(|n| crate::device::default_gpu_memory(Device::Gpu(n))).min())
 }
 
 /// One function call planned for a device ([`Engine::plan_call`]): host
@@ -87,7 +89,9 @@ impl Engine {
     }
 
     /// Plans `spec` for the plate at `plate`, writing to `out`: checks the
-    /// options, opens the plate, chooses the device, then compiles. Nothing is
+    /// options, opens the plate, chooses the device, then compiles; with
+    /// several GPU adapters (`gpu:0,1`) the wells are spread over them
+    /// ([`Plan::spread_over_gpus`]). Nothing is
     /// read beyond the plate's metadata and nothing is written: every problem
     /// the plan can show (unknown function, bad argument, output folder inside
     /// the plate, missing images under [`MissingPolicy::Error`](hcsflow_pipeline::MissingPolicy::Error), …) is an
@@ -105,7 +109,12 @@ impl Engine {
             missing: options.missing,
             require_gpu: options.require_gpu,
         };
-        Ok(hcsflow_pipeline::compile(&plate, spec, &self.registry, &self.conversions, &config)?)
+        let mut plan = hcsflow_pipeline::compile(&plate, spec, &self.registry, &self.conversions, &config)?;
+        if choice.gpus.len() > 1 {
+            // The adapters come from one `gpu:N,M` set, checked to exist: none twice, never empty.
+            plan.spread_over_gpus(&choice.gpus).map_err(|e| Error::Options(OptionsError::Gpus(e)))?;
+        }
+        Ok(plan)
     }
 
     /// Runs a plan: wells in parallel (`options.workers`, within

@@ -73,6 +73,9 @@ impl From<CallError> for Error {
 pub enum OptionsError {
     #[error("--workers must be at least 1")]
     NoWorkers,
+    /// The wells could not be spread over the adapters of `--device gpu:N,M`.
+    #[error("--device: {0}")]
+    Gpus(hcsflow_core::AssignError),
 }
 
 /// The broad class of an [`Error`]: what a front end does about it (the CLI's

@@ -3,13 +3,13 @@
 //! name the CLI's flags (`--missing fill`, `--resume`), which every front end
 //! documents under the same names.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::{self, Write as _};
 
 use hcsflow_pipeline::{plate_scope_text, Action, InputSource, MissingPolicy, Plan, RunSummary, MANIFEST_NAME, SUMMARY_NAME};
 
 /// The plan as a person reads it (`hcsflow run --dry-run`): plate, missing
-/// images, device and output folder; per step the function chain with
+/// images, device, the GPU adapter of each well, and output folder; per step the function chain with
 /// contracts, memory types, routes and devices, the artifacts it produces and
 /// consumes, and per well the number of stacks (for a plate-wide step: its
 /// sample size and seed, the reduction applied as planes are read, and per
@@ -66,6 +66,7 @@ pub fn plan_text(plan: &Plan) -> String {
         );
     }
     let _ = writeln!(s, "device: {} ({})", plan.device, plan.device_reason);
+    s.push_str(&gpus_text(plan));
     let _ = writeln!(s, "output: {}", plan.out.display());
     for (i, step) in plan.steps.iter().enumerate() {
         let variable: Vec<&str> = step.variable.iter().map(|c| c.name()).collect();
@@ -223,6 +224,26 @@ pub fn budget_warning(plan: &Plan, max_memory: Option<u64>) -> Option<String> {
         bytes(w.estimate_bytes),
         bytes(w.estimate_bytes)
     ))
+}
+
+/// `gpus: gpu:0 runs 2 wells (A01, A03); gpu:1 runs 1 well (A02)`: the
+/// adapter of each well whose calls run on a GPU ([`hcsflow_pipeline::WellPlan::gpu`]),
+/// each well on the worker's own queue of it; nothing when no call runs on a GPU.
+fn gpus_text(plan: &Plan) -> String {
+    let mut by_gpu: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+    for w in &plan.wells {
+        if let Some(g) = w.gpu {
+            by_gpu.entry(g).or_default().push(&w.well);
+        }
+    }
+    if by_gpu.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = by_gpu
+        .iter()
+        .map(|(g, wells)| format!("gpu:{g} runs {} well{} ({})", wells.len(), if wells.len() == 1 { "" } else { "s" }, wells.join(", ")))
+        .collect();
+    format!("gpus: {} (each worker submits to its own queue of its adapter)\n", parts.join("; "))
 }
 
 /// The plan's lines on missing images: the policy and what the run does.

@@ -9,6 +9,7 @@ mod bench;
 mod cli;
 mod faults;
 mod gpu_demo;
+mod gpu_queues;
 mod gpu_runtime;
 mod inspect_verify;
 mod missing;

@@ -108,7 +108,8 @@ impl WellRecord {
         WellRecord { status, seconds, error, outputs: Vec::new(), artifacts: Vec::new(), notes: Vec::new(), filled: Vec::new() }
     }
 
-    /// The report of `well` from this record: no step timings, nothing read.
+    /// The report of `well` from this record: no step timings, nothing
+    /// read, no GPU queue (the executor adds what it knows).
     pub(crate) fn report(&self, well: &str) -> WellReport {
         WellReport {
             well: well.to_string(),
@@ -119,6 +120,8 @@ impl WellRecord {
             bytes_read: 0,
             notes: self.notes.clone(),
             filled: self.filled.clone(),
+            adapter: None,
+            queue: None,
         }
     }
 }

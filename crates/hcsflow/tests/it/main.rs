@@ -4,6 +4,7 @@
 mod builtin;
 mod errors;
 mod gpu_memory;
+mod gpu_queues;
 mod mega_flex;
 mod n2v;
 mod require_gpu;
