@@ -71,6 +71,11 @@ fn perimeter_weight(code: usize) -> f64 {
     }
 }
 
+/// A label image's pixel type (u16 or u32).
+pub trait Label: Copy + Into<u32> + Sync {}
+impl Label for u16 {}
+impl Label for u32 {}
+
 /// Measures every object of `labels` (`h × w`, row-major; values up to
 /// `max_label`, larger values are an error) on `plane`; rows in label order.
 ///
@@ -80,8 +85,8 @@ fn perimeter_weight(code: usize) -> f64 {
 /// visited in raster order, as a raster scan of the whole plane would, so its
 /// sums (and their rounding) do not depend on the other objects or threads;
 /// the work is that of the objects' pixels, not of the plane's.
-pub fn measure_objects<T: Pixel>(
-    labels: &[u32],
+pub fn measure_objects<T: Pixel, L: Label>(
+    labels: &[L],
     max_label: u32,
     plane: &[T],
     h: usize,
@@ -138,7 +143,7 @@ struct LabelRun {
 
 /// The runs of equal nonzero label in `chunk` (whole rows of width `w`, the
 /// first being row `y0`), raster order, and the first label above `max_label`.
-fn label_runs(chunk: &[u32], w: usize, y0: usize, max_label: u32) -> (Vec<LabelRun>, Option<u32>) {
+fn label_runs<L: Label>(chunk: &[L], w: usize, y0: usize, max_label: u32) -> (Vec<LabelRun>, Option<u32>) {
     let mut runs = Vec::new();
     let mut too_large = None;
     for (dy, row) in chunk.chunks_exact(w).enumerate() {
@@ -146,17 +151,17 @@ fn label_runs(chunk: &[u32], w: usize, y0: usize, max_label: u32) -> (Vec<LabelR
         let mut x = 0;
         while x < w {
             // Background: skipped 8 pixels at a time where it can.
-            while x + 8 <= w && row[x..x + 8].iter().all(|&l| l == 0) {
+            while x + 8 <= w && row[x..x + 8].iter().all(|&l| l.into() == 0) {
                 x += 8;
             }
-            while x < w && row[x] == 0 {
+            while x < w && row[x].into() == 0 {
                 x += 1;
             }
             if x == w {
                 break;
             }
-            let (l, x0) = (row[x], x);
-            while x < w && row[x] == l {
+            let (l, x0) = (row[x].into(), x);
+            while x < w && row[x].into() == l {
                 x += 1;
             }
             if l > max_label {
@@ -169,21 +174,21 @@ fn label_runs(chunk: &[u32], w: usize, y0: usize, max_label: u32) -> (Vec<LabelR
 }
 
 /// A label plane and its intensity plane, `h × w`.
-struct Image<'a, T> {
-    labels: &'a [u32],
+struct Image<'a, T, L> {
+    labels: &'a [L],
     plane: &'a [T],
     h: usize,
     w: usize,
 }
 
-impl<T> Image<'_, T> {
+impl<T, L: Label> Image<'_, T, L> {
     /// The label at `(y, x)`, 0 outside the plane.
     #[inline]
     fn at(&self, y: isize, x: isize) -> u32 {
         if y < 0 || x < 0 || y >= self.h as isize || x >= self.w as isize {
             0
         } else {
-            self.labels[y as usize * self.w + x as usize]
+            self.labels[y as usize * self.w + x as usize].into()
         }
     }
 
@@ -197,7 +202,7 @@ impl<T> Image<'_, T> {
 
 /// The measurements of object `l` from its runs (raster order); `rows` is
 /// scratch for its row extents.
-fn measure_one<T: Pixel>(image: &Image<'_, T>, l: u32, runs: &[LabelRun], rows: &mut Vec<(u32, u32)>) -> ObjectMeasurements {
+fn measure_one<T: Pixel, L: Label>(image: &Image<'_, T, L>, l: u32, runs: &[LabelRun], rows: &mut Vec<(u32, u32)>) -> ObjectMeasurements {
     let (mut area, mut sy, mut sx, mut sum, mut perimeter) = (0u64, 0f64, 0f64, 0f64, 0f64);
     let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
     let mut bbox = [usize::MAX, usize::MAX, 0, 0];

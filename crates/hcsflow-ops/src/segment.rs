@@ -73,31 +73,48 @@ pub fn distance_transform_edt(mask: &[bool], h: usize, w: usize, sampling: (f64,
     out.par_chunks_mut(w).enumerate().for_each_init(
         || (vec![0usize; w], vec![0f64; w + 1], vec![0f64; w], vec![0f64; w]),
         |(v, z, f, a), (y, row)| {
-            for (s, strip) in strips.iter().enumerate() {
-                let x0 = s * EDT_STRIP;
-                let sw = EDT_STRIP.min(w - x0);
-                for (x, &d) in (x0..).zip(&strip[y * sw..(y + 1) * sw]) {
-                    f[x] = if d == u32::MAX { f64::INFINITY } else { (d as f64) * (d as f64) * sy2 };
+            let g = |x: usize| {
+                let sw = EDT_STRIP.min(w - x / EDT_STRIP * EDT_STRIP);
+                let d = strips[x / EDT_STRIP][y * sw + x % EDT_STRIP];
+                if d == u32::MAX {
+                    f64::INFINITY
+                } else {
+                    (d as f64) * (d as f64) * sy2
                 }
-            }
-            // A background pixel (f = 0) is 0, and no parabola beyond one
+            };
+            // A background pixel (g = 0) is 0, and no parabola beyond one
             // reaches past it (it is lower there, by at least half a pixel in
             // where envelopes cross), so each run of foreground pixels with the
             // background pixels bounding it is an envelope of its own: the
-            // same parabolas, crossings and values as over the whole row.
-            let mut x = 0;
-            while x < w {
-                if f[x] == 0.0 {
-                    row[x] = 0.0;
-                    x += 1;
-                    continue;
+            // same parabolas, crossings and values as over the whole row. The
+            // background stays as `out` starts, 0.
+            let mut run = |x0: usize, x1: usize| {
+                let (lo, hi) = (x0.saturating_sub(1), x1.min(w - 1));
+                for (q, f) in f.iter_mut().enumerate().take(hi + 1).skip(lo) {
+                    *f = g(q);
                 }
-                let start = x;
-                while x < w && f[x] != 0.0 {
-                    x += 1;
-                }
-                let (lo, hi) = (start.saturating_sub(1), x.min(w - 1));
                 lower_envelope_sqrt(&f[..=hi], lo, sx2, v, z, a, row);
+            };
+            if sy2 > 0.0 {
+                // g(q) ≥ sy² > 0 on the foreground: its runs are the mask's.
+                let mut x = 0;
+                while let Some((x0, x1)) = next_run(&mask[y * w..(y + 1) * w], &mut x, true) {
+                    run(x0, x1);
+                }
+            } else {
+                // sy = 0 (or NaN): the runs of nonzero g.
+                let mut x = 0;
+                while x < w {
+                    if g(x) == 0.0 {
+                        x += 1;
+                        continue;
+                    }
+                    let start = x;
+                    while x < w && g(x) != 0.0 {
+                        x += 1;
+                    }
+                    run(start, x);
+                }
             }
         },
     );
@@ -219,7 +236,8 @@ pub fn watershed(
         Some(m) => flags.copy_from_slice(&m[y * w..(y + 1) * w]),
         None => flags.fill(true),
     };
-    flood(h, w, connectivity, |i| image[i], |i| markers[i], inside_row, (UNREACHED - 1, too_large), &mut labels, |l| l)?;
+    let markers_run = |y: usize, x0: usize, m: &mut [u32]| m.copy_from_slice(&markers[y * w + x0..y * w + x0 + m.len()]);
+    flood(h, w, connectivity, |i| image[i], markers_run, inside_row, (UNREACHED - 1, too_large))?.write(&mut labels, |l| l);
     Ok(labels)
 }
 
@@ -349,10 +367,11 @@ struct Band {
 /// The seeded flood behind [`watershed`], [`watershed_stack`] and
 /// [`segment_nuclei`], on a plane given row by row and pixel by pixel:
 /// `inside_row(y, flags)` sets `flags[x]` (`w` values) to whether the flood may
-/// enter pixel `(y, x)`, and for such pixels `value(i)` is its value and
-/// `marker(i)` its marker label (0 = none), `i = y·w + x`. Writes `label_of(label)` to
-/// `out[i]` for every pixel the flood labels (markers included) and nothing
-/// elsewhere (`out` is `h × w`, usually zeros). A pixel outside the mask is
+/// enter pixel `(y, x)`, for such pixels `value(i)` is its value
+/// (`i = y·w + x`), and `markers_run(y, x0, marks)` sets `marks[k]` to the
+/// marker label of pixel `(y, x0 + k)` (0 = none) for a run of such pixels. The labels of the
+/// pixels it reaches (markers included) come back as a [`Flooded`], which
+/// counts them ([`Flooded::areas`]) and writes them ([`Flooded::write`]). A pixel outside the mask is
 /// never read but for `inside`, so its value may be anything (NaN too).
 /// Errors: a NaN value inside the mask, a marker label above `max_label`
 /// (`too_large(label)` says why), more than 2³² pixels.
@@ -364,44 +383,41 @@ struct Band {
 /// (which stays in cache, where one grid over the plane made every visit a
 /// cache miss), the components in parallel. The mask is read once, as runs of
 /// a row; components are unions of runs that touch (union–find on runs).
-#[allow(clippy::too_many_arguments)]
-fn flood<L: Copy + Send>(
+fn flood(
     h: usize,
     w: usize,
     connectivity: Connectivity,
     value: impl Fn(usize) -> f32 + Sync,
-    marker: impl Fn(usize) -> u32 + Sync,
+    markers_run: impl Fn(usize, usize, &mut [u32]) + Sync,
     inside_row: impl Fn(usize, &mut [bool]) + Sync,
     (max_label, too_large): (u32, impl Fn(u32) -> FunctionError),
-    out: &mut [L],
-    label_of: impl Fn(u32) -> L + Sync,
-) -> Result<(), FunctionError> {
+) -> Result<Flooded, FunctionError> {
     const NAME: &str = "watershed";
     if (h + 2).saturating_mul(w + 2) >= u32::MAX as usize {
         return Err(FunctionError::invalid(NAME, format!("{h}×{w} is too large (at most 2³² pixels)")));
     }
     if h == 0 || w == 0 {
-        return Ok(());
+        return Ok(Flooded { w, runs: Vec::new(), parts: run_components(&[], h, connectivity), labelled: Vec::new() });
     }
     // Pass 1, bands of rows in parallel: the runs of pixels inside the mask
     // and their cells (the markers' labels, UNREACHED elsewhere).
     let bands: Vec<Band> = (0..h.div_ceil(FLOOD_BAND))
         .into_par_iter()
         .map_init(
-            || vec![false; w],
-            |flags, b| {
+            || (vec![false; w], vec![0u32; w]),
+            |(flags, marks), b| {
                 let mut band = Band::default();
                 for y in b * FLOOD_BAND..((b + 1) * FLOOD_BAND).min(h) {
                     inside_row(y, flags);
                     let row = y * w;
                     let mut x = 0;
                     while let Some((x0, x1)) = next_run(flags, &mut x, true) {
+                        markers_run(y, x0, &mut marks[..x1 - x0]);
                         let at = band.cells.len();
                         let mut marked = false;
-                        for i in row + x0..row + x1 {
+                        for (i, &label) in (row + x0..row + x1).zip(&marks[..x1 - x0]) {
                             let v = value(i);
                             band.nan |= v.is_nan();
-                            let label = marker(i);
                             if label != 0 {
                                 marked = true;
                                 if label > max_label && band.too_large.is_none() {
@@ -448,19 +464,61 @@ fn flood<L: Copy + Send>(
             },
         )
         .collect();
-    // Pass 3, rows in parallel: the labels into the output.
-    out.par_chunks_mut(w).enumerate().for_each(|(y, row)| {
-        for (r, &(c, at)) in runs[parts.row_start[y]..parts.row_start[y + 1]].iter().zip(&parts.slot[parts.row_start[y]..]) {
-            let Some(labels) = &labelled[c as usize] else { continue };
-            let len = (r.x1 - r.x0) as usize;
-            for (o, &l) in row[r.x0 as usize..r.x1 as usize].iter_mut().zip(&labels[at as usize..at as usize + len]) {
-                if l != UNREACHED {
-                    *o = label_of(l);
+    Ok(Flooded { w, runs, parts, labelled })
+}
+
+/// The labels a [`flood`] gave: per component of the mask (`None`: it held no
+/// marker) the label of each of its pixels, in the order of its runs
+/// (UNREACHED where the flood did not go).
+struct Flooded {
+    w: usize,
+    runs: Vec<Run>,
+    parts: RunComponents,
+    labelled: Vec<Option<Vec<u32>>>,
+}
+
+impl Flooded {
+    /// The pixel count of each label `0..=max_label` (labels are at most `max_label`).
+    fn areas(&self, max_label: u32) -> Vec<u64> {
+        let n = max_label as usize + 1;
+        self.labelled
+            .par_iter()
+            .flatten()
+            .fold(
+                || vec![0u64; n],
+                |mut area, labels| {
+                    labels.iter().filter(|&&l| l != UNREACHED).for_each(|&l| area[l as usize] += 1);
+                    area
+                },
+            )
+            .reduce(
+                || vec![0u64; n],
+                |mut a, b| {
+                    a.iter_mut().zip(&b).for_each(|(a, b)| *a += b);
+                    a
+                },
+            )
+    }
+
+    /// Writes `label_of(label)` to `out[i]` (`h × w`) for every pixel the
+    /// flood reached and nothing elsewhere; rows in parallel.
+    fn write<L: Copy + Send>(&self, out: &mut [L], label_of: impl Fn(u32) -> L + Sync) {
+        let (runs, parts) = (&self.runs, &self.parts);
+        if self.w == 0 {
+            return;
+        }
+        out.par_chunks_mut(self.w).enumerate().for_each(|(y, row)| {
+            for (r, &(c, at)) in runs[parts.row_start[y]..parts.row_start[y + 1]].iter().zip(&parts.slot[parts.row_start[y]..]) {
+                let Some(labels) = &self.labelled[c as usize] else { continue };
+                let len = (r.x1 - r.x0) as usize;
+                for (o, &l) in row[r.x0 as usize..r.x1 as usize].iter_mut().zip(&labels[at as usize..at as usize + len]) {
+                    if l != UNREACHED {
+                        *o = label_of(l);
+                    }
                 }
             }
-        }
-    });
-    Ok(())
+        });
+    }
 }
 
 /// The priority flood of a grid from the queued markers, neighbours at
@@ -829,6 +887,50 @@ pub fn maxima_markers(dist: &[f32], h: usize, w: usize, radius: usize) -> Labels
     if h == 0 || w == 0 {
         return label_mask(&[], h, w, Connectivity::Eight);
     }
+    let maxima = maxima_runs(dist, h, w, radius);
+    let mut labels = vec![0u32; h * w];
+    for y in 0..h {
+        maxima.write_row(y, &mut labels[y * w..(y + 1) * w]);
+    }
+    Labels { height: h, width: w, labels, count: maxima.parts.components.len() as u32 }
+}
+
+/// [`maxima_markers`]' markers as runs: the label of run `k` is its
+/// component's number + 1.
+struct Maxima {
+    runs: Vec<Run>,
+    parts: RunComponents,
+}
+
+impl Maxima {
+    /// Writes the labels of row `y`'s markers into `row` (other pixels untouched).
+    fn write_row(&self, y: usize, row: &mut [u32]) {
+        let k = self.parts.row_start[y]..self.parts.row_start[y + 1];
+        for (r, &(c, _)) in self.runs[k.clone()].iter().zip(&self.parts.slot[k]) {
+            row[r.x0 as usize..r.x1 as usize].fill(c + 1);
+        }
+    }
+
+    /// The marker labels (0 = none) of pixels `x0..x0 + out.len()` of row `y` into `out`.
+    fn run(&self, y: usize, x0: usize, out: &mut [u32]) {
+        out.fill(0);
+        let x1 = x0 + out.len();
+        let k = self.parts.row_start[y]..self.parts.row_start[y + 1];
+        let (runs, slots) = (&self.runs[k.clone()], &self.parts.slot[k]);
+        // The row's runs are in x order: from the first one ending after x0.
+        let first = runs.partition_point(|r| (r.x1 as usize) <= x0);
+        for (r, &(c, _)) in runs[first..].iter().zip(&slots[first..]) {
+            if r.x0 as usize >= x1 {
+                break;
+            }
+            let (a, b) = ((r.x0 as usize).max(x0), (r.x1 as usize).min(x1));
+            out[a - x0..b - x0].fill(c + 1);
+        }
+    }
+}
+
+/// The maxima of [`maxima_markers`] as runs (`h`, `w` > 0).
+fn maxima_runs(dist: &[f32], h: usize, w: usize, radius: usize) -> Maxima {
     // Separable maximum over the clipped square: along each row, then along
     // each column, both as element-wise maxima of shifted slices (vectorised).
     let mut rowmax = dist.to_vec();
@@ -868,12 +970,7 @@ pub fn maxima_markers(dist: &[f32], h: usize, w: usize, radius: usize) -> Labels
     drop(rowmax);
     let runs = bands.concat();
     let parts = run_components(&runs, h, Connectivity::Eight);
-    let mut labels = vec![0u32; h * w];
-    for (r, &(c, _)) in runs.iter().zip(&parts.slot) {
-        let row = r.y as usize * w;
-        labels[row + r.x0 as usize..row + r.x1 as usize].fill(c + 1);
-    }
-    Labels { height: h, width: w, labels, count: parts.components.len() as u32 }
+    Maxima { runs, parts }
 }
 
 /// `out[i] = max(out[i], v[i])` (the values have no NaN).
@@ -931,12 +1028,31 @@ impl Default for NucleiParams {
 ///
 /// Errors: NaN in the plane.
 pub fn segment_nuclei<T: Pixel>(plane: &[T], h: usize, w: usize, p: &NucleiParams) -> Result<Labels, FunctionError> {
+    let mut labels = vec![0u32; if plane.len() == h * w { h * w } else { 0 }];
+    let count = segment_nuclei_into(plane, h, w, p, &mut labels, UNREACHED - 1, |l| l)?;
+    Ok(Labels { height: h, width: w, labels, count })
+}
+
+/// [`segment_nuclei`] writing `label_of(label)` into `out` (`h × w`, zeros)
+/// for its objects' pixels; returns the object count. The size filter is
+/// applied as the flood's labels are written (their areas counted from the
+/// flood itself), so the labels are written once. Errors: those of
+/// [`segment_nuclei`], more than `max_count` objects.
+fn segment_nuclei_into<T: Pixel, L: Copy + Send>(
+    plane: &[T],
+    h: usize,
+    w: usize,
+    p: &NucleiParams,
+    out: &mut [L],
+    max_count: u32,
+    label_of: impl Fn(u32) -> L + Sync,
+) -> Result<u32, FunctionError> {
     const NAME: &str = "segment_nuclei";
-    if plane.len() != h * w {
+    if plane.len() != h * w || out.len() != h * w {
         return Err(FunctionError::invalid(NAME, format!("{} pixels for a {h}×{w} image", plane.len())));
     }
     if h == 0 || w == 0 {
-        return Ok(Labels { height: h, width: w, labels: Vec::new(), count: 0 });
+        return Ok(0);
     }
     let smooth = |v: &[T], sigma: f64| -> Vec<f32> {
         let k = Kernel1d::gaussian(sigma, 4.0);
@@ -957,20 +1073,45 @@ pub fn segment_nuclei<T: Pixel>(plane: &[T], h: usize, w: usize, p: &NucleiParam
     dist.par_chunks_mut(w).zip(mask.par_chunks(w)).for_each(|(d, m)| {
         d.iter_mut().zip(m).for_each(|(d, &m)| *d = if m { *d } else { 0.0 });
     });
-    let seeds = maxima_markers(&dist, h, w, p.min_distance);
+    let seeds = maxima_runs(&dist, h, w, p.min_distance);
     // The watershed of −distance (the flood reads it pixel by pixel: no copy).
-    let mut labels = vec![0u32; h * w];
     let too_large = |l: u32| FunctionError::invalid(NAME, format!("seed label {l} is too large"));
     let inside_row = |y: usize, flags: &mut [bool]| flags.copy_from_slice(&mask[y * w..(y + 1) * w]);
-    flood(h, w, p.connectivity, |i| -dist[i], |i| seeds.labels[i], inside_row, (UNREACHED - 1, too_large), &mut labels, |l| l)?;
+    let markers_run = |y: usize, x0: usize, m: &mut [u32]| seeds.run(y, x0, m);
+    let flooded = flood(h, w, p.connectivity, |i| -dist[i], markers_run, inside_row, (UNREACHED - 1, too_large))?;
+    drop((dist, mask));
+    // Size filter (keep_sizes' rule): the seeds' areas, the kept ones renumbered 1.. in seed order.
+    let area = flooded.areas(seeds.parts.components.len() as u32);
     drop(seeds);
-    let mut kept = keep_sizes(labels, h, w, p.min_area, p.max_area);
-    if p.clear_border {
-        labels = kept.labels;
-        clear_border(&mut labels, h, w);
-        kept = relabel_sequential(&labels, h, w);
+    let mut new_id = vec![0u32; area.len()];
+    let mut count = 0;
+    for (l, &a) in area.iter().enumerate().skip(1) {
+        if a > 0 && a >= p.min_area && a <= p.max_area {
+            count += 1;
+            new_id[l] = count;
+        }
     }
-    Ok(kept)
+    let too_many = |count: u32| FunctionError::invalid(NAME, format!("{count} objects do not fit a u16 label image (at most {max_count})"));
+    if p.clear_border {
+        let mut labels = vec![0u32; h * w];
+        flooded.write(&mut labels, |l| new_id[l as usize]);
+        clear_border(&mut labels, h, w);
+        let kept = relabel_sequential(&labels, h, w);
+        if kept.count > max_count {
+            return Err(too_many(kept.count));
+        }
+        out.par_iter_mut().zip(&kept.labels).for_each(|(o, &l)| {
+            if l != 0 {
+                *o = label_of(l);
+            }
+        });
+        return Ok(kept.count);
+    }
+    if count > max_count {
+        return Err(too_many(count));
+    }
+    flooded.write(out, |l| label_of(new_id[l as usize]));
+    Ok(count)
 }
 
 fn smooth_f32(v: &[f32], h: usize, w: usize, sigma: f64) -> Vec<f32> {
@@ -1139,15 +1280,14 @@ pub fn watershed_stack(stack: &Stack, connectivity: Connectivity) -> Result<Stac
             w,
             connectivity,
             |i| image[i].to_f32(),
-            |i| markers[i].to_f32().max(0.0) as u32,
+            |y, x0, m: &mut [u32]| m.iter_mut().zip(&markers[y * w + x0..]).for_each(|(m, v)| *m = v.to_f32().max(0.0) as u32),
             |y, flags: &mut [bool]| match mask {
                 Some(m) => flags.iter_mut().zip(&m[y * w..(y + 1) * w]).for_each(|(f, &v)| *f = v != zero),
                 None => flags.fill(true),
             },
             (u32::from(u16::MAX), too_large),
-            &mut labels,
-            |l| l as u16,
-        )?;
+        )?
+        .write(&mut labels, |l| l as u16);
         labels
     });
     Ok(Stack::from(StackArray::from_vec([1, h, w], labels).map_err(|e| FunctionError::failed(NAME, e.to_string()))?))
@@ -1173,13 +1313,16 @@ pub fn segment_nuclei_stack(stack: &Stack, p: &NucleiParams) -> Result<(Stack, h
     const NAME: &str = "segment_nuclei";
     let [n, h, w] = stack.shape();
     let mut rows = Vec::new();
-    let labels = with_pixels!(Stack, stack, a, T => labels_stack(n, h, w, NAME, |z| {
-        let plane = a.plane(z);
-        let l = segment_nuclei(plane, h, w, p)?;
-        rows.push((z, measure_objects(&l.labels, l.count, plane, h, w)?));
-        Ok(l)
-    }))?;
-    Ok((labels, objects_table(&rows, NAME)?))
+    // The labels go straight into the u16 output, and are measured there.
+    let mut labels = StackArray::<u16>::zeros([n, h, w]);
+    with_pixels!(Stack, stack, a, T => {
+        for z in 0..n {
+            let (plane, out) = (a.plane(z), labels.plane_mut(z));
+            let count = segment_nuclei_into(plane, h, w, p, out, u32::from(u16::MAX), |l| l as u16)?;
+            rows.push((z, measure_objects(out, count, plane, h, w)?));
+        }
+    });
+    Ok((Stack::from(labels), objects_table(&rows, NAME)?))
 }
 
 pub(crate) fn register(registry: &mut Registry) {
