@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use burn::tensor::Device;
 use hcsflow_core::{blamed, ArgProblem, CallContext, Contract, FunctionDecl, FunctionError, Registry, Stack, StackShape};
-use ndarray::{s, Array2, Array3};
+use ndarray::{s, Array2, Array3, ArrayView3, CowArray, Ix2, Ix3};
 
 use crate::config::SIDE_MULTIPLE;
 use crate::{train, Denoiser, N2vConfig, META_FILE};
@@ -159,31 +159,59 @@ fn check(args: &N2vDenoiseArgs, shape: &StackShape) -> Result<(), ArgProblem> {
     Ok(())
 }
 
-/// The planes of `stack` one below the other: a `(depth·height) × width` training image.
-fn stacked_planes(stack: &Array3<f32>) -> Array2<f32> {
-    let (d, h, w) = stack.dim();
-    let mut out = Array2::zeros((d * h, w));
-    for (z, plane) in stack.outer_iter().enumerate() {
-        out.slice_mut(s![z * h..(z + 1) * h, ..]).assign(&plane);
+/// The stack's pixels as f32: borrowed when they already are (an f32 step's stack), converted
+/// otherwise.
+fn f32_pixels(stack: &Stack) -> CowArray<'_, f32, Ix3> {
+    match stack {
+        Stack::F32(a) => CowArray::from(a.view()),
+        other => CowArray::from(other.to_f32()),
     }
-    out
+}
+
+/// The planes of `stack` one below the other: a `(depth·height) × width` training image, a view
+/// of the same pixels when they are in standard layout (a stack's always are), else a copy.
+fn stacked_planes(stack: ArrayView3<'_, f32>) -> CowArray<'_, f32, Ix2> {
+    let (d, h, w) = stack.dim();
+    match stack.into_shape_with_order((d * h, w)) {
+        Ok(view) => CowArray::from(view),
+        Err(_) => {
+            let mut out = Array2::zeros((d * h, w));
+            for (z, plane) in stack.outer_iter().enumerate() {
+                out.slice_mut(s![z * h..(z + 1) * h, ..]).assign(&plane);
+            }
+            CowArray::from(out)
+        }
+    }
 }
 
 /// `n2v_denoise` on a host stack, on burn's `flex` backend: trains (or loads `model`), optionally
 /// saves, predicts every plane. Notes the device, the training summary and where the model went.
 pub fn n2v_denoise(stack: &Stack, args: &N2vDenoiseArgs, context: &mut CallContext) -> Result<Stack, FunctionError> {
+    n2v_denoise_on(stack, args, context, &Device::flex(), "flex (host)")
+}
+
+/// [`n2v_denoise`] with training and prediction on `device`, any burn device (`flex`, or the wgpu
+/// device of a GPU implementation); `device_name` is how the notes name it. The stack and the
+/// result are host arrays: moving them to and from the device is the caller's (and burn's).
+pub fn n2v_denoise_on(
+    stack: &Stack,
+    args: &N2vDenoiseArgs,
+    context: &mut CallContext,
+    device: &Device,
+    device_name: &str,
+) -> Result<Stack, FunctionError> {
     let name = N2V_DENOISE.name;
     let [d, h, w] = stack.shape();
     check(args, &StackShape::new(d, h, w))
         .map_err(|p| FunctionError::invalid(name, format!("{}: {}; {}", blamed(p.arg), p.problem, p.fix)))?;
-    let device = Device::flex();
-    let image = stack.to_f32();
+    let pixels = f32_pixels(stack);
+    let image = pixels.view();
     let denoiser = if args.model.is_empty() {
         let cfg = args.config();
         let (denoiser, report) =
-            train(stacked_planes(&image).view(), &cfg, &device).map_err(|e| FunctionError::invalid(name, e.to_string()))?;
+            train(stacked_planes(image).view(), &cfg, device).map_err(|e| FunctionError::invalid(name, e.to_string()))?;
         context.note(format!(
-            "n2v_denoise: trained on flex (host), {} steps ({} epochs) of {} patches of {}², {:.1} s, loss per epoch {:?}",
+            "n2v_denoise: trained on {device_name}, {} steps ({} epochs) of {} patches of {}², {:.1} s, loss per epoch {:?}",
             report.steps,
             cfg.epochs,
             cfg.batch_size,
@@ -198,8 +226,8 @@ pub fn n2v_denoise(stack: &Stack, args: &N2vDenoiseArgs, context: &mut CallConte
         denoiser
     } else {
         let loaded =
-            Denoiser::load(Path::new(&args.model), &device).map_err(|e| FunctionError::invalid(name, format!("argument 'model': {e}")))?;
-        context.note(format!("n2v_denoise: model loaded from {}, predicting on flex (host) without training", args.model));
+            Denoiser::load(Path::new(&args.model), device).map_err(|e| FunctionError::invalid(name, format!("argument 'model': {e}")))?;
+        context.note(format!("n2v_denoise: model loaded from {}, predicting on {device_name} without training", args.model));
         loaded
     };
     let denoiser = denoiser
@@ -211,6 +239,19 @@ pub fn n2v_denoise(stack: &Stack, args: &N2vDenoiseArgs, context: &mut CallConte
         out.slice_mut(s![z, .., ..]).assign(&clean);
     }
     Ok(Stack::from(out))
+}
+
+/// [`n2v_denoise_on`] on `device`, a cubecl wgpu device: the one a GPU context's kernels already run
+/// on, whose cubecl runtime (queue, memory pools) burn then shares rather than opening its own.
+#[cfg(feature = "wgpu")]
+pub fn n2v_denoise_wgpu(
+    stack: &Stack,
+    args: &N2vDenoiseArgs,
+    context: &mut CallContext,
+    device: burn::backend::WgpuDevice,
+    device_name: &str,
+) -> Result<Stack, FunctionError> {
+    n2v_denoise_on(stack, args, context, &Device::new(device), device_name)
 }
 
 /// Registers `n2v_denoise` (host implementation on burn `flex`).

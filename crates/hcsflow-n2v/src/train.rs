@@ -86,8 +86,13 @@ pub fn train(image: ArrayView2<f32>, cfg: &N2vConfig, device: &Device) -> Result
     let norm = Normalization::of(image);
     let (h, w) = image.dim();
     let (ph, pw) = (h.max(cfg.patch_size), w.max(cfg.patch_size));
-    let padded = pad_reflect(image, ph, pw);
-    let values: Vec<f32> = padded.iter().map(|&v| norm.apply(v)).collect();
+    // The normalised image is the one copy training keeps (as the masker's tensor); an image at
+    // least one patch large is not padded first.
+    let values: Vec<f32> = if (ph, pw) == (h, w) {
+        image.iter().map(|&v| norm.apply(v)).collect()
+    } else {
+        pad_reflect(image, ph, pw).iter().map(|&v| norm.apply(v)).collect()
+    };
 
     let ad = device.clone().autodiff();
     let masker = Masker::new(Tensor::from_data(TensorData::new(values, [ph * pw]), &ad), ph, pw, cfg, &ad);
