@@ -145,6 +145,8 @@ pub struct GpuContext {
     /// Which queue of the adapter this is (`gpu:0/q1`).
     pub queue: QueueId,
     client: Client,
+    /// The cubecl device behind `client` (what burn's wgpu backend is given to share it).
+    wgpu_device: WgpuDevice,
     max_binding_bytes: u64,
 }
 
@@ -213,15 +215,28 @@ impl GpuContext {
                 try_init_device(setup, options).map_err(|e| init_error(e.to_string()))?
             }
         };
-        let client = cubecl::Device::from(cubecl_device).client();
+        let client = cubecl::Device::from(cubecl_device.clone()).client();
         tracing::info!(adapter = %found.info, queue = %queue, "GPU context initialised");
-        let ctx = Arc::new(GpuContext { info: found.info.clone(), device, queue, client, max_binding_bytes: found.max_binding_bytes });
+        let ctx = Arc::new(GpuContext {
+            info: found.info.clone(),
+            device,
+            queue,
+            client,
+            wgpu_device: cubecl_device,
+            max_binding_bytes: found.max_binding_bytes,
+        });
         map.queues.insert(queue, ctx.clone());
         Ok(ctx)
     }
 
     pub(crate) fn client(&self) -> &Client {
         &self.client
+    }
+
+    /// The cubecl wgpu device of this queue: given to burn's wgpu backend, burn runs on this
+    /// queue's runtime (the same client) instead of opening a device of its own.
+    pub(crate) fn wgpu_device(&self) -> &WgpuDevice {
+        &self.wgpu_device
     }
 
     /// This adapter as the run report names it.

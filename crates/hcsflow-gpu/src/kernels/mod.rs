@@ -12,6 +12,7 @@ mod equalize;
 mod filters;
 mod focus;
 mod median;
+mod n2v;
 mod normalize;
 mod projection;
 mod tophat;
@@ -71,6 +72,9 @@ pub fn implementations() -> Vec<Binding> {
         hcsflow_ops::basic::BASIC_CORRECT.device(WGPU, |a, args, context| basic::basic_correct(a, args, context)),
         // Reads the `positions` artifact from the call context.
         hcsflow_stitch::ASSEMBLE.device(WGPU, assemble::assemble_call).with_host_work(hcsflow_stitch::POSITIONS, "registers the tiles"),
+        // N2V2 trained and predicting on burn's wgpu backend, on the input's queue (the stack
+        // reaches burn's tensors through the host: one counted download and upload per call).
+        hcsflow_n2v::N2V_DENOISE.device(WGPU, n2v::n2v_denoise),
     ]
 }
 

@@ -57,6 +57,9 @@ fn agreement(function: &str, dtype: DType) -> Agreement {
         // The host's tables and the host's f64 rounding of each term, emulated in integers (morphology_gpu.rs).
         "clahe" => Agreement::Exact,
         "focus_stack" => Agreement::MostPixels,
+        // The same training and prediction on burn's wgpu operations: float32 reduction order
+        // (hcsflow-n2v's wgpu.rs holds a short training's predictions to 1e-3 of the image spread).
+        "n2v_denoise" => Agreement::Close { atol: 1e-3, rtol: 0.0, scaled: true },
         "assemble" if integer => Agreement::Close { atol: 1.0, rtol: 0.0, scaled: false },
         "assemble" => Agreement::Close { atol: 1e-6, rtol: 0.0, scaled: true },
         other => panic!("{other} has a wgpu implementation but no agreement in conformance.rs: add the one its kernel is held to"),
@@ -77,6 +80,10 @@ fn arguments(function: &str, shape: [usize; 3], dir: &Path) -> Vec<String> {
             hcsflow_basic::write_profile(&dfp, &dark).unwrap();
             vec![format!("flatfield={}", ffp.display()), format!("darkfield={}", dfp.display()), "camera_offset=3.25".into()]
         }
+        // A few steps of a small network on patches that fit the test planes (≥ 17²).
+        "n2v_denoise" => ["patch_size=16", "batch_size=2", "steps_per_epoch=2", "epochs=1", "features=4", "tile_size=16", "tile_overlap=4"]
+            .map(String::from)
+            .to_vec(),
         _ => vec![],
     }
 }
