@@ -18,14 +18,6 @@ use hcsflow_core::{CallContext, ConversionPolicy, Conversions, DType, Device, Me
 use hcsflow_testkit::Rng;
 use ndarray::{Array2, Array3};
 
-fn setup() -> (Registry, Conversions) {
-    let mut registry = Registry::new();
-    let mut conversions = Conversions::default();
-    hcsflow_ops::register(&mut registry);
-    hcsflow_gpu::register(&mut registry, &mut conversions);
-    (registry, conversions)
-}
-
 /// basic_correct with `args` on `device` through the registry, back on the host.
 fn call(registry: &Registry, conversions: &Conversions, args: &[String], stack: &Stack, device: Device) -> Result<Stack, String> {
     let parsed = registry.get("basic_correct").unwrap().parse_args(args).map_err(|e| e.to_string())?;
@@ -79,7 +71,7 @@ fn paths(dir: &Path, profiles: &Profiles, tag: &str) -> (String, String) {
 #[test]
 fn basic_correct_with_darkfield_and_camera_offset_agrees_with_the_host() {
     let Some(dev) = gpu() else { return };
-    let (registry, conversions) = setup();
+    let (registry, conversions) = common::registry();
     let dir = tempfile::tempdir().unwrap();
     let offset = 12.75f32;
     let (mut values, mut exact) = (0usize, 0usize);
@@ -115,7 +107,7 @@ fn basic_correct_with_darkfield_and_camera_offset_agrees_with_the_host() {
 #[test]
 fn basic_correct_reads_the_channel_page_of_an_ffp_dfp_pair_on_the_gpu() {
     let Some(dev) = gpu() else { return };
-    let (registry, conversions) = setup();
+    let (registry, conversions) = common::registry();
     let dir = tempfile::tempdir().unwrap();
     let (h, w) = (24, 31);
     let channels = [profiles(h, w, 1), profiles(h, w, 2), Profiles::flat_only(Array2::from_elem((h, w), 2.0))];
@@ -144,7 +136,7 @@ fn basic_correct_reads_the_channel_page_of_an_ffp_dfp_pair_on_the_gpu() {
 #[test]
 fn basic_correct_on_the_gpu_refuses_bad_profiles() {
     let Some(dev) = gpu() else { return };
-    let (registry, conversions) = setup();
+    let (registry, conversions) = common::registry();
     let dir = tempfile::tempdir().unwrap();
     let input = stack(DType::U8, [2, 16, 16], 3);
     let (small, _) = paths(dir.path(), &profiles(8, 16, 4), "small");
@@ -166,7 +158,7 @@ fn basic_correct_on_the_gpu_refuses_bad_profiles() {
 #[test]
 fn basic_correct_takes_a_plate_wide_fit_from_the_call_context_on_the_gpu() {
     let Some(dev) = gpu() else { return };
-    let (registry, conversions) = setup();
+    let (registry, conversions) = common::registry();
     let (h, w) = (19, 27);
     let p = profiles(h, w, 7);
     let fitted = ndarray::stack(ndarray::Axis(0), &[p.flatfield.view(), p.darkfield.view()]).unwrap();

@@ -6,22 +6,13 @@ use crate::common;
 use common::{gpu, random_stack};
 
 use hcsflow_core::{
-    stack_slices, unstack_slices, Array, CallContext, CallError, ConversionPolicy, Conversions, DType, Device, HostArray, MemoryType,
-    Registry, RouteKind, Stack,
+    stack_slices, unstack_slices, Array, CallContext, CallError, ConversionPolicy, DType, Device, HostArray, MemoryType, RouteKind, Stack,
 };
 use ndarray::Array3;
 
-fn setup() -> (Registry, Conversions) {
-    let mut registry = Registry::new();
-    let mut conversions = Conversions::default();
-    hcsflow_ops::register(&mut registry);
-    hcsflow_gpu::register(&mut registry, &mut conversions);
-    (registry, conversions)
-}
-
 /// Runs `name` through the registry on `device`, returning the host result.
 fn call(name: &str, stack: &Stack, device: Device) -> Stack {
-    let (registry, conversions) = setup();
+    let (registry, conversions) = common::registry();
     let f = registry.get(name).unwrap();
     let args = f.validate_args(vec![]).unwrap();
     let plan = registry.plan_call(name, args, MemoryType::Host, device, &conversions, ConversionPolicy::default()).unwrap();
@@ -78,7 +69,7 @@ fn mean_projection_gpu_is_bit_exact_with_host() {
 #[test]
 fn stack_and_unstack_on_wgpu() {
     let Some(dev) = gpu() else { return };
-    let (_, conversions) = setup();
+    let (_, conversions) = common::registry();
     let p = ConversionPolicy::default();
     let s = random_stack(DType::U16, [3, 5, 7], 7);
     let slices = unstack_slices(Array::from(s.clone()), MemoryType::Wgpu, dev, &conversions, p).unwrap();
@@ -96,7 +87,7 @@ fn stack_and_unstack_on_wgpu() {
 #[test]
 fn gpu_function_without_gpu_implementation_is_refused() {
     // A function with only a host implementation must not silently fall back.
-    let (mut registry, conversions) = setup();
+    let (mut registry, conversions) = common::registry();
     registry.register(
         hcsflow_core::FunctionSpec { name: "host_only", doc: "test", contract: hcsflow_core::Contract::Pure3d, args: vec![] },
         hcsflow_core::Implementation::host(|s, _, _| Ok(s.clone())),
@@ -202,7 +193,7 @@ fn stack_equalize_histogram_gpu_is_bit_exact_with_host() {
 
 /// Runs `name` with `args` on `device`, returning the error message if it fails.
 fn try_call_args(name: &str, args: &[&str], stack: &Stack, device: Device) -> Result<Stack, String> {
-    let (registry, conversions) = setup();
+    let (registry, conversions) = common::registry();
     match hcsflow_testkit::call(&registry, &conversions, name, args, stack, device) {
         Err(CallError::Function(e)) => Err(e.to_string()),
         other => Ok(other.unwrap()),

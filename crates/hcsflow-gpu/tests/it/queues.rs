@@ -6,18 +6,10 @@
 use std::sync::Arc;
 
 use hcsflow_core::queue::QUEUES_PER_ADAPTER;
-use hcsflow_core::{Array, CallContext, ConversionPolicy, Conversions, DType, Device, MemoryType, QueueId, QueueScope, Registry};
+use hcsflow_core::{Array, CallContext, ConversionPolicy, DType, Device, MemoryType, QueueId, QueueScope};
 use hcsflow_gpu::GpuContext;
 
 use crate::common::{gpu, random_stack, to_host};
-
-fn setup() -> (Registry, Conversions) {
-    let mut registry = Registry::new();
-    let mut conversions = Conversions::default();
-    hcsflow_ops::register(&mut registry);
-    hcsflow_gpu::register(&mut registry, &mut conversions);
-    (registry, conversions)
-}
 
 #[test]
 fn a_queue_scope_chooses_the_queue_of_uploads_and_kernels() {
@@ -40,7 +32,7 @@ fn a_queue_scope_chooses_the_queue_of_uploads_and_kernels() {
     assert_eq!(to_host(&on_q1), stack);
 
     // A kernel runs on its input's queue and leaves its result there.
-    let (registry, conversions) = setup();
+    let (registry, conversions) = crate::common::registry();
     let args = registry.get("max_projection").unwrap().validate_args(vec![]).unwrap();
     let plan = registry.plan_call("max_projection", args, MemoryType::Wgpu, dev, &conversions, ConversionPolicy::default()).unwrap();
     let out = registry.execute_in(&plan, Array::Device(Arc::new(on_q1)), &conversions, &mut CallContext::default()).unwrap();
@@ -53,7 +45,7 @@ fn a_queue_scope_chooses_the_queue_of_uploads_and_kernels() {
 #[test]
 fn two_threads_on_two_queues_at_once_get_the_host_results() {
     let Some(dev) = gpu() else { return };
-    let (registry, conversions) = setup();
+    let (registry, conversions) = crate::common::registry();
     let results: Vec<(usize, bool)> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..2usize)
             .map(|slot| {
