@@ -51,7 +51,8 @@ pub static N2V_DENOISE: FunctionDecl<N2vDenoiseArgs> = FunctionDecl::new(
     "N2V2 self-supervised denoising: trains on the stack (or loads model=), then predicts every plane; f32; same seed, same output on the host.",
 )
 .with_check(check)
-.with_output_shape(hcsflow_core::same_shape);
+.with_output_shape(hcsflow_core::same_shape)
+.with_one_stack_at_a_time();
 
 /// An argument as a `usize` (the declared ranges keep them non-negative).
 fn size(v: i64) -> usize {

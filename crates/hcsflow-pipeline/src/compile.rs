@@ -233,6 +233,15 @@ pub struct StepPlan {
     pub plate: Option<PlateSampling>,
 }
 
+impl StepPlan {
+    /// True when a call of one of its chains is declared
+    /// [`one stack at a time`](hcsflow_core::FunctionDecl::with_one_stack_at_a_time):
+    /// the executor then runs the step's stacks of a well one after another.
+    pub fn runs_one_stack_at_a_time(&self) -> bool {
+        self.chains.iter().flat_map(|c| &c.calls).any(|call| call.one_stack_at_a_time)
+    }
+}
+
 /// One plane of the plate a well reads.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InputPlane {

@@ -1134,24 +1134,29 @@ fn run_well(
         };
         timing.read = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        let results: Vec<Result<GroupResult, StepError>> = work
-            .into_par_iter()
-            .map(|(g, planes)| {
-                // Rayon threads: the step is the explicit parent.
-                let _in_stack =
-                    tracing::info_span!(parent: &step_span, "stack", planes = planes.iter().map(Stack::depth).sum::<usize>()).entered();
-                let sources = Sources { produced: &produced, plate };
-                // This stack's uploads (and the kernels on them) go to the
-                // well's queue; the copies its calls make on this thread are
-                // counted (nested work stolen by rayon meanwhile opens its
-                // own scope and window).
-                let _queue = engine.queue.map(|q| QueueScope::enter(q.slot));
-                let meter = TransferMeter::start();
-                let result = run_group(plan, &well.well, ws.step, g, planes, engine, &sources);
-                let transfers = meter.finish();
-                result.map(|r| GroupResult { transfers, ..r })
-            })
-            .collect();
+        let run_stack = |(g, planes): (&GroupPlan, Vec<Stack>)| {
+            // Rayon threads: the step is the explicit parent.
+            let _in_stack =
+                tracing::info_span!(parent: &step_span, "stack", planes = planes.iter().map(Stack::depth).sum::<usize>()).entered();
+            let sources = Sources { produced: &produced, plate };
+            // This stack's uploads (and the kernels on them) go to the
+            // well's queue; the copies its calls make on this thread are
+            // counted (nested work stolen by rayon meanwhile opens its
+            // own scope and window).
+            let _queue = engine.queue.map(|q| QueueScope::enter(q.slot));
+            let meter = TransferMeter::start();
+            let result = run_group(plan, &well.well, ws.step, g, planes, engine, &sources);
+            let transfers = meter.finish();
+            result.map(|r| GroupResult { transfers, ..r })
+        };
+        // Stacks run side by side, unless a function of the step asks for
+        // one at a time (it uses every core on one stack and holds a large
+        // working set: two at once would double the well's memory).
+        let results: Vec<Result<GroupResult, StepError>> = if step.runs_one_stack_at_a_time() {
+            work.into_iter().map(run_stack).collect()
+        } else {
+            work.into_par_iter().map(run_stack).collect()
+        };
         let mut out = Planes::new();
         let mut step_produced: Vec<(usize, Vec<Produced>)> = Vec::new();
         for (gi, r) in results.into_iter().enumerate() {

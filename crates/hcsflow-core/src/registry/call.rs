@@ -45,6 +45,8 @@ pub struct CallPlan {
     pub output_labels: bool,
     /// How the call may run on its stack in chunks of planes ([`crate::registry::Function::z_split`]).
     pub z_split: Option<ZSplit>,
+    /// Stacks calling it run one after another ([`crate::FunctionDecl::with_one_stack_at_a_time`]).
+    pub one_stack_at_a_time: bool,
 }
 
 impl CallPlan {
@@ -99,6 +101,7 @@ impl Registry {
             artifacts: function.artifacts.clone(),
             output_labels: function.output_labels,
             z_split: function.z_split(&args),
+            one_stack_at_a_time: function.one_stack_at_a_time,
             args,
         })
     }

@@ -47,6 +47,9 @@ pub struct Function {
     /// Run again on its chunks' results, it gives the whole stack's result
     /// ([`FunctionDecl::with_chunk_combine`]).
     pub chunk_combine: bool,
+    /// A step runs its stacks that call it one after another
+    /// ([`FunctionDecl::with_one_stack_at_a_time`]).
+    pub one_stack_at_a_time: bool,
 }
 
 /// A reduction of every plane as it is read, declared by a function that runs
@@ -201,6 +204,7 @@ impl fmt::Debug for Function {
             .field("reduction", &self.reduction.is_some())
             .field("output_labels", &self.output_labels)
             .field("chunk_combine", &self.chunk_combine)
+            .field("one_stack_at_a_time", &self.one_stack_at_a_time)
             .finish()
     }
 }
@@ -258,6 +262,9 @@ pub struct FunctionDecl<A> {
     /// A reduction (N → 1) whose result on a stack equals its result on the
     /// concatenated results of the stack's chunks ([`Self::with_chunk_combine`]).
     pub chunk_combine: bool,
+    /// A step runs its stacks that call it one after another, not side by
+    /// side ([`Self::with_one_stack_at_a_time`]).
+    pub one_stack_at_a_time: bool,
 }
 
 impl<A> FunctionDecl<A> {
@@ -274,6 +281,7 @@ impl<A> FunctionDecl<A> {
             reduction: None,
             output_labels: false,
             chunk_combine: false,
+            one_stack_at_a_time: false,
         }
     }
 
@@ -316,6 +324,16 @@ impl<A> FunctionDecl<A> {
     /// ([`ZSplit::Combine`]).
     pub const fn with_chunk_combine(self) -> Self {
         FunctionDecl { chunk_combine: true, ..self }
+    }
+
+    /// Declares a function that uses every core on one stack and holds a
+    /// large working set while it runs (N2V2 trains a network per stack): a
+    /// step whose chains call it runs its stacks (e.g. one per channel) one
+    /// after another instead of side by side, so a well holds one such
+    /// working set at a time and the function's own parallelism is not
+    /// shared with a sibling's. Results are the same either way.
+    pub const fn with_one_stack_at_a_time(self) -> Self {
+        FunctionDecl { one_stack_at_a_time: true, ..self }
     }
 }
 
@@ -371,6 +389,7 @@ impl<A: FunctionArgs> FunctionDecl<A> {
                 reduction,
                 output_labels: self.output_labels,
                 chunk_combine: self.chunk_combine,
+                one_stack_at_a_time: self.one_stack_at_a_time,
             },
             implementation,
         }
@@ -440,6 +459,7 @@ impl Registry {
             reduction: None,
             output_labels: false,
             chunk_combine: false,
+            one_stack_at_a_time: false,
         });
         entry.implementations.retain(|i| i.memory_in != implementation.memory_in);
         entry.implementations.push(implementation);

@@ -8,6 +8,7 @@ mod common;
 mod artifacts;
 mod compile_checks;
 mod missing;
+mod one_stack_at_a_time;
 mod ome_zarr_input;
 mod output_folder;
 mod output_plates;
