@@ -43,4 +43,4 @@ pub use registry::{
 };
 pub use slices::{stack_slices, unstack_slices, SliceError};
 pub use stack::{HostArray, Pixel, SharedPixels, Stack, StackArray};
-pub use transfer::{AdapterUsed, TransferMeter, Transfers};
+pub use transfer::{AdapterUsed, KernelTiming, TransferMeter, Transfers};

@@ -6,14 +6,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use cubecl::client::Client;
+use cubecl::profile::TimingMethod;
 use cubecl::server::Handle;
 use cubecl::server::{IoError, LaunchError, ServerError};
 use cubecl::wgpu::{
     try_init_device, try_init_setup, wgpu, AutoGraphicsApi, RuntimeOptions, WgpuBackend, WgpuDevice, WgpuDeviceKind, WgpuSetup,
 };
 use hcsflow_core::queue::current_queue_slot;
-use hcsflow_core::transfer::{record_download, record_upload};
-use hcsflow_core::{AdapterInfo, AdapterKind, AdapterUsed, Device, FunctionError, QueueId};
+use hcsflow_core::transfer::{record_download, record_kernel, record_upload};
+use hcsflow_core::{AdapterInfo, AdapterKind, AdapterUsed, Device, FunctionError, KernelTiming, QueueId};
 
 /// A GPU could not be used.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -273,6 +274,53 @@ impl GpuContext {
         span.record("bytes", bytes.len());
         record_download(&self.adapter_used(), bytes.len() as u64);
         Ok(data)
+    }
+
+    /// Runs `call`, a function's work on this queue launched from this
+    /// thread, inside a `gpu_call` span naming `function`, and counts the time
+    /// the device spent on it ([`record_kernel`]): GPU timestamps written
+    /// around the work where the adapter has timestamp queries
+    /// ([`KernelTiming::Device`]), otherwise the host's clock between the
+    /// queue drained before and after it ([`KernelTiming::Host`]). Either way
+    /// the queue is waited on at both ends, so the call's work is not counted
+    /// in the next one's window. Calls are not nested: a function's work
+    /// calls no other function through the registry. A window that cannot be
+    /// opened or read leaves the call untimed (logged), never failed.
+    pub(crate) fn timed<T>(&self, function: &str, call: impl FnOnce() -> T) -> T {
+        let span = tracing::info_span!(
+            "gpu_call",
+            function = %function,
+            adapter = %self.info.name,
+            queue = %self.queue,
+            kernel_ns = tracing::field::Empty,
+            timing = tracing::field::Empty
+        )
+        .entered();
+        let window = match self.client.profile_start() {
+            Ok(window) => window,
+            Err(e) => {
+                tracing::warn!(function, error = %e, "the call's device time cannot be measured");
+                return call();
+            }
+        };
+        let out = call();
+        let measured = self.client.profile_end(window).map_err(|e| e.to_string()).and_then(|duration| {
+            let timing = match duration.timing_method() {
+                TimingMethod::Device => KernelTiming::Device,
+                TimingMethod::System => KernelTiming::Host,
+            };
+            let ticks = cubecl::future::block_on(duration.resolve()).ok_or("the window carried no measurement")?;
+            Ok((ticks.duration(), timing))
+        });
+        match measured {
+            Ok((spent, timing)) => {
+                span.record("kernel_ns", u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX));
+                span.record("timing", tracing::field::display(timing.as_str()));
+                record_kernel(&self.adapter_used(), spent, timing);
+            }
+            Err(e) => tracing::warn!(function, error = %e, "the call's device time could not be read"),
+        }
+        out
     }
 
     /// Fails with a clear message if one buffer of `bytes` exceeds the binding limit.

@@ -41,7 +41,8 @@ pub fn intervals(events: &[Value]) -> Vec<Interval> {
                 assert_eq!(b["name"], e["name"], "B/E of thread {tid} do not nest");
                 out.push(Interval {
                     name: b["name"].as_str().unwrap().to_string(),
-                    args: b["args"].clone(),
+                    // The end event's args: those given at the start plus any recorded later.
+                    args: e.get("args").unwrap_or(&b["args"]).clone(),
                     start: b["ts"].as_f64().unwrap(),
                     end: e["ts"].as_f64().unwrap(),
                     tid,

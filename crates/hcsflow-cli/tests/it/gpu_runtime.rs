@@ -125,11 +125,19 @@ fn the_report_and_the_trace_prove_where_each_step_ran() {
     assert_eq!(t["adapters"], used, "the adapter that moved the data");
     let wall = max_z["seconds"].as_f64().unwrap();
     assert!(wall > 0.0 && wall >= max_z["compute"].as_f64().unwrap(), "{max_z}");
+    // Kernel time: one timed call per stack, within the step's compute time,
+    // measured by GPU timestamps where the adapter has them.
+    assert_eq!(t["kernel_calls"].as_u64(), Some(2), "{t}");
+    let kernel = t["kernel_nanos"].as_u64().expect("kernel_nanos") as f64 * 1e-9;
+    assert!(kernel > 0.0 && kernel <= max_z["compute"].as_f64().unwrap(), "kernel {kernel} s: {max_z}");
+    let timing = t["kernel_timing"].as_str().expect("kernel_timing");
+    assert!(timing == "device" || timing == "host", "{t}");
     // The pinned host step: no copy, no adapter.
     let sites = &steps[1];
     assert_eq!((sites["step"].as_str(), &sites["devices"]), (Some("sites"), &serde_json::json!(["cpu"])));
     assert_eq!((sites["transfers"]["uploads"].as_u64(), sites["transfers"]["downloads"].as_u64()), (Some(0), Some(0)));
     assert!(sites["transfers"].get("adapters").is_none(), "{sites}");
+    assert!(sites["transfers"].get("kernel_nanos").is_none() && sites["transfers"].get("kernel_calls").is_none(), "{sites}");
     // Per step over all wells (one well here).
     assert_eq!(r["steps"][0]["transfers"], *t);
 
@@ -151,6 +159,20 @@ fn the_report_and_the_trace_prove_where_each_step_ran() {
     for d in &downloads {
         assert!(conversions.iter().any(|c| c.tid == d.tid && common::within(d, c)), "download inside a conversion: {d:?}");
     }
+    // Each call is a `gpu_call` span with its device time, between its
+    // stack's upload and download; together they are the report's kernel time.
+    let calls = named("gpu_call");
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    let mut traced = 0u64;
+    for c in &calls {
+        assert_eq!(c.args["function"].as_str(), Some("max_projection"), "{c:?}");
+        assert_eq!(c.args["adapter"].as_str(), Some(adapter.name.as_str()));
+        assert_eq!(c.args["timing"].as_str(), Some(timing), "{c:?}");
+        traced += c.args["kernel_ns"].as_str().and_then(|n| n.parse::<u64>().ok()).expect("kernel_ns");
+        assert!(uploads.iter().any(|u| u.tid == c.tid && u.end <= c.start), "a call after its upload: {c:?}");
+        assert!(downloads.iter().any(|d| d.tid == c.tid && d.start >= c.end), "a call before its download: {c:?}");
+    }
+    assert_eq!(Some(traced), t["kernel_nanos"].as_u64());
 }
 
 #[test]

@@ -20,7 +20,7 @@ mod tophat;
 use std::sync::Arc;
 
 use cubecl::prelude::*;
-use hcsflow_core::{Array, Binding, Conversions, FunctionError, MemoryType, Registry};
+use hcsflow_core::{Array, Binding, CallContext, Conversions, FunctionArgs, FunctionDecl, FunctionError, MemoryType, Registry};
 
 use crate::array::{as_wgpu, Download, Upload, WgpuArray};
 use projection::Reduce;
@@ -41,41 +41,58 @@ pub(crate) const BLOCK: u32 = 256;
 pub fn implementations() -> Vec<Binding> {
     use hcsflow_ops::{composite as ops_composite, equalize as ops_equalize, filters as ops_filters, focus as ops_focus};
     use hcsflow_ops::{normalize as ops_normalize, projection as ops_projection};
-    const WGPU: MemoryType = MemoryType::Wgpu;
     vec![
-        ops_projection::MAX_PROJECTION.device(WGPU, |a, _, _| projection::extreme_projection(a, ops_projection::MAX_PROJECTION.name, true)),
-        ops_projection::MIN_PROJECTION
-            .device(WGPU, |a, _, _| projection::extreme_projection(a, ops_projection::MIN_PROJECTION.name, false)),
-        ops_projection::MEAN_PROJECTION
-            .device(WGPU, |a, _, _| projection::float_projection(a, ops_projection::MEAN_PROJECTION.name, Reduce::Mean)),
-        ops_projection::SUM_PROJECTION
-            .device(WGPU, |a, _, _| projection::float_projection(a, ops_projection::SUM_PROJECTION.name, Reduce::Sum)),
-        ops_projection::STD_PROJECTION
-            .device(WGPU, |a, _, _| projection::float_projection(a, ops_projection::STD_PROJECTION.name, Reduce::Std)),
-        ops_normalize::PERCENTILE_NORMALIZE
-            .device(WGPU, |a, p, _| normalize::percentile_normalize(a, p, ops_normalize::PERCENTILE_NORMALIZE.name, true))
-            .with_scratch(normalize::per_plane_scratch),
-        ops_normalize::STACK_PERCENTILE_NORMALIZE
-            .device(WGPU, |a, p, _| normalize::percentile_normalize(a, p, ops_normalize::STACK_PERCENTILE_NORMALIZE.name, false))
-            .with_scratch(normalize::stack_scratch),
-        ops_focus::FOCUS_STACK.device(WGPU, |a, args, _| focus::focus_stack(a, args)),
-        ops_equalize::STACK_EQUALIZE_HISTOGRAM.device(WGPU, |a, args, _| equalize::stack_equalize_histogram(a, args)),
-        ops_filters::GAUSSIAN_BLUR.device(WGPU, |a, args, _| filters::gaussian_blur(a, args)).with_scratch(filters::separable_scratch),
-        ops_filters::SHARPEN.device(WGPU, |a, args, _| filters::sharpen(a, args)).with_scratch(filters::separable_scratch),
+        on_wgpu(&ops_projection::MAX_PROJECTION, |a, _, _| projection::extreme_projection(a, ops_projection::MAX_PROJECTION.name, true)),
+        on_wgpu(&ops_projection::MIN_PROJECTION, |a, _, _| projection::extreme_projection(a, ops_projection::MIN_PROJECTION.name, false)),
+        on_wgpu(&ops_projection::MEAN_PROJECTION, |a, _, _| {
+            projection::float_projection(a, ops_projection::MEAN_PROJECTION.name, Reduce::Mean)
+        }),
+        on_wgpu(&ops_projection::SUM_PROJECTION, |a, _, _| {
+            projection::float_projection(a, ops_projection::SUM_PROJECTION.name, Reduce::Sum)
+        }),
+        on_wgpu(&ops_projection::STD_PROJECTION, |a, _, _| {
+            projection::float_projection(a, ops_projection::STD_PROJECTION.name, Reduce::Std)
+        }),
+        on_wgpu(&ops_normalize::PERCENTILE_NORMALIZE, |a, p, _| {
+            normalize::percentile_normalize(a, p, ops_normalize::PERCENTILE_NORMALIZE.name, true)
+        })
+        .with_scratch(normalize::per_plane_scratch),
+        on_wgpu(&ops_normalize::STACK_PERCENTILE_NORMALIZE, |a, p, _| {
+            normalize::percentile_normalize(a, p, ops_normalize::STACK_PERCENTILE_NORMALIZE.name, false)
+        })
+        .with_scratch(normalize::stack_scratch),
+        on_wgpu(&ops_focus::FOCUS_STACK, |a, args, _| focus::focus_stack(a, args)),
+        on_wgpu(&ops_equalize::STACK_EQUALIZE_HISTOGRAM, |a, args, _| equalize::stack_equalize_histogram(a, args)),
+        on_wgpu(&ops_filters::GAUSSIAN_BLUR, |a, args, _| filters::gaussian_blur(a, args)).with_scratch(filters::separable_scratch),
+        on_wgpu(&ops_filters::SHARPEN, |a, args, _| filters::sharpen(a, args)).with_scratch(filters::separable_scratch),
         // Every side the host takes (1..=99); two reflect tables of h + k − 1 and w + k − 1 entries, no scratch.
-        ops_filters::MEDIAN_FILTER.device(WGPU, |a, args, _| median::median_filter(a, args)),
-        hcsflow_ops::tophat::WHITE_TOPHAT.device(WGPU, |a, args, _| tophat::white_tophat(a, args)).with_scratch(tophat::scratch),
-        hcsflow_ops::clahe::CLAHE.device(WGPU, |a, args, _| clahe::clahe(a, args)).with_scratch(clahe::scratch),
-        ops_composite::COMPOSITE.device(WGPU, |a, args, _| filters::composite(a, args)),
-        ops_composite::APPLY_MASK.device(WGPU, |a, args, _| filters::apply_mask(a, args)),
+        on_wgpu(&ops_filters::MEDIAN_FILTER, |a, args, _| median::median_filter(a, args)),
+        on_wgpu(&hcsflow_ops::tophat::WHITE_TOPHAT, |a, args, _| tophat::white_tophat(a, args)).with_scratch(tophat::scratch),
+        on_wgpu(&hcsflow_ops::clahe::CLAHE, |a, args, _| clahe::clahe(a, args)).with_scratch(clahe::scratch),
+        on_wgpu(&ops_composite::COMPOSITE, |a, args, _| filters::composite(a, args)),
+        on_wgpu(&ops_composite::APPLY_MASK, |a, args, _| filters::apply_mask(a, args)),
         // Reads its profiles from the plate-wide fit in the call context, or the files its arguments name.
-        hcsflow_ops::basic::BASIC_CORRECT.device(WGPU, |a, args, context| basic::basic_correct(a, args, context)),
+        on_wgpu(&hcsflow_ops::basic::BASIC_CORRECT, |a, args, context| basic::basic_correct(a, args, context)),
         // Reads the `positions` artifact from the call context.
-        hcsflow_stitch::ASSEMBLE.device(WGPU, assemble::assemble_call).with_host_work(hcsflow_stitch::POSITIONS, "registers the tiles"),
+        on_wgpu(&hcsflow_stitch::ASSEMBLE, assemble::assemble_call).with_host_work(hcsflow_stitch::POSITIONS, "registers the tiles"),
         // N2V2 trained and predicting on burn's wgpu backend, on the input's queue (the stack
         // reaches burn's tensors through the host: one counted download and upload per call).
-        hcsflow_n2v::N2V_DENOISE.device(WGPU, n2v::n2v_denoise),
+        on_wgpu(&hcsflow_n2v::N2V_DENOISE, n2v::n2v_denoise),
     ]
+}
+
+/// `kernel` as the wgpu implementation of `decl`, each call's device time
+/// counted in the run's transfers and traced ([`GpuContext::timed`](crate::GpuContext), on
+/// the queue of its input).
+fn on_wgpu<A: FunctionArgs>(
+    decl: &FunctionDecl<A>,
+    kernel: impl Fn(Array, &A, &mut CallContext) -> Result<Array, FunctionError> + Send + Sync + 'static,
+) -> Binding {
+    let name = decl.name;
+    decl.device(MemoryType::Wgpu, move |array, args, context| match as_wgpu(&array).map(|a| a.context().clone()) {
+        Some(gpu) => gpu.timed(name, || kernel(array, args, context)),
+        None => kernel(array, args, context),
+    })
 }
 
 /// A launch grid covering `n` threads in blocks of [`BLOCK`], split over two
