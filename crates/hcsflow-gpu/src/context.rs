@@ -282,8 +282,9 @@ impl GpuContext {
     /// around the work where the adapter has timestamp queries
     /// ([`KernelTiming::Device`]), otherwise the host's clock between the
     /// queue drained before and after it ([`KernelTiming::Host`]). Either way
-    /// the queue is waited on at both ends, so the call's work is not counted
-    /// in the next one's window. Calls are not nested: a function's work
+    /// it returns once the device has finished the call's work (the
+    /// measurement is read back first), so a call's work is never counted in
+    /// the next one's time. Calls are not nested: a function's work
     /// calls no other function through the registry. A window that cannot be
     /// opened or read leaves the call untimed (logged), never failed.
     pub(crate) fn timed<T>(&self, function: &str, call: impl FnOnce() -> T) -> T {
