@@ -125,7 +125,7 @@ pub fn measure_objects<T: Pixel, L: Label>(
     Ok((1..n)
         .into_par_iter()
         .filter(|&l| start[l] < start[l + 1])
-        .map_init(Vec::new, |rows, l| measure_one(&image, l as u32, &runs[start[l] as usize..start[l + 1] as usize], rows))
+        .map_init(Scratch::default, |scratch, l| measure_one(&image, l as u32, &runs[start[l] as usize..start[l + 1] as usize], scratch))
         .collect())
 }
 
@@ -200,15 +200,41 @@ impl<T, L: Label> Image<'_, T, L> {
     }
 }
 
-/// The measurements of object `l` from its runs (raster order); `rows` is
-/// scratch for its row extents.
-fn measure_one<T: Pixel, L: Label>(image: &Image<'_, T, L>, l: u32, runs: &[LabelRun], rows: &mut Vec<(u32, u32)>) -> ObjectMeasurements {
+/// Work buffers of [`measure_one`], kept from one object to the next.
+#[derive(Default)]
+struct Scratch {
+    /// Each row's leftmost and rightmost column within the bounding box.
+    rows: Vec<(u32, u32)>,
+    /// Over the bounding box with a one-pixel frame: 1 where a pixel is a
+    /// border pixel of the object ([`Image::is_border`]), 0 elsewhere.
+    border: Vec<u8>,
+}
+
+/// The measurements of object `l` from its runs (raster order, at least one).
+fn measure_one<T: Pixel, L: Label>(image: &Image<'_, T, L>, l: u32, runs: &[LabelRun], scratch: &mut Scratch) -> ObjectMeasurements {
     let (mut area, mut sy, mut sx, mut sum, mut perimeter) = (0u64, 0f64, 0f64, 0f64, 0f64);
     let (mut min, mut max) = (f64::INFINITY, f64::NEG_INFINITY);
     let mut bbox = [usize::MAX, usize::MAX, 0, 0];
     for r in runs {
         let y = r.y as usize;
         bbox = [bbox[0].min(y), bbox[1].min(r.x0 as usize), bbox[2].max(y + 1), bbox[3].max(r.x1 as usize)];
+    }
+    // Border pixels first (each tested once), then each one's weight from its
+    // 8 neighbours' flags: the pixels are visited in raster order either way,
+    // so the perimeter's sum is rounded as a raster scan rounds it.
+    let gw = bbox[3] - bbox[1] + 2;
+    let border = &mut scratch.border;
+    border.clear();
+    border.resize(gw * (bbox[2] - bbox[0] + 2), 0);
+    let at = |y: usize, x: usize| (y - bbox[0] + 1) * gw + x - bbox[1] + 1;
+    for r in runs {
+        let y = r.y as usize;
+        for x in r.x0 as usize..r.x1 as usize {
+            border[at(y, x)] = u8::from(image.is_border(y as isize, x as isize, l));
+        }
+    }
+    for r in runs {
+        let y = r.y as usize;
         for x in r.x0 as usize..r.x1 as usize {
             area += 1;
             sy += y as f64;
@@ -217,11 +243,11 @@ fn measure_one<T: Pixel, L: Label>(image: &Image<'_, T, L>, l: u32, runs: &[Labe
             sum += v;
             min = min.min(v);
             max = max.max(v);
-            let (yi, xi) = (y as isize, x as isize);
-            if image.is_border(yi, xi, l) {
-                let edges = [(-1, 0), (1, 0), (0, -1), (0, 1)].iter().filter(|(dy, dx)| image.is_border(yi + dy, xi + dx, l)).count();
-                let corners = [(-1, -1), (-1, 1), (1, -1), (1, 1)].iter().filter(|(dy, dx)| image.is_border(yi + dy, xi + dx, l)).count();
-                perimeter += perimeter_weight(1 + 2 * edges + 10 * corners);
+            let i = at(y, x);
+            if border[i] == 1 {
+                let edges = border[i - gw] + border[i + gw] + border[i - 1] + border[i + 1];
+                let corners = border[i - gw - 1] + border[i - gw + 1] + border[i + gw - 1] + border[i + gw + 1];
+                perimeter += perimeter_weight(1 + 2 * usize::from(edges) + 10 * usize::from(corners));
             }
         }
     }
@@ -229,6 +255,7 @@ fn measure_one<T: Pixel, L: Label>(image: &Image<'_, T, L>, l: u32, runs: &[Labe
     // rightmost column within the bounding box (EMPTY_ROW where it has none).
     let c = area as f64;
     let mut m = [0f64; 3];
+    let rows = &mut scratch.rows;
     rows.clear();
     rows.resize(bbox[2] - bbox[0], EMPTY_ROW);
     for r in runs {

@@ -252,6 +252,9 @@ struct Queue {
     /// `buckets[0]`: items of cost `last` (read from `head`); `buckets[b]`:
     /// items whose cost first differs from `last` at bit `b − 1`.
     buckets: [Vec<(u32, u32)>; 33],
+    /// Bit `b` set: `buckets[b]` may hold items (bit 0 unused), so a pop
+    /// finds the lowest non-empty bucket with one instruction, not a scan.
+    filled: u64,
     head: usize,
     last: u32,
     len: usize,
@@ -259,12 +262,13 @@ struct Queue {
 
 impl Queue {
     fn new() -> Self {
-        Queue { buckets: std::array::from_fn(|_| Vec::new()), head: 0, last: 0, len: 0 }
+        Queue { buckets: std::array::from_fn(|_| Vec::new()), filled: 0, head: 0, last: 0, len: 0 }
     }
 
     /// Empties the queue (keeping its allocations) for a new flood.
     fn reset(&mut self) {
         self.buckets.iter_mut().for_each(Vec::clear);
+        self.filled = 0;
         self.head = 0;
         self.last = 0;
         self.len = 0;
@@ -281,6 +285,7 @@ impl Queue {
         debug_assert!(cost >= self.last);
         let b = self.bucket(cost);
         self.buckets[b].push((cost, index));
+        self.filled |= 1 << b;
         self.len += 1;
     }
 
@@ -295,12 +300,14 @@ impl Queue {
             // The lowest non-empty bucket holds the next cost: it becomes
             // `last` and the bucket's items move down, keeping their order
             // (every lower bucket is empty, so order by age is kept).
-            let b = (1..33).find(|&b| !self.buckets[b].is_empty())?;
-            let items = std::mem::take(&mut self.buckets[b]);
+            let b = (self.filled & !1).trailing_zeros() as usize;
+            self.filled &= !(1 << b);
+            let items = std::mem::take(self.buckets.get_mut(b)?);
             self.last = items.iter().map(|&(c, _)| c).min()?;
             for &(c, i) in &items {
                 let to = self.bucket(c);
                 self.buckets[to].push((c, i));
+                self.filled |= 1 << to;
             }
             // Keep the allocation for the next time this bucket fills.
             let mut items = items;
@@ -932,37 +939,32 @@ impl Maxima {
 /// The maxima of [`maxima_markers`] as runs (`h`, `w` > 0).
 fn maxima_runs(dist: &[f32], h: usize, w: usize, radius: usize) -> Maxima {
     // Separable maximum over the clipped square: along each row, then along
-    // each column, both as element-wise maxima of shifted slices (vectorised).
-    let mut rowmax = dist.to_vec();
-    rowmax.par_chunks_mut(w).zip(dist.par_chunks(w)).for_each(|(o, row)| {
-        for k in 1..=radius.min(w - 1) {
-            window_max(&mut o[..w - k], &row[k..]);
-            window_max(&mut o[k..], &row[..w - k]);
-        }
-    });
-    // The maximum pixels, as runs of a row (bands of rows in parallel): they
-    // are few, so they are labelled as runs (the components of touching runs,
-    // numbered in raster order as `label_mask` numbers them).
+    // each column (bands of rows in parallel).
+    let mut rowmax = vec![0f32; h * w];
+    rowmax
+        .par_chunks_mut(w)
+        .zip(dist.par_chunks(w))
+        .for_each_init(|| (vec![0f32; w], vec![0f32; w]), |(a, b), (out, row)| row_window_max(row, radius, out, a, b));
+    // The maximum pixels, as runs of a row: they are few, so they are
+    // labelled as runs (the components of touching runs, numbered in raster
+    // order as `label_mask` numbers them).
     let bands: Vec<Vec<Run>> = (0..h.div_ceil(FLOOD_BAND))
         .into_par_iter()
         .map_init(
-            || (vec![0f32; w], vec![false; w]),
-            |(m, peak), b| {
+            || (ColumnMax::default(), vec![false; w]),
+            |(columns, peak), b| {
                 let mut runs = Vec::new();
-                for y in b * FLOOD_BAND..((b + 1) * FLOOD_BAND).min(h) {
-                    m.copy_from_slice(&rowmax[y * w..(y + 1) * w]);
-                    for yy in y.saturating_sub(radius)..=(y + radius).min(h - 1) {
-                        window_max(m, &rowmax[yy * w..(yy + 1) * w]);
-                    }
+                let rows = b * FLOOD_BAND..((b + 1) * FLOOD_BAND).min(h);
+                columns.each_row(&rowmax, h, w, radius, rows, |y, m| {
                     let row = &dist[y * w..(y + 1) * w];
-                    for ((p, &v), &m) in peak.iter_mut().zip(row).zip(m.iter()) {
+                    for ((p, &v), &m) in peak.iter_mut().zip(row).zip(m) {
                         *p = v > 0.0 && m <= v;
                     }
                     let mut x = 0;
                     while let Some((x0, x1)) = next_run(peak, &mut x, true) {
                         runs.push(Run { y: y as u32, x0: x0 as u32, x1: x1 as u32, at: 0, band: 0, marked: true });
                     }
-                }
+                });
                 runs
             },
         )
@@ -973,11 +975,133 @@ fn maxima_runs(dist: &[f32], h: usize, w: usize, radius: usize) -> Maxima {
     Maxima { runs, parts }
 }
 
-/// `out[i] = max(out[i], v[i])` (the values have no NaN).
+/// `out[i] = max(out[i], v[i])` (the values have no NaN); vectorises.
 #[inline]
-fn window_max(out: &mut [f32], v: &[f32]) {
+fn max_assign(out: &mut [f32], v: &[f32]) {
     for (o, &v) in out.iter_mut().zip(v) {
-        *o = if v > *o { v } else { *o };
+        *o = max2(*o, v);
+    }
+}
+
+/// `out[i] = max(a[i], b[i])` (the values have no NaN); vectorises.
+#[inline]
+fn max_into(out: &mut [f32], a: &[f32], b: &[f32]) {
+    for ((o, &a), &b) in out.iter_mut().zip(a).zip(b) {
+        *o = max2(a, b);
+    }
+}
+
+/// The larger of two values without NaN.
+#[inline]
+fn max2(a: f32, b: f32) -> f32 {
+    if b > a {
+        b
+    } else {
+        a
+    }
+}
+
+/// `out[x]` = the largest of `v[x − r ..= x + r]`, the window clipped to the
+/// row (values without NaN). Maxima over windows of 1, 2, 4, …, p ≤ 2r + 1
+/// pixels by doubling (each level an element-wise maximum of two shifted
+/// slices, so it vectorises), then each whole window as two overlapping
+/// windows of p; the windows the row clips, at its two ends, as running
+/// maxima. `a`, `b`: work rows as long as `v`. Cost: ⌊log₂(2r + 1)⌋ + 2
+/// passes over the row, where shifting the row by each offset took 2r.
+fn row_window_max(v: &[f32], r: usize, out: &mut [f32], a: &mut [f32], b: &mut [f32]) {
+    let n = v.len();
+    let k = 2 * r + 1;
+    if n < k {
+        // Every window is clipped (few pixels, or a radius wider than the row).
+        for (x, o) in out.iter_mut().enumerate() {
+            *o = v[x.saturating_sub(r)..=(x + r).min(n - 1)].iter().fold(f32::NEG_INFINITY, |m, &v| max2(m, v));
+        }
+        return;
+    }
+    let (mut level, mut next) = (a, b);
+    level.copy_from_slice(v);
+    // level[i] = max(v[i .. i + p]) for i + p ≤ n.
+    let mut p = 1;
+    while 2 * p <= k {
+        let m = n - 2 * p + 1;
+        max_into(&mut next[..m], &level[..m], &level[p..p + m]);
+        std::mem::swap(&mut level, &mut next);
+        p *= 2;
+    }
+    // The whole windows, x in r..n − r: [x − r, x − r + p) ∪ [x + r + 1 − p, x + r].
+    let m = n - 2 * r;
+    max_into(&mut out[r..n - r], &level[..m], &level[k - p..k - p + m]);
+    // The clipped ones: [0, x + r] for x < r and [x − r, n) for x ≥ n − r.
+    let mut run = v[..r].iter().fold(f32::NEG_INFINITY, |m, &v| max2(m, v));
+    for x in 0..r {
+        run = max2(run, v[x + r]);
+        out[x] = run;
+    }
+    let mut run = v[n - r..].iter().fold(f32::NEG_INFINITY, |m, &v| max2(m, v));
+    for x in (n - r..n).rev() {
+        run = max2(run, v[x - r]);
+        out[x] = run;
+    }
+}
+
+/// The column pass of [`maxima_runs`]' square maximum, a band of rows at a
+/// time: van Herk / Gil–Werman over blocks of `k = 2r + 1` rows. Within each
+/// block, running maxima down (`down`) and up (`up`); a whole window of rows
+/// `[y − r, y + r]` spans at most two blocks, so its maximum is
+/// `max(up[y − r], down[y + r])`: three passes over a row whatever the radius,
+/// where taking each of the window's rows took 2r + 1. Windows the plane
+/// clips (the first and last `r` rows) are taken row by row.
+#[derive(Default)]
+struct ColumnMax {
+    down: Vec<f32>,
+    up: Vec<f32>,
+    row: Vec<f32>,
+}
+
+impl ColumnMax {
+    /// Calls `f(y, maxima)` for each row `y` of `rows` in order, `maxima` the
+    /// maximum of `rowmax` (`h × w`) over rows `y − r ..= y + r` (clipped), per column.
+    fn each_row(&mut self, rowmax: &[f32], h: usize, w: usize, r: usize, rows: std::ops::Range<usize>, mut f: impl FnMut(usize, &[f32])) {
+        let k = 2 * r + 1;
+        let row = |y: usize| &rowmax[y * w..(y + 1) * w];
+        // Rows whose window is whole, and the rows those windows cover.
+        let (y0, y1) = (rows.start.max(r), rows.end.min(h.saturating_sub(r)));
+        let lo = y0.saturating_sub(r);
+        if y0 < y1 {
+            let n = y1 + r - lo;
+            self.down.resize(n * w, 0.0);
+            self.up.resize(n * w, 0.0);
+            for j in 0..n {
+                let (done, rest) = self.down.split_at_mut(j * w);
+                if j % k == 0 {
+                    rest[..w].copy_from_slice(row(lo + j));
+                } else {
+                    max_into(&mut rest[..w], &done[(j - 1) * w..], row(lo + j));
+                }
+            }
+            for j in (0..n).rev() {
+                let (head, below) = self.up.split_at_mut((j + 1) * w);
+                if j % k == k - 1 || j == n - 1 {
+                    head[j * w..].copy_from_slice(row(lo + j));
+                } else {
+                    max_into(&mut head[j * w..], &below[..w], row(lo + j));
+                }
+            }
+        }
+        self.row.resize(w, 0.0);
+        for y in rows {
+            if (y0..y1).contains(&y) {
+                let (a, b) = ((y - r - lo) * w, (y + r - lo) * w);
+                max_into(&mut self.row, &self.up[a..a + w], &self.down[b..b + w]);
+            } else {
+                let first = y.saturating_sub(r);
+                self.row.copy_from_slice(row(first));
+                for yy in first + 1..=(y + r).min(h - 1) {
+                    max_assign(&mut self.row, row(yy));
+                }
+            }
+            f(y, &self.row);
+        }
     }
 }
 
@@ -1428,6 +1552,76 @@ mod tests {
             for density in [0.2, 0.45, 0.6, 0.8] {
                 let mask: Vec<bool> = (0..h * w).map(|_| unit() < density).collect();
                 assert_eq!(fill_holes(&mask, h, w), fill_holes_scanline(&mask, h, w), "{h}x{w} density {density}");
+            }
+        }
+    }
+
+    /// The largest value of `v` (`h × w`) over the square of half-side `r`
+    /// around `(y, x)`, clipped to the plane, pixel by pixel.
+    fn square_max(v: &[f32], h: usize, w: usize, r: usize, y: usize, x: usize) -> f32 {
+        let mut m = f32::NEG_INFINITY;
+        for yy in y.saturating_sub(r)..=(y + r).min(h - 1) {
+            for xx in x.saturating_sub(r)..=(x + r).min(w - 1) {
+                m = m.max(v[yy * w + xx]);
+            }
+        }
+        m
+    }
+
+    #[test]
+    fn square_maximum_equals_the_window_scan() {
+        // Sizes below, at and above the window (2r + 1), radii whose windows are
+        // and are not a power of two long, values with ties.
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) % 7
+        };
+        for &(h, w) in &[(1usize, 1usize), (1, 23), (17, 1), (5, 9), (31, 40), (70, 33)] {
+            let v: Vec<f32> = (0..h * w).map(|_| next() as f32 * 0.5).collect();
+            for r in [1usize, 2, 3, 4, 7, 8, 40] {
+                let (mut out, mut a, mut b) = (vec![0f32; w], vec![0f32; w], vec![0f32; w]);
+                let mut rowmax = vec![0f32; h * w];
+                for y in 0..h {
+                    row_window_max(&v[y * w..(y + 1) * w], r, &mut out, &mut a, &mut b);
+                    let expected: Vec<f32> = (0..w).map(|x| square_max(&v[y * w..(y + 1) * w], 1, w, r, 0, x)).collect();
+                    assert_eq!(out, expected, "row {y} of {h}x{w}, r {r}");
+                    rowmax[y * w..(y + 1) * w].copy_from_slice(&out);
+                }
+                // Bands of rows as maxima_runs takes them, and one band of every row.
+                for band in [3usize, FLOOD_BAND, h] {
+                    let mut columns = ColumnMax::default();
+                    for b in 0..h.div_ceil(band) {
+                        columns.each_row(&rowmax, h, w, r, b * band..((b + 1) * band).min(h), |y, m| {
+                            let expected: Vec<f32> = (0..w).map(|x| square_max(&v, h, w, r, y, x)).collect();
+                            assert_eq!(m, expected, "row {y} of {h}x{w}, r {r}, bands of {band}");
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn maxima_markers_are_the_labelled_square_maxima() {
+        // Pixels > 0 that equal their square's maximum, 8-connected pieces
+        // numbered in raster order: label_mask of that mask.
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) % 5
+        };
+        for &(h, w) in &[(1usize, 9usize), (12, 1), (40, 37), (65, 80)] {
+            let v: Vec<f32> = (0..h * w).map(|_| next() as f32).collect();
+            for r in [1usize, 2, 4, 9] {
+                let peaks: Vec<bool> = (0..h * w).map(|i| v[i] > 0.0 && square_max(&v, h, w, r, i / w, i % w) <= v[i]).collect();
+                let expected = label_mask(&peaks, h, w, Connectivity::Eight);
+                let got = maxima_markers(&v, h, w, r);
+                assert_eq!((got.count, &got.labels), (expected.count, &expected.labels), "{h}x{w}, r {r}");
             }
         }
     }
