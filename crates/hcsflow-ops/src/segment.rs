@@ -50,7 +50,7 @@ use hcsflow_core::{
 };
 use rayon::prelude::*;
 
-use crate::convolve::{correlate_separable, Boundary, Kernel1d};
+use crate::convolve::{correlate_separable, correlate_separable_into, Boundary, Kernel1d};
 use crate::label::{find, label_mask, union, Connectivity, Labels};
 use crate::measure::{measure_objects, objects_table};
 use crate::threshold::{threshold_value, ThresholdMethod};
@@ -894,7 +894,7 @@ pub fn maxima_markers(dist: &[f32], h: usize, w: usize, radius: usize) -> Labels
     if h == 0 || w == 0 {
         return label_mask(&[], h, w, Connectivity::Eight);
     }
-    let maxima = maxima_runs(dist, h, w, radius);
+    let maxima = maxima_runs(dist, h, w, radius, &mut vec![0f32; h * w]);
     let mut labels = vec![0u32; h * w];
     for y in 0..h {
         maxima.write_row(y, &mut labels[y * w..(y + 1) * w]);
@@ -936,11 +936,11 @@ impl Maxima {
     }
 }
 
-/// The maxima of [`maxima_markers`] as runs (`h`, `w` > 0).
-fn maxima_runs(dist: &[f32], h: usize, w: usize, radius: usize) -> Maxima {
+/// The maxima of [`maxima_markers`] as runs (`h`, `w` > 0); `rowmax`: a work
+/// plane (`h × w`, any values).
+fn maxima_runs(dist: &[f32], h: usize, w: usize, radius: usize, rowmax: &mut [f32]) -> Maxima {
     // Separable maximum over the clipped square: along each row, then along
     // each column (bands of rows in parallel).
-    let mut rowmax = vec![0f32; h * w];
     rowmax
         .par_chunks_mut(w)
         .zip(dist.par_chunks(w))
@@ -955,7 +955,7 @@ fn maxima_runs(dist: &[f32], h: usize, w: usize, radius: usize) -> Maxima {
             |(columns, peak), b| {
                 let mut runs = Vec::new();
                 let rows = b * FLOOD_BAND..((b + 1) * FLOOD_BAND).min(h);
-                columns.each_row(&rowmax, h, w, radius, rows, |y, m| {
+                columns.each_row(rowmax, h, w, radius, rows, |y, m| {
                     let row = &dist[y * w..(y + 1) * w];
                     for ((p, &v), &m) in peak.iter_mut().zip(row).zip(m) {
                         *p = v > 0.0 && m <= v;
@@ -969,7 +969,6 @@ fn maxima_runs(dist: &[f32], h: usize, w: usize, radius: usize) -> Maxima {
             },
         )
         .collect();
-    drop(rowmax);
     let runs = bands.concat();
     let parts = run_components(&runs, h, Connectivity::Eight);
     Maxima { runs, parts }
@@ -1178,26 +1177,32 @@ fn segment_nuclei_into<T: Pixel, L: Copy + Send>(
     if h == 0 || w == 0 {
         return Ok(0);
     }
-    let smooth = |v: &[T], sigma: f64| -> Vec<f32> {
-        let k = Kernel1d::gaussian(sigma, 4.0);
-        correlate_separable(v, h, w, &k, &k, Boundary::Reflect)
-    };
-    let smoothed = smooth(plane, p.smoothing_sigma);
+    let gaussian = |sigma: f64| Kernel1d::gaussian(sigma, 4.0);
+    let k = gaussian(p.smoothing_sigma);
+    let smoothed = correlate_separable(plane, h, w, &k, &k, Boundary::Reflect);
     // Smoothing integer pixels gives no NaN: only a float plane is checked.
     if T::DTYPE == DType::F32 && smoothed.iter().any(|v| v.is_nan()) {
         return Err(FunctionError::invalid(NAME, "the image contains NaN"));
     }
     let t = threshold_value(&smoothed, p.threshold)? * p.threshold_factor;
     let mask: Vec<bool> = smoothed.par_iter().map(|&v| f64::from(v) > t).collect();
-    drop(smoothed);
     let mask = fill_holes(&mask, h, w);
-    let dist = distance_transform_edt(&mask, h, w, (1.0, 1.0));
-    let mut dist = if p.distance_sigma > 0.0 { smooth_f32(&dist, h, w, p.distance_sigma) } else { dist };
+    let mut dist = distance_transform_edt(&mask, h, w, (1.0, 1.0));
+    // The smoothed plane is done with: its buffer takes the smoothed distance,
+    // and the distance's then takes the maxima's row pass (each overwritten
+    // whole), rather than two fresh planes to zero.
+    let mut spare = smoothed;
+    if p.distance_sigma > 0.0 {
+        let k = gaussian(p.distance_sigma);
+        correlate_separable_into(&dist, h, w, &k, &k, Boundary::Reflect, &mut spare);
+        std::mem::swap(&mut dist, &mut spare);
+    }
     // Smoothing spreads distance outside the mask: seeds only inside it.
     dist.par_chunks_mut(w).zip(mask.par_chunks(w)).for_each(|(d, m)| {
         d.iter_mut().zip(m).for_each(|(d, &m)| *d = if m { *d } else { 0.0 });
     });
-    let seeds = maxima_runs(&dist, h, w, p.min_distance);
+    let seeds = maxima_runs(&dist, h, w, p.min_distance, &mut spare);
+    drop(spare);
     // The watershed of −distance (the flood reads it pixel by pixel: no copy).
     let too_large = |l: u32| FunctionError::invalid(NAME, format!("seed label {l} is too large"));
     let inside_row = |y: usize, flags: &mut [bool]| flags.copy_from_slice(&mask[y * w..(y + 1) * w]);
@@ -1236,11 +1241,6 @@ fn segment_nuclei_into<T: Pixel, L: Copy + Send>(
     }
     flooded.write(out, |l| label_of(new_id[l as usize]));
     Ok(count)
-}
-
-fn smooth_f32(v: &[f32], h: usize, w: usize, sigma: f64) -> Vec<f32> {
-    let k = Kernel1d::gaussian(sigma, 4.0);
-    correlate_separable(v, h, w, &k, &k, Boundary::Reflect)
 }
 
 /// Nonzero pixels of a plane as a mask.

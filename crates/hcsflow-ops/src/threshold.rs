@@ -114,7 +114,7 @@ pub fn threshold_otsu<T: Pixel>(plane: &[T]) -> Result<f64, FunctionError> {
         let (lo, c) = int_histogram(plane);
         (c.iter().map(|&v| v as f32).collect(), (0..c.len()).map(|i| (lo + i as i64) as f64).collect())
     } else {
-        let (c, centers) = float_histogram(plane, 256, lo, hi);
+        let (c, centers) = float_histogram(plane, lo, hi);
         (c.iter().map(|&v| v as f32).collect(), centers)
     };
     let n = counts.len();
@@ -158,18 +158,37 @@ pub fn threshold_otsu<T: Pixel>(plane: &[T]) -> Result<f64, FunctionError> {
     Ok(centers[idx])
 }
 
-/// `numpy.histogram(plane, bins, range=(min, max))` counts and bin centres (f64 edges);
-/// `lo`, `hi`: the plane's extremes ([`extremes`]), `lo < hi`.
-fn float_histogram<T: Pixel>(plane: &[T], bins: usize, lo: f64, hi: f64) -> (Vec<u64>, Vec<f64>) {
-    let edges: Vec<f64> = (0..=bins).map(|i| if i == bins { hi } else { lo + (hi - lo) / bins as f64 * i as f64 }).collect();
-    let norm = bins as f64 / (hi - lo);
-    // (v − lo)·norm is in [0, bins] (up to rounding) for the plane's values:
-    // through i32, a single conversion instruction.
-    let bin = |v: f64| {
-        let mut i = (((v - lo) * norm) as i32 as usize).min(bins - 1);
-        if v < edges[i] && i > 0 {
+/// Bins of [`threshold_otsu`]'s histogram of a float plane (skimage's `nbins`).
+const FLOAT_BINS: usize = 256;
+
+/// The smallest f32 not below `e`: for every f32 `v`, `v ≥ e` exactly when
+/// `v ≥ f32_at_least(e)` (the f32 values are a subset of the f64 ones).
+fn f32_at_least(e: f64) -> f32 {
+    let f = e as f32;
+    if f64::from(f) < e {
+        f.next_up()
+    } else {
+        f
+    }
+}
+
+/// `numpy.histogram(plane, FLOAT_BINS, range=(min, max))` counts and bin
+/// centres (f64 edges); `lo`, `hi`: the plane's extremes ([`extremes`]), `lo < hi`.
+fn float_histogram<T: Pixel>(plane: &[T], lo: f64, hi: f64) -> (Vec<u64>, Vec<f64>) {
+    const BINS: usize = FLOAT_BINS;
+    let edges: Vec<f64> = (0..=BINS).map(|i| if i == BINS { hi } else { lo + (hi - lo) / BINS as f64 * i as f64 }).collect();
+    // Each comparison of a pixel (an f32) with an f64 edge made as f32 with the
+    // same outcome, against the edge rounded up to an f32.
+    let mut up = [0f32; BINS + 1];
+    up.iter_mut().zip(&edges).for_each(|(u, &e)| *u = f32_at_least(e));
+    let (lo32, norm32) = (lo as f32, (BINS as f64 / (hi - lo)) as f32);
+    // The bin of pixel v: a first guess in f32, within one bin of the exact one
+    // (its rounding is ~1e-4 bins), then numpy's correction against the edges.
+    let bin = |v: f32| {
+        let mut i = (((v - lo32) * norm32) as i32).clamp(0, BINS as i32 - 1) as usize;
+        if v < up[i] && i > 0 {
             i -= 1;
-        } else if i + 1 < bins && v >= edges[i + 1] {
+        } else if i + 1 < BINS && v >= up[i + 1] {
             i += 1;
         }
         i
@@ -181,30 +200,30 @@ fn float_histogram<T: Pixel>(plane: &[T], bins: usize, lo: f64, hi: f64) -> (Vec
     let counts = plane
         .par_chunks(CHUNK)
         .fold(
-            || vec![0u64; bins],
+            || vec![0u64; BINS],
             |mut counts, c| {
-                let mut part = vec![[0u32; 4]; bins];
+                let mut part = [[0u32; 4]; BINS];
                 let mut quads = c.chunks_exact(4);
                 for q in &mut quads {
                     for (k, v) in q.iter().enumerate() {
-                        part[bin(v.to_f32() as f64)][k] += 1;
+                        part[bin(v.to_f32())][k] += 1;
                     }
                 }
                 for v in quads.remainder() {
-                    part[bin(v.to_f32() as f64)][0] += 1;
+                    part[bin(v.to_f32())][0] += 1;
                 }
                 counts.iter_mut().zip(&part).for_each(|(c, p)| *c += p.iter().map(|&n| u64::from(n)).sum::<u64>());
                 counts
             },
         )
         .reduce(
-            || vec![0u64; bins],
+            || vec![0u64; BINS],
             |mut a, b| {
                 a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
                 a
             },
         );
-    let centers = (0..bins).map(|i| (edges[i] + edges[i + 1]) / 2.0).collect();
+    let centers = (0..BINS).map(|i| (edges[i] + edges[i + 1]) / 2.0).collect();
     (counts, centers)
 }
 
@@ -333,4 +352,56 @@ pub(crate) fn register(registry: &mut Registry) {
             .ok_or_else(|| FunctionError::failed("threshold", format!("unknown method '{}'", a.method)))?;
         Ok(threshold_mask(s, m)?.0)
     }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// numpy.histogram's own procedure in f64, pixel by pixel: the index from
+    /// `(v − lo) / (hi − lo) · bins`, then its correction against the edges.
+    fn numpy_histogram(plane: &[f32], lo: f64, hi: f64) -> Vec<u64> {
+        let bins = FLOAT_BINS;
+        let edges: Vec<f64> = (0..=bins).map(|i| if i == bins { hi } else { lo + (hi - lo) / bins as f64 * i as f64 }).collect();
+        let mut counts = vec![0u64; bins];
+        for &v in plane {
+            let v = f64::from(v);
+            let mut i = (((v - lo) / (hi - lo) * bins as f64) as usize).min(bins - 1);
+            if v < edges[i] {
+                i -= 1;
+            }
+            if i != bins - 1 && v >= edges[i + 1] {
+                i += 1;
+            }
+            counts[i] += 1;
+        }
+        counts
+    }
+
+    #[test]
+    fn float_histogram_bins_as_numpy_does_in_f64() {
+        // Random values, and every edge's neighbouring f32 values (the pixels
+        // whose bin the rounding of the f32 first guess could change).
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut unit = || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 11) as f64 / (1u64 << 53) as f64
+        };
+        for (lo, hi) in [(0.0f32, 1.0f32), (-3.7, 1234.5), (100.25, 100.5), (0.1, 65535.0)] {
+            let (l, h) = (f64::from(lo), f64::from(hi));
+            let mut plane: Vec<f32> = (0..20_000).map(|_| (l + unit() * (h - l)) as f32).map(|v| v.clamp(lo, hi)).collect();
+            for i in 0..=FLOAT_BINS {
+                let e = l + (h - l) / FLOAT_BINS as f64 * i as f64;
+                let at = f32_at_least(e);
+                plane.extend([at.next_down(), at, at.next_up()].into_iter().filter(|v| (lo..=hi).contains(v)));
+            }
+            plane.extend([lo, hi]);
+            let (counts, centers) = float_histogram(&plane, l, h);
+            assert_eq!(counts, numpy_histogram(&plane, l, h), "range {lo}..{hi}");
+            assert_eq!(counts.iter().sum::<u64>(), plane.len() as u64);
+            assert_eq!(centers.len(), FLOAT_BINS);
+        }
+    }
 }
