@@ -345,15 +345,12 @@ fn cell_cost(c: Cell) -> u32 {
     (c >> 32) as u32
 }
 
-/// A run of pixels inside the mask on row `y`, `x0..x1`, whose cells are
-/// `cells[at..at + (x1 − x0)]` of its band of rows.
+/// A run of pixels inside the mask on row `y`, `x0..x1`.
 #[derive(Clone, Copy)]
 struct Run {
     y: u32,
     x0: u32,
     x1: u32,
-    at: u32,
-    band: u32,
     /// Whether the run holds a marker pixel.
     marked: bool,
 }
@@ -361,12 +358,10 @@ struct Run {
 /// Rows per task of the flood's first pass.
 const FLOOD_BAND: usize = 32;
 
-/// The runs of a band of rows and their pixels' cells, in raster order.
+/// The runs of a band of rows, in raster order.
 #[derive(Default)]
 struct Band {
     runs: Vec<Run>,
-    cells: Vec<Cell>,
-    nan: bool,
     /// The first marker label above the largest allowed, in raster order.
     too_large: Option<u32>,
 }
@@ -389,7 +384,9 @@ struct Band {
 /// component is flooded on its own, in a grid the size of its bounding box
 /// (which stays in cache, where one grid over the plane made every visit a
 /// cache miss), the components in parallel. The mask is read once, as runs of
-/// a row; components are unions of runs that touch (union–find on runs).
+/// a row; components are unions of runs that touch (union–find on runs). The
+/// values are read once, into the grid of their component (the NaN check of
+/// a component with no marker reads them without building a grid).
 fn flood(
     h: usize,
     w: usize,
@@ -406,8 +403,8 @@ fn flood(
     if h == 0 || w == 0 {
         return Ok(Flooded { w, runs: Vec::new(), parts: run_components(&[], h, connectivity), labelled: Vec::new() });
     }
-    // Pass 1, bands of rows in parallel: the runs of pixels inside the mask
-    // and their cells (the markers' labels, UNREACHED elsewhere).
+    // Pass 1, bands of rows in parallel: the runs of pixels inside the mask,
+    // and which hold a marker.
     let bands: Vec<Band> = (0..h.div_ceil(FLOOD_BAND))
         .into_par_iter()
         .map_init(
@@ -416,61 +413,70 @@ fn flood(
                 let mut band = Band::default();
                 for y in b * FLOOD_BAND..((b + 1) * FLOOD_BAND).min(h) {
                     inside_row(y, flags);
-                    let row = y * w;
                     let mut x = 0;
                     while let Some((x0, x1)) = next_run(flags, &mut x, true) {
-                        markers_run(y, x0, &mut marks[..x1 - x0]);
-                        let at = band.cells.len();
-                        let mut marked = false;
-                        for (i, &label) in (row + x0..row + x1).zip(&marks[..x1 - x0]) {
-                            let v = value(i);
-                            band.nan |= v.is_nan();
-                            if label != 0 {
-                                marked = true;
-                                if label > max_label && band.too_large.is_none() {
-                                    band.too_large = Some(label);
-                                }
-                            }
-                            band.cells.push(cell(ordered_bits(v), if label == 0 { UNREACHED } else { label }));
+                        let marks = &mut marks[..x1 - x0];
+                        markers_run(y, x0, marks);
+                        if band.too_large.is_none() {
+                            band.too_large = marks.iter().copied().find(|&l| l > max_label);
                         }
-                        band.runs.push(Run { y: y as u32, x0: x0 as u32, x1: x1 as u32, at: at as u32, band: b as u32, marked });
+                        let marked = marks.iter().any(|&l| l != 0);
+                        band.runs.push(Run { y: y as u32, x0: x0 as u32, x1: x1 as u32, marked });
                     }
                 }
                 band
             },
         )
         .collect();
-    if bands.iter().any(|b| b.nan) {
+    let runs: Vec<Run> = bands.iter().flat_map(|b| b.runs.iter().copied()).collect();
+    let parts = run_components(&runs, h, connectivity);
+    // Pass 2, components in parallel: each component that holds a marker is
+    // flooded in a grid of its bounding box; its labels come back in the order
+    // of its runs' pixels (UNREACHED where the flood did not go). The others
+    // are only checked for NaN.
+    let nan = std::sync::atomic::AtomicBool::new(false);
+    let labelled: Vec<Option<Vec<u32>>> = parts
+        .components
+        .par_iter()
+        .map_init(
+            || (Vec::<Cell>::new(), Queue::new(), vec![0u32; w]),
+            |(grid, queue, marks), c| {
+                let members = || parts.order[c.runs.clone()].iter().map(|&r| &runs[r as usize]);
+                let values = |r: &Run| (r.y as usize * w + r.x0 as usize..r.y as usize * w + r.x1 as usize).map(&value);
+                if !members().any(|r| r.marked) {
+                    if members().any(|r| values(r).any(f32::is_nan)) {
+                        nan.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    return None;
+                }
+                let mut cells = |r: &Run, out: &mut [Cell]| {
+                    let marks = &mut marks[..out.len()];
+                    if r.marked {
+                        markers_run(r.y as usize, r.x0 as usize, marks);
+                    } else {
+                        marks.fill(0);
+                    }
+                    let mut has_nan = false;
+                    for ((o, v), &label) in out.iter_mut().zip(values(r)).zip(marks.iter()) {
+                        has_nan |= v.is_nan();
+                        *o = cell(ordered_bits(v), if label == 0 { UNREACHED } else { label });
+                    }
+                    if has_nan {
+                        nan.store(true, std::sync::atomic::Ordering::Relaxed);
+                    }
+                };
+                let mut labels = Vec::with_capacity(c.pixels);
+                flood_component(c, members(), &mut cells, connectivity, grid, queue, &mut labels);
+                Some(labels)
+            },
+        )
+        .collect();
+    if nan.into_inner() {
         return Err(FunctionError::invalid(NAME, "the image contains NaN inside the mask"));
     }
     if let Some(l) = bands.iter().find_map(|b| b.too_large) {
         return Err(too_large(l));
     }
-    let runs: Vec<Run> = bands.iter().flat_map(|b| b.runs.iter().copied()).collect();
-    let parts = run_components(&runs, h, connectivity);
-    // Pass 2, components in parallel: each component that holds a marker is
-    // flooded in a grid of its bounding box; its labels come back in the order
-    // of its runs' pixels (UNREACHED where the flood did not go).
-    let labelled: Vec<Option<Vec<u32>>> = parts
-        .components
-        .par_iter()
-        .map_init(
-            || (Vec::<Cell>::new(), Queue::new()),
-            |(grid, queue), c| {
-                let members = &parts.order[c.runs.clone()];
-                if !members.iter().any(|&r| runs[r as usize].marked) {
-                    return None;
-                }
-                let mut labels = Vec::with_capacity(c.pixels);
-                let of = members.iter().map(|&r| {
-                    let r = &runs[r as usize];
-                    (r, &bands[r.band as usize].cells[r.at as usize..(r.at + r.x1 - r.x0) as usize])
-                });
-                flood_component(c, of, connectivity, grid, queue, &mut labels);
-                Some(labels)
-            },
-        )
-        .collect();
     Ok(Flooded { w, runs, parts, labelled })
 }
 
@@ -636,14 +642,15 @@ fn run_components(runs: &[Run], h: usize, connectivity: Connectivity) -> RunComp
     RunComponents { components, order, slot, row_start }
 }
 
-/// The flood of one component: its runs with their cells (raster order) into
-/// a zeroed grid of its bounding box with a one-pixel frame, the markers
-/// queued in raster order, then the priority flood; `labels` gets the label
-/// of each of its pixels in the order of its runs (UNREACHED where the flood
-/// did not go).
+/// The flood of one component: its runs (`members`, raster order), whose
+/// cells `cells(run, out)` writes, into a zeroed grid of its bounding box with
+/// a one-pixel frame, the markers queued in raster order, then the priority
+/// flood; `labels` gets the label of each of its pixels in the order of its
+/// runs (UNREACHED where the flood did not go).
 fn flood_component<'a>(
     c: &Component,
-    members: impl Iterator<Item = (&'a Run, &'a [Cell])> + Clone,
+    members: impl Iterator<Item = &'a Run> + Clone,
+    cells: &mut impl FnMut(&Run, &mut [Cell]),
     connectivity: Connectivity,
     grid: &mut Vec<Cell>,
     queue: &mut Queue,
@@ -655,11 +662,12 @@ fn flood_component<'a>(
     grid.resize(gw * gh, 0);
     let at = |r: &Run| (r.y - c.y0 + 1) as usize * gw + (r.x0 - c.x0 + 1) as usize;
     queue.reset();
-    for (r, cells) in members.clone() {
+    for r in members.clone() {
         let base = at(r);
-        grid[base..base + cells.len()].copy_from_slice(cells);
+        let run = &mut grid[base..base + (r.x1 - r.x0) as usize];
+        cells(r, run);
         if r.marked {
-            for (k, &q) in cells.iter().enumerate() {
+            for (k, &q) in run.iter().enumerate() {
                 if cell_label(q) != UNREACHED {
                     queue.push(cell_cost(q), (base + k) as u32);
                 }
@@ -672,9 +680,9 @@ fn flood_component<'a>(
         Connectivity::Four => flood_grid(grid, queue, edge),
         Connectivity::Eight => flood_grid(grid, queue, [edge[0], edge[1], edge[2], edge[3], -gw_i - 1, -gw_i + 1, gw_i - 1, gw_i + 1]),
     }
-    for (r, cells) in members {
+    for r in members {
         let base = at(r);
-        labels.extend(grid[base..base + cells.len()].iter().map(|&q| cell_label(q)));
+        labels.extend(grid[base..base + (r.x1 - r.x0) as usize].iter().map(|&q| cell_label(q)));
     }
 }
 
@@ -720,7 +728,7 @@ pub fn fill_holes(mask: &[bool], h: usize, w: usize) -> Vec<bool> {
             for y in b * FLOOD_BAND..((b + 1) * FLOOD_BAND).min(h) {
                 let mut x = 0;
                 while let Some((x0, x1)) = next_run(&mask[y * w..(y + 1) * w], &mut x, false) {
-                    runs.push(Run { y: y as u32, x0: x0 as u32, x1: x1 as u32, at: 0, band: 0, marked: false });
+                    runs.push(Run { y: y as u32, x0: x0 as u32, x1: x1 as u32, marked: false });
                 }
             }
             runs
@@ -962,7 +970,7 @@ fn maxima_runs(dist: &[f32], h: usize, w: usize, radius: usize, rowmax: &mut [f3
                     }
                     let mut x = 0;
                     while let Some((x0, x1)) = next_run(peak, &mut x, true) {
-                        runs.push(Run { y: y as u32, x0: x0 as u32, x1: x1 as u32, at: 0, band: 0, marked: true });
+                        runs.push(Run { y: y as u32, x0: x0 as u32, x1: x1 as u32, marked: true });
                     }
                 });
                 runs

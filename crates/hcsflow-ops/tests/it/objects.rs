@@ -166,6 +166,9 @@ fn watershed_rejects_bad_input() {
     // Outside the mask a value is never read: NaN there is no error.
     let labels = watershed(&[0.0, 1.0, f32::NAN], &[1, 0, 0], Some(&[true, true, false]), 1, 3, Connectivity::Eight).unwrap();
     assert_eq!(labels, [1, 1, 0]);
+    // Inside the mask it is, also in a piece of the mask no marker floods.
+    let e = watershed(&[0.0, 1.0, 5.0, f32::NAN], &[1, 0, 0, 0], Some(&[true, false, true, true]), 1, 4, Connectivity::Eight).unwrap_err();
+    assert!(e.to_string().contains("NaN"), "{e}");
     assert!(watershed(&[0.0; 3], &[1, 0], None, 1, 2, Connectivity::Eight).is_err());
     let e = watershed(&[0.0; 2], &[u32::MAX, 0], None, 1, 2, Connectivity::Eight).unwrap_err();
     assert!(e.to_string().contains("too large"), "{e}");
