@@ -13,54 +13,57 @@ use crate::{CliError, CliResult, Exit};
 pub struct SynthArgs {
     /// Output folder (created; must be empty unless --overwrite on a previous synthetic plate).
     out: PathBuf,
-    /// imagexpress | opera-phenix.
-    #[arg(long, default_value = "imagexpress")]
-    format: String,
+    /// imagexpress | opera-phenix [default: imagexpress].
+    #[arg(long)]
+    format: Option<String>,
     /// Wells to acquire, comma-separated (A01,B02). Default: A01,B02, or every well with --plate.
     #[arg(long, value_delimiter = ',')]
     wells: Vec<String>,
     /// Plate size: 96, 384 or 1536. Without --wells, every well of the plate is acquired.
     #[arg(long)]
     plate: Option<u32>,
-    /// Site grid as ROWSxCOLS.
-    #[arg(long, default_value = "3x3")]
-    grid: String,
-    /// Tile overlap as a fraction of the tile size.
-    #[arg(long, default_value_t = 0.1)]
-    overlap: f64,
-    /// Maximum stage jitter per tile in pixels (fractional allowed).
-    #[arg(long, default_value_t = 2.0)]
-    jitter_px: f64,
-    #[arg(long, default_value_t = 2)]
-    channels: u32,
-    /// Number of z planes.
-    #[arg(long, default_value_t = 1)]
-    z: u32,
-    #[arg(long, default_value_t = 1)]
-    timepoints: u32,
-    /// Tile width and height in pixels.
-    #[arg(long, default_value_t = 256)]
-    size: u32,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    /// Site grid as ROWSxCOLS [default: 3x3].
+    #[arg(long)]
+    grid: Option<String>,
+    /// Tile overlap as a fraction of the tile size [default: 0.1].
+    #[arg(long)]
+    overlap: Option<f64>,
+    /// Maximum stage jitter per tile in pixels, fractional allowed [default: 2].
+    #[arg(long)]
+    jitter_px: Option<f64>,
+    /// Number of channels [default: 2].
+    #[arg(long)]
+    channels: Option<u32>,
+    /// Number of z planes [default: 1].
+    #[arg(long)]
+    z: Option<u32>,
+    /// Number of time points [default: 1].
+    #[arg(long)]
+    timepoints: Option<u32>,
+    /// Tile width and height in pixels [default: 256].
+    #[arg(long)]
+    size: Option<u32>,
+    /// Seed of every random choice [default: 0].
+    #[arg(long)]
+    seed: Option<u64>,
     /// Plate (measurement) name; ImageXpress file prefix.
     #[arg(long)]
     plate_name: Option<String>,
     /// Pixel size in µm.
     #[arg(long)]
     pixel_size: Option<f64>,
-    /// Leave out this many planes (reported as missing by `inspect`).
-    #[arg(long, default_value_t = 0)]
-    missing_planes: u32,
+    /// Leave out this many planes (reported as missing by `inspect`) [default: 0].
+    #[arg(long)]
+    missing_planes: Option<u32>,
     /// Raster cells (1-based) of the grid that are not acquired, comma-separated.
     #[arg(long, value_delimiter = ',')]
     skip_sites: Vec<u32>,
     /// ImageXpress: also write `_thumb` thumbnails.
     #[arg(long)]
     thumbnails: bool,
-    /// ImageXpress GUID suffix: none | bare | bracketed.
-    #[arg(long, default_value = "none")]
-    guid: String,
+    /// ImageXpress GUID suffix: none | bare | bracketed [default: none].
+    #[arg(long)]
+    guid: Option<String>,
     /// ImageXpress: `.TIF` file extension.
     #[arg(long)]
     upper_case_tif: bool,
@@ -82,7 +85,8 @@ pub struct SynthArgs {
     /// Replace OUT if it is a previous synthetic plate.
     #[arg(long)]
     overwrite: bool,
-    /// Start from a full JSON SynthConfig (every option); flags given explicitly still apply on top.
+    /// Start from a JSON SynthConfig (its fields as `hcsflow-synth` names them; absent ones take
+    /// their defaults); flags given explicitly apply on top, the others leave its values alone.
     #[arg(long)]
     config: Option<PathBuf>,
 }
@@ -99,7 +103,9 @@ pub fn config_from(a: &SynthArgs) -> Result<SynthConfig, CliError> {
         }
         None => SynthConfig::default(),
     };
-    c.format = a.format.parse::<Format>().map_err(usage)?;
+    if let Some(f) = &a.format {
+        c.format = f.parse::<Format>().map_err(usage)?;
+    }
     if let Some(n) = a.plate {
         c.plate_size = n;
         c.wells.clear();
@@ -107,36 +113,38 @@ pub fn config_from(a: &SynthArgs) -> Result<SynthConfig, CliError> {
     if !a.wells.is_empty() {
         c.wells = a.wells.iter().map(|w| w.trim().to_string()).collect();
     }
-    let (r, k) = a
-        .grid
-        .split_once(['x', 'X'])
-        .and_then(|(r, k)| Some((r.trim().parse().ok()?, k.trim().parse().ok()?)))
-        .ok_or_else(|| usage(anyhow::anyhow!("bad --grid '{}': expected ROWSxCOLS, e.g. 3x3", a.grid)))?;
-    (c.grid_rows, c.grid_cols) = (r, k);
-    c.overlap = a.overlap;
-    c.jitter_px = a.jitter_px;
-    c.channels = a.channels;
-    c.z_planes = a.z;
-    c.timepoints = a.timepoints;
-    c.size = a.size;
-    c.seed = a.seed;
+    if let Some(grid) = &a.grid {
+        (c.grid_rows, c.grid_cols) = grid
+            .split_once(['x', 'X'])
+            .and_then(|(r, k)| Some((r.trim().parse().ok()?, k.trim().parse().ok()?)))
+            .ok_or_else(|| usage(anyhow::anyhow!("bad --grid '{grid}': expected ROWSxCOLS, e.g. 3x3")))?;
+    }
+    c.overlap = a.overlap.unwrap_or(c.overlap);
+    c.jitter_px = a.jitter_px.unwrap_or(c.jitter_px);
+    c.channels = a.channels.unwrap_or(c.channels);
+    c.z_planes = a.z.unwrap_or(c.z_planes);
+    c.timepoints = a.timepoints.unwrap_or(c.timepoints);
+    c.size = a.size.unwrap_or(c.size);
+    c.seed = a.seed.unwrap_or(c.seed);
     if let Some(n) = &a.plate_name {
         c.plate_name = n.clone();
     }
     if let Some(p) = a.pixel_size {
         c.pixel_size_um = p;
     }
-    c.missing_planes = a.missing_planes;
+    c.missing_planes = a.missing_planes.unwrap_or(c.missing_planes);
     if !a.skip_sites.is_empty() {
         c.skip_sites = a.skip_sites.clone();
     }
     c.thumbnails |= a.thumbnails;
-    c.guid_style = match a.guid.as_str() {
-        "none" => GuidStyle::None,
-        "bare" => GuidStyle::Bare,
-        "bracketed" => GuidStyle::Bracketed,
-        other => return Err(usage(anyhow::anyhow!("bad --guid '{other}': expected none, bare or bracketed"))),
-    };
+    if let Some(guid) = &a.guid {
+        c.guid_style = match guid.as_str() {
+            "none" => GuidStyle::None,
+            "bare" => GuidStyle::Bare,
+            "bracketed" => GuidStyle::Bracketed,
+            other => return Err(usage(anyhow::anyhow!("bad --guid '{other}': expected none, bare or bracketed"))),
+        };
+    }
     c.upper_case_tif |= a.upper_case_tif;
     if a.flat {
         c.ix_layout = IxLayout::Flat;
@@ -179,4 +187,58 @@ pub fn run(a: SynthArgs) -> CliResult {
     )?;
     outln!("ground truth: {}", summary.out.join("ground_truth").display())?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use hcsflow_synth::SynthConfig;
+
+    use super::*;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        synth: SynthArgs,
+    }
+
+    fn config(args: &[&str]) -> SynthConfig {
+        let cli = Cli::try_parse_from(std::iter::once("synth").chain(args.iter().copied())).map_err(|e| e.to_string()).unwrap();
+        config_from(&cli.synth).map_err(|e| format!("{e:?}")).unwrap()
+    }
+
+    #[test]
+    fn without_flags_or_config_the_plate_is_the_synth_default() {
+        assert_eq!(config(&["out"]), SynthConfig::default());
+    }
+
+    #[test]
+    fn a_config_keeps_its_values_where_no_flag_is_given() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("synth.json");
+        let mut from_file = SynthConfig {
+            format: Format::OperaPhenix,
+            grid_rows: 2,
+            grid_cols: 5,
+            overlap: 0.2,
+            jitter_px: 0.5,
+            channels: 1,
+            z_planes: 3,
+            timepoints: 2,
+            size: 64,
+            seed: 7,
+            missing_planes: 1,
+            guid_style: GuidStyle::Bare,
+            read_noise: 40.0,
+            ..SynthConfig::default()
+        };
+        std::fs::write(&path, serde_json::to_string(&from_file).unwrap()).unwrap();
+        let file = path.to_str().unwrap();
+        assert_eq!(config(&["out", "--config", file]), from_file);
+        // Flags given explicitly win, the file's other values stay.
+        let flagged = config(&["out", "--config", file, "--channels", "3", "--grid", "4x4", "--seed", "0", "--format", "imagexpress"]);
+        (from_file.channels, from_file.grid_rows, from_file.grid_cols, from_file.seed, from_file.format) =
+            (3, 4, 4, 0, Format::ImageXpress);
+        assert_eq!(flagged, from_file);
+    }
 }
