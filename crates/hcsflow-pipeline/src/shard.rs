@@ -395,13 +395,24 @@ pub fn recorded_shards(out: &Path) -> Result<Vec<ShardRecord>, PipelineError> {
     Ok(records)
 }
 
-/// A shard's step timings per well, and the wall time of its runs, kept for
-/// the finalize's run report.
+/// A shard's step timings per well, the GPU adapter and queue of its wells
+/// that had them, and the wall time of its runs, kept for the finalize's run
+/// report.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub(crate) struct ShardTimings {
     /// Seconds of every run of the shard, summed.
     seconds: f64,
     wells: BTreeMap<String, Vec<StepTiming>>,
+    /// Absent in the files of earlier versions: read as none.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    gpus: BTreeMap<String, WellGpu>,
+}
+
+/// Where a well's GPU calls ran, as its report names it ([`WellReport::adapter`], [`WellReport::queue`]).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct WellGpu {
+    adapter: Option<String>,
+    queue: Option<String>,
 }
 
 /// Adds the timings of the wells that ran in this run of `shard` to its timings file.
@@ -411,6 +422,9 @@ pub(crate) fn write_timings(plan: &Plan, shard: Shard, seconds: f64, wells: &[We
     timings.seconds += seconds;
     for w in wells.iter().filter(|w| !w.steps.is_empty()) {
         timings.wells.insert(w.well.clone(), w.steps.clone());
+        if w.adapter.is_some() || w.queue.is_some() {
+            timings.gpus.insert(w.well.clone(), WellGpu { adapter: w.adapter.clone(), queue: w.queue.clone() });
+        }
     }
     let json = serde_json::to_vec_pretty(&timings).map_err(|e| PipelineError::io(&path, std::io::Error::other(e)))?;
     output::write_atomic(&path, &json)
@@ -483,7 +497,7 @@ pub fn finalize(plan: &Plan, options: &RunOptions) -> Result<RunSummary, Pipelin
                 check_same_run(path, &manifest, plan)?;
                 let shard_timings = read_timings(&shard.timings_path(&plan.out));
                 shard_seconds += shard_timings.seconds;
-                timings.push(shard_timings.wells);
+                timings.push((shard_timings.wells, shard_timings.gpus));
                 let mut incomplete = Vec::new();
                 for &i in &wells {
                     let well = &plan.wells[i].well;
@@ -537,9 +551,10 @@ pub fn finalize(plan: &Plan, options: &RunOptions) -> Result<RunSummary, Pipelin
             // Every well of the plan was recorded above; a gap would be "not started".
             let missing = WellRecord::ended(WellStatus::NotStarted, 0.0, Some("not started".into()));
             let record = manifest.wells.get(&w.well).unwrap_or(&missing);
-            let steps = timings.iter().find_map(|t| t.get(&w.well)).cloned().unwrap_or_default();
+            let steps = timings.iter().find_map(|(t, _)| t.get(&w.well)).cloned().unwrap_or_default();
+            let gpu = timings.iter().find_map(|(_, g)| g.get(&w.well)).cloned().unwrap_or_default();
             let bytes_read = if record.status == WellStatus::Complete { w.input_bytes } else { 0 };
-            WellReport { steps, bytes_read, ..record.report(&w.well) }
+            WellReport { steps, bytes_read, adapter: gpu.adapter, queue: gpu.queue, ..record.report(&w.well) }
         })
         .collect();
     let by = |status: WellStatus| wells.iter().filter(move |w| w.status == status).map(|w| w.well.clone());

@@ -5,7 +5,8 @@
 //!   their queue, the two wells' copies interleaved in time;
 //! - `--device gpu:0` runs on the first adapter (lavapipe in CI) and the plan
 //!   and report name it for every well; `--device gpu:0,N` with no adapter N
-//!   fails before anything is read, naming it; malformed lists are usage errors.
+//!   fails before anything is read, naming it; malformed lists are usage errors;
+//! - a sharded run's finalized report names each well's adapter and queue.
 //!
 //! Without an adapter the GPU cases fail, unless HCSFLOW_SKIP_GPU_TESTS=1 outside CI.
 
@@ -53,6 +54,34 @@ fn pipeline(dir: &Path) -> PathBuf {
 
 fn s(p: &Path) -> &str {
     p.to_str().unwrap()
+}
+
+#[test]
+fn a_sharded_runs_report_names_each_wells_adapter_and_queue() {
+    // Each shard runs one well on one worker (a shard writes no report);
+    // --finalize merges them: the report names each well's adapter and queue
+    // as a run of the whole plate does.
+    if !have_gpu() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (plate, pipeline) = (plate(dir.path()), pipeline(dir.path()));
+    let out = dir.path().join("out");
+    let gpu = ["--device", "gpu:0", "--allow-software-gpu", "--workers", "1"];
+    for shard in ["1/2", "2/2"] {
+        let o = hcsflow(&[&["run", s(&plate), s(&pipeline), s(&out), "--shard", shard][..], &gpu[..]].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+    }
+    let o = hcsflow(&[&["run", s(&plate), s(&pipeline), s(&out), "--finalize"][..], &gpu[..]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    let report: serde_json::Value = serde_json::from_slice(&std::fs::read(out.join("run_report.json")).unwrap()).unwrap();
+    let wells = report["wells"].as_array().unwrap();
+    assert_eq!(wells.iter().map(|w| w["well"].as_str().unwrap()).collect::<Vec<_>>(), ["A01", "A02"]);
+    for w in wells {
+        assert_eq!(w["status"], "complete", "{w}");
+        assert_eq!(w["adapter"], "gpu:0", "{w}");
+        assert_eq!(w["queue"], "gpu:0/q0", "{w}");
+    }
 }
 
 #[test]
