@@ -10,8 +10,8 @@
 //!   lost its log reader still finishes every well and writes its summary and
 //!   manifest.
 //!
-//! Use the macros [`out!`]/[`outln!`] (stdout, `?` after them) and
-//! [`err!`]/[`errln!`] (stderr) instead of `print!`/`println!`/`eprint!`/
+//! Use the macros `out!`/`outln!` (stdout, `?` after them) and
+//! `err!`/`errln!` (stderr) instead of `print!`/`println!`/`eprint!`/
 //! `eprintln!`, which panic when the write fails.
 
 use std::fmt;

@@ -152,7 +152,7 @@ fn to_integer_range<T: Pixel>(levels: &[u16]) -> Vec<T> {
 }
 
 /// Step 6 for u8/u16 output: the value of every level `0..=hi` of a plane
-/// whose levels span `lo..=hi` (see [`to_integer_range`]). The GPU implementation uses it too.
+/// whose levels span `lo..=hi` (see `to_integer_range`). The GPU implementation uses it too.
 pub fn integer_output_lut<T: Pixel>(lo: u16, hi: u16) -> Vec<T> {
     let max = T::max_value().to_f32() as f64;
     (0..=hi as usize)

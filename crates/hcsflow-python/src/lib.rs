@@ -2,16 +2,16 @@
 //! front end over the engine facade ([`hcsflow::Engine`]), as the CLI is.
 //!
 //! Contract:
-//! - [`call`]: one registered function on a 3D numpy array (`uint8`,
+//! - `call`: one registered function on a 3D numpy array (`uint8`,
 //!   `uint16`, `float32`; `[Z, Y, X]`), arguments as keyword values, the
 //!   result a new numpy array that owns the engine's output buffer (moved,
 //!   not copied). A C-contiguous input is shared, not copied (the engine
 //!   copies it only to write into it); another is copied into a stack.
-//! - [`run`]: plate + pipeline (JSON from `hcsflow.Pipeline`) + output
+//! - `run`: plate + pipeline (JSON from `hcsflow.Pipeline`) + output
 //!   folder, as `hcsflow run`; `dry_run` returns the plan text; otherwise the
 //!   run's summary as JSON text (the Python side parses it). The GIL is
 //!   released while wells run; users' Python functions take it per call
-//!   ([`python_functions`]).
+//!   (the `python_functions` module).
 //! - Every engine error is raised as a subclass of `HcsflowError` chosen from
 //!   the error's type ([`hcsflow::Error`]), never from its text.
 
