@@ -3,7 +3,6 @@
 //! same, and bad arguments or too-small planes are refused naming the argument or the input.
 
 use hcsflow_core::{Conversions, DType, Device, Registry, Stack};
-use hcsflow_n2v::rng::SplitMix64;
 use hcsflow_testkit::call;
 use ndarray::Array3;
 
@@ -17,29 +16,9 @@ fn run(registry: &Registry, args: &[&str], stack: &Stack) -> Result<Stack, Strin
     call(registry, &Conversions::default(), "n2v_denoise", args, stack, Device::Cpu).map_err(|e| e.to_string())
 }
 
-/// `depth` planes of Gaussian nuclei on a background (photon counts up to `peak`), and a noisy
-/// copy: Gaussian approximation of Poisson noise plus read noise of 2.
+/// [`noisy_stack`](crate::synthetic::noisy_stack) with a nucleus per 300 pixels.
 fn noisy_stack(depth: usize, h: usize, w: usize, seed: u64, peak: f64) -> (Array3<f32>, Array3<f32>) {
-    let mut rng = SplitMix64::new(seed);
-    let n = (h * w / 300).max(1);
-    let blobs: Vec<Vec<(f64, f64, f64, f64)>> = (0..depth)
-        .map(|_| {
-            (0..n)
-                .map(|_| (rng.next_f64() * h as f64, rng.next_f64() * w as f64, 2.0 + 4.0 * rng.next_f64(), 0.5 + rng.next_f64()))
-                .collect()
-        })
-        .collect();
-    let clean = Array3::from_shape_fn((depth, h, w), |(z, y, x)| {
-        let v: f64 =
-            blobs[z].iter().map(|&(by, bx, s, a)| a * (-((y as f64 - by).powi(2) + (x as f64 - bx).powi(2)) / (2.0 * s * s)).exp()).sum();
-        ((0.15 + v.min(1.5)) / 1.65 * peak) as f32
-    });
-    let mut gauss = || {
-        let (u, v) = (rng.next_f64().max(1e-12), rng.next_f64());
-        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
-    };
-    let noisy = clean.mapv(|c| (c as f64 + (c as f64).sqrt() * gauss() + 2.0 * gauss()) as f32);
-    (clean, noisy)
+    crate::synthetic::noisy_stack(depth, h, w, seed, peak, 300)
 }
 
 fn mse(a: &Array3<f32>, b: &Array3<f32>) -> f64 {

@@ -5,6 +5,7 @@ mod function;
 mod host;
 mod layers;
 mod masking;
+mod synthetic;
 mod training;
 mod unet;
 mod wgpu;

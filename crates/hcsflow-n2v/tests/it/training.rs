@@ -2,28 +2,12 @@
 //! identical prediction, any image size, and a short run that denoises.
 
 use burn::tensor::Device;
-use hcsflow_n2v::rng::SplitMix64;
 use hcsflow_n2v::{train, Denoiser, N2vConfig, N2vError};
 use ndarray::Array2;
 
-/// A clean field of Gaussian nuclei on a background, and a noisy copy (Gaussian approximation of
-/// Poisson noise at `peak` photons plus read noise), as bench_n2v.py's pair in miniature.
+/// One plane of [`noisy_stack`](crate::synthetic::noisy_stack) with a nucleus per 400 pixels.
 fn noisy_pair(h: usize, w: usize, seed: u64, peak: f64) -> (Array2<f32>, Array2<f32>) {
-    let mut rng = SplitMix64::new(seed);
-    let n = (h * w / 400).max(1);
-    let blobs: Vec<(f64, f64, f64, f64)> =
-        (0..n).map(|_| (rng.next_f64() * h as f64, rng.next_f64() * w as f64, 2.0 + 4.0 * rng.next_f64(), 0.5 + rng.next_f64())).collect();
-    let clean = Array2::from_shape_fn((h, w), |(y, x)| {
-        let v: f64 =
-            blobs.iter().map(|&(by, bx, s, a)| a * (-((y as f64 - by).powi(2) + (x as f64 - bx).powi(2)) / (2.0 * s * s)).exp()).sum();
-        ((0.15 + v.min(1.5)) / 1.65 * peak) as f32
-    });
-    let mut gauss = || {
-        let (u, v) = (rng.next_f64().max(1e-12), rng.next_f64());
-        (-2.0 * u.ln()).sqrt() * (2.0 * std::f64::consts::PI * v).cos()
-    };
-    let noisy = clean.mapv(|c| (c as f64 + (c as f64).sqrt() * gauss() + 2.0 * gauss()) as f32);
-    (clean, noisy)
+    crate::synthetic::noisy_plane(h, w, seed, peak, 400)
 }
 
 fn psnr(clean: &Array2<f32>, x: &Array2<f32>) -> f64 {
