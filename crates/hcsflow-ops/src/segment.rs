@@ -232,12 +232,12 @@ pub fn watershed(
     }
     let mut labels = vec![0u32; n];
     let too_large = |l: u32| FunctionError::invalid(NAME, format!("marker label {l} is too large (at most {})", UNREACHED - 1));
-    let inside_row = |y: usize, flags: &mut [bool]| match mask {
-        Some(m) => flags.copy_from_slice(&m[y * w..(y + 1) * w]),
-        None => flags.fill(true),
+    let inside_runs = |y: usize, runs: &mut Vec<(usize, usize)>| match mask {
+        Some(m) => true_runs(&m[y * w..(y + 1) * w], runs),
+        None => runs.push((0, w)),
     };
     let markers_run = |y: usize, x0: usize, m: &mut [u32]| m.copy_from_slice(&markers[y * w + x0..y * w + x0 + m.len()]);
-    flood(h, w, connectivity, |i| image[i], markers_run, inside_row, (UNREACHED - 1, too_large))?.write(&mut labels, |l| l);
+    flood(h, w, connectivity, |i| image[i], markers_run, inside_runs, (UNREACHED - 1, too_large))?.write(&mut labels, |l| l);
     Ok(labels)
 }
 
@@ -368,8 +368,8 @@ struct Band {
 
 /// The seeded flood behind [`watershed`], [`watershed_stack`] and
 /// [`segment_nuclei`], on a plane given row by row and pixel by pixel:
-/// `inside_row(y, flags)` sets `flags[x]` (`w` values) to whether the flood may
-/// enter pixel `(y, x)`, for such pixels `value(i)` is its value
+/// `inside_runs(y, runs)` pushes the runs `x0..x1` of row `y`'s pixels the flood
+/// may enter onto `runs` (in x order, not touching), for such pixels `value(i)` is its value
 /// (`i = y·w + x`), and `markers_run(y, x0, marks)` sets `marks[k]` to the
 /// marker label of pixel `(y, x0 + k)` (0 = none) for a run of such pixels. The labels of the
 /// pixels it reaches (markers included) come back as a [`Flooded`], which
@@ -393,7 +393,7 @@ fn flood(
     connectivity: Connectivity,
     value: impl Fn(usize) -> f32 + Sync,
     markers_run: impl Fn(usize, usize, &mut [u32]) + Sync,
-    inside_row: impl Fn(usize, &mut [bool]) + Sync,
+    inside_runs: impl Fn(usize, &mut Vec<(usize, usize)>) + Sync,
     (max_label, too_large): (u32, impl Fn(u32) -> FunctionError),
 ) -> Result<Flooded, FunctionError> {
     const NAME: &str = "watershed";
@@ -408,13 +408,13 @@ fn flood(
     let bands: Vec<Band> = (0..h.div_ceil(FLOOD_BAND))
         .into_par_iter()
         .map_init(
-            || (vec![false; w], vec![0u32; w]),
-            |(flags, marks), b| {
+            || (Vec::new(), vec![0u32; w]),
+            |(row_runs, marks), b| {
                 let mut band = Band::default();
                 for y in b * FLOOD_BAND..((b + 1) * FLOOD_BAND).min(h) {
-                    inside_row(y, flags);
-                    let mut x = 0;
-                    while let Some((x0, x1)) = next_run(flags, &mut x, true) {
+                    row_runs.clear();
+                    inside_runs(y, row_runs);
+                    for &(x0, x1) in row_runs.iter() {
                         let marks = &mut marks[..x1 - x0];
                         markers_run(y, x0, marks);
                         if band.too_large.is_none() {
@@ -709,6 +709,39 @@ fn next_run(flags: &[bool], x: &mut usize, want: bool) -> Option<(usize, usize)>
     }
     *x = i;
     Some((x0, i))
+}
+
+/// Pushes the runs `x0..x1` of `true` in `flags` onto `runs`, in x order.
+fn true_runs(flags: &[bool], runs: &mut Vec<(usize, usize)>) {
+    let mut x = 0;
+    while let Some(run) = next_run(flags, &mut x, true) {
+        runs.push(run);
+    }
+}
+
+/// Pushes the runs `x0..x1` of values other than zero (`T::default()`; NaN
+/// is not zero) in `row` onto `runs`, in x order. Zeros are skipped 16 at a
+/// time (a vector compare), then one by one, as [`next_run`] skips flags.
+fn nonzero_runs<T: Pixel>(row: &[T], runs: &mut Vec<(usize, usize)>) {
+    let zero = T::default();
+    let w = row.len();
+    let mut x = 0;
+    loop {
+        while x + 16 <= w && row[x..x + 16].iter().fold(true, |a, &v| a & (v == zero)) {
+            x += 16;
+        }
+        while x < w && row[x] == zero {
+            x += 1;
+        }
+        if x == w {
+            return;
+        }
+        let x0 = x;
+        while x < w && row[x] != zero {
+            x += 1;
+        }
+        runs.push((x0, x));
+    }
 }
 
 /// scipy `binary_fill_holes(mask)`: background components (4-connected) that do
@@ -1213,9 +1246,9 @@ fn segment_nuclei_into<T: Pixel, L: Copy + Send>(
     drop(spare);
     // The watershed of −distance (the flood reads it pixel by pixel: no copy).
     let too_large = |l: u32| FunctionError::invalid(NAME, format!("seed label {l} is too large"));
-    let inside_row = |y: usize, flags: &mut [bool]| flags.copy_from_slice(&mask[y * w..(y + 1) * w]);
+    let inside_runs = |y: usize, runs: &mut Vec<(usize, usize)>| true_runs(&mask[y * w..(y + 1) * w], runs);
     let markers_run = |y: usize, x0: usize, m: &mut [u32]| seeds.run(y, x0, m);
-    let flooded = flood(h, w, p.connectivity, |i| -dist[i], markers_run, inside_row, (UNREACHED - 1, too_large))?;
+    let flooded = flood(h, w, p.connectivity, |i| -dist[i], markers_run, inside_runs, (UNREACHED - 1, too_large))?;
     drop((dist, mask));
     // Size filter (keep_sizes' rule): the seeds' areas, the kept ones renumbered 1.. in seed order.
     let area = flooded.areas(seeds.parts.components.len() as u32);
@@ -1404,7 +1437,6 @@ pub fn watershed_stack(stack: &Stack, connectivity: Connectivity) -> Result<Stac
     let labels = with_pixels!(Stack, stack, a, T => {
         let (image, markers) = (a.plane(0), a.plane(1));
         let mask = (n == 3).then(|| a.plane(2));
-        let zero = T::default();
         let mut labels = vec![0u16; h * w];
         let too_large = |l: u32| FunctionError::invalid(NAME, format!("marker label {l} does not fit a u16 label image (at most 65535)"));
         flood(
@@ -1413,9 +1445,9 @@ pub fn watershed_stack(stack: &Stack, connectivity: Connectivity) -> Result<Stac
             connectivity,
             |i| image[i].to_f32(),
             |y, x0, m: &mut [u32]| m.iter_mut().zip(&markers[y * w + x0..]).for_each(|(m, v)| *m = v.to_f32().max(0.0) as u32),
-            |y, flags: &mut [bool]| match mask {
-                Some(m) => flags.iter_mut().zip(&m[y * w..(y + 1) * w]).for_each(|(f, &v)| *f = v != zero),
-                None => flags.fill(true),
+            |y, runs: &mut Vec<(usize, usize)>| match mask {
+                Some(m) => nonzero_runs(&m[y * w..(y + 1) * w], runs),
+                None => runs.push((0, w)),
             },
             (u32::from(u16::MAX), too_large),
         )?
