@@ -16,7 +16,9 @@
 # WORK (default /tmp/hcsflow-peerbench) holds one virtualenv per peer (created on first use, from
 # PyPI), the cached inputs ($WORK/data) and the results ($WORK/results/bench-vs-peers.{md,json}).
 # PEER_BENCH (default ../shared/bench next to the repository) holds the peer scripts.
-# REPEATS (default 5) is the number of timed runs of our side per op.
+# REPEATS (default 11) is the number of timed runs of our side per op: on a shared 2-core machine
+# our multi-threaded runs scatter far more than the peers' single-threaded ones (the watershed's
+# from 15 to 52 ms in one process), and the median of 5 moved by a fifth between runs.
 set -euo pipefail
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 WORK="${WORK:-/tmp/hcsflow-peerbench}"
@@ -51,5 +53,5 @@ fi
 ONLY=()
 [ $# -gt 0 ] && ONLY=(--only "$1")
 "$V/bin/python" -W ignore "$REPO/scripts/bench_peers.py" --peer-dir "$PEER_BENCH" --hcsflow "$BIN" \
-  --suite "$REPO/bench/suite.json" --work "$WORK/results" --venvs "$WORK" --repeats "${REPEATS:-5}" "${ONLY[@]}" "${N2V[@]}" \
+  --suite "$REPO/bench/suite.json" --work "$WORK/results" --venvs "$WORK" --repeats "${REPEATS:-11}" "${ONLY[@]}" "${N2V[@]}" \
   | tee "$WORK/results/bench-vs-peers.log"
