@@ -237,7 +237,8 @@ pub fn watershed(
         None => runs.push((0, w)),
     };
     let markers_run = |y: usize, x0: usize, m: &mut [u32]| m.copy_from_slice(&markers[y * w + x0..y * w + x0 + m.len()]);
-    flood(h, w, connectivity, |i| image[i], markers_run, inside_runs, (UNREACHED - 1, too_large))?.write(&mut labels, |l| l);
+    let values_run = |y: usize, x0: usize, v: &mut [f32]| v.copy_from_slice(&image[y * w + x0..y * w + x0 + v.len()]);
+    flood(h, w, connectivity, values_run, markers_run, inside_runs, (UNREACHED - 1, too_large))?.write(&mut labels, |l| l);
     Ok(labels)
 }
 
@@ -369,8 +370,9 @@ struct Band {
 /// The seeded flood behind [`watershed`], [`watershed_stack`] and
 /// [`segment_nuclei`], on a plane given row by row and pixel by pixel:
 /// `inside_runs(y, runs)` pushes the runs `x0..x1` of row `y`'s pixels the flood
-/// may enter onto `runs` (in x order, not touching), for such pixels `value(i)` is its value
-/// (`i = y·w + x`), and `markers_run(y, x0, marks)` sets `marks[k]` to the
+/// may enter onto `runs` (in x order, not touching), for a run of such pixels
+/// `values_run(y, x0, values)` sets `values[k]` to the value of pixel `(y, x0 + k)`,
+/// and `markers_run(y, x0, marks)` sets `marks[k]` to the
 /// marker label of pixel `(y, x0 + k)` (0 = none) for a run of such pixels. The labels of the
 /// pixels it reaches (markers included) come back as a [`Flooded`], which
 /// counts them ([`Flooded::areas`]) and writes them ([`Flooded::write`]). A pixel outside the mask is
@@ -391,7 +393,7 @@ fn flood(
     h: usize,
     w: usize,
     connectivity: Connectivity,
-    value: impl Fn(usize) -> f32 + Sync,
+    values_run: impl Fn(usize, usize, &mut [f32]) + Sync,
     markers_run: impl Fn(usize, usize, &mut [u32]) + Sync,
     inside_runs: impl Fn(usize, &mut Vec<(usize, usize)>) + Sync,
     (max_label, too_large): (u32, impl Fn(u32) -> FunctionError),
@@ -439,12 +441,20 @@ fn flood(
         .components
         .par_iter()
         .map_init(
-            || (Vec::<Cell>::new(), Queue::new(), vec![0u32; w]),
-            |(grid, queue, marks), c| {
+            || (Vec::<Cell>::new(), Queue::new(), vec![0u32; w], vec![0f32; w]),
+            |(grid, queue, marks, values), c| {
                 let members = || parts.order[c.runs.clone()].iter().map(|&r| &runs[r as usize]);
-                let values = |r: &Run| (r.y as usize * w + r.x0 as usize..r.y as usize * w + r.x1 as usize).map(&value);
+                // The values of run `r` into the start of `values`.
+                let values_of = |r: &Run, values: &mut [f32]| {
+                    let values = &mut values[..(r.x1 - r.x0) as usize];
+                    values_run(r.y as usize, r.x0 as usize, values);
+                };
                 if !members().any(|r| r.marked) {
-                    if members().any(|r| values(r).any(f32::is_nan)) {
+                    let has_nan = |r: &Run| {
+                        values_of(r, values);
+                        values[..(r.x1 - r.x0) as usize].iter().any(|v| v.is_nan())
+                    };
+                    if members().any(has_nan) {
                         nan.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
                     return None;
@@ -456,9 +466,10 @@ fn flood(
                     } else {
                         marks.fill(0);
                     }
-                    let mut has_nan = false;
-                    for ((o, v), &label) in out.iter_mut().zip(values(r)).zip(marks.iter()) {
-                        has_nan |= v.is_nan();
+                    values_of(r, values);
+                    let values = &values[..out.len()];
+                    let has_nan = values.iter().fold(false, |a, v| a | v.is_nan());
+                    for ((o, &v), &label) in out.iter_mut().zip(values.iter()).zip(marks.iter()) {
                         *o = cell(ordered_bits(v), if label == 0 { UNREACHED } else { label });
                     }
                     if has_nan {
@@ -1248,7 +1259,8 @@ fn segment_nuclei_into<T: Pixel, L: Copy + Send>(
     let too_large = |l: u32| FunctionError::invalid(NAME, format!("seed label {l} is too large"));
     let inside_runs = |y: usize, runs: &mut Vec<(usize, usize)>| true_runs(&mask[y * w..(y + 1) * w], runs);
     let markers_run = |y: usize, x0: usize, m: &mut [u32]| seeds.run(y, x0, m);
-    let flooded = flood(h, w, p.connectivity, |i| -dist[i], markers_run, inside_runs, (UNREACHED - 1, too_large))?;
+    let values_run = |y: usize, x0: usize, v: &mut [f32]| v.iter_mut().zip(&dist[y * w + x0..]).for_each(|(v, &d)| *v = -d);
+    let flooded = flood(h, w, p.connectivity, values_run, markers_run, inside_runs, (UNREACHED - 1, too_large))?;
     drop((dist, mask));
     // Size filter (keep_sizes' rule): the seeds' areas, the kept ones renumbered 1.. in seed order.
     let area = flooded.areas(seeds.parts.components.len() as u32);
@@ -1443,7 +1455,7 @@ pub fn watershed_stack(stack: &Stack, connectivity: Connectivity) -> Result<Stac
             h,
             w,
             connectivity,
-            |i| image[i].to_f32(),
+            |y, x0, v: &mut [f32]| v.iter_mut().zip(&image[y * w + x0..]).for_each(|(v, p)| *v = p.to_f32()),
             |y, x0, m: &mut [u32]| m.iter_mut().zip(&markers[y * w + x0..]).for_each(|(m, v)| *m = v.to_f32().max(0.0) as u32),
             |y, runs: &mut Vec<(usize, usize)>| match mask {
                 Some(m) => nonzero_runs(&m[y * w..(y + 1) * w], runs),
