@@ -368,15 +368,15 @@ struct Band {
 }
 
 /// The seeded flood behind [`watershed`], [`watershed_stack`] and
-/// [`segment_nuclei`], on a plane given row by row and pixel by pixel:
-/// `inside_runs(y, runs)` pushes the runs `x0..x1` of row `y`'s pixels the flood
-/// may enter onto `runs` (in x order, not touching), for a run of such pixels
-/// `values_run(y, x0, values)` sets `values[k]` to the value of pixel `(y, x0 + k)`,
-/// and `markers_run(y, x0, marks)` sets `marks[k]` to the
-/// marker label of pixel `(y, x0 + k)` (0 = none) for a run of such pixels. The labels of the
-/// pixels it reaches (markers included) come back as a [`Flooded`], which
-/// counts them ([`Flooded::areas`]) and writes them ([`Flooded::write`]). A pixel outside the mask is
-/// never read but for `inside`, so its value may be anything (NaN too).
+/// [`segment_nuclei`], on a plane given row by row and run by run:
+/// `inside_runs(y, runs)` pushes the runs `x0..x1` of row `y`'s pixels the
+/// flood may enter (the mask) onto `runs`, in x order and not touching; for a
+/// run of such pixels, `values_run(y, x0, values)` sets `values[k]` to the
+/// value of pixel `(y, x0 + k)` and `markers_run(y, x0, marks)` sets `marks[k]`
+/// to its marker label (0 = none). The labels of the pixels it reaches
+/// (markers included) come back as a [`Flooded`], which counts them
+/// ([`Flooded::areas`]) and writes them ([`Flooded::write`]). The value of a
+/// pixel outside the mask is never asked for, so it may be anything (NaN too).
 /// Errors: a NaN value inside the mask, a marker label above `max_label`
 /// (`too_large(label)` says why), more than 2³² pixels.
 ///
