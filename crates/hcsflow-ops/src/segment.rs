@@ -98,7 +98,7 @@ pub fn distance_transform_edt(mask: &[bool], h: usize, w: usize, sampling: (f64,
             if sy2 > 0.0 {
                 // g(q) ≥ sy² > 0 on the foreground: its runs are the mask's.
                 let mut x = 0;
-                while let Some((x0, x1)) = next_run(&mask[y * w..(y + 1) * w], &mut x, true) {
+                while let Some((x0, x1)) = next_run(&mask[y * w..(y + 1) * w], &mut x, |m| m) {
                     run(x0, x1);
                 }
             } else {
@@ -233,7 +233,7 @@ pub fn watershed(
     let mut labels = vec![0u32; n];
     let too_large = |l: u32| FunctionError::invalid(NAME, format!("marker label {l} is too large (at most {})", UNREACHED - 1));
     let inside_runs = |y: usize, runs: &mut Vec<(usize, usize)>| match mask {
-        Some(m) => true_runs(&m[y * w..(y + 1) * w], runs),
+        Some(m) => runs_where(&m[y * w..(y + 1) * w], |m| m, runs),
         None => runs.push((0, w)),
     };
     let markers_run = |y: usize, x0: usize, m: &mut [u32]| m.copy_from_slice(&markers[y * w + x0..y * w + x0 + m.len()]);
@@ -697,17 +697,17 @@ fn flood_component<'a>(
     }
 }
 
-/// The next run of `want` in `flags` from `*x` on, as `x0..x1`, leaving `*x`
-/// at its end; `None` when there is none. Other values are skipped 16 at a
-/// time (a vector compare), then one by one.
+/// The next run of pixels of `row` that `inside` takes, from `*x` on, as
+/// `x0..x1`, leaving `*x` at its end; `None` when there is none. Other pixels
+/// are skipped 16 at a time (a vector compare), then one by one.
 #[inline]
-fn next_run(flags: &[bool], x: &mut usize, want: bool) -> Option<(usize, usize)> {
-    let w = flags.len();
+fn next_run<T: Copy>(row: &[T], x: &mut usize, inside: impl Fn(T) -> bool) -> Option<(usize, usize)> {
+    let w = row.len();
     let mut i = *x;
-    while i + 16 <= w && !flags[i..i + 16].iter().fold(false, |a, &f| a | (f == want)) {
+    while i + 16 <= w && !row[i..i + 16].iter().fold(false, |a, &v| a | inside(v)) {
         i += 16;
     }
-    while i < w && flags[i] != want {
+    while i < w && !inside(row[i]) {
         i += 1;
     }
     if i == w {
@@ -715,43 +715,19 @@ fn next_run(flags: &[bool], x: &mut usize, want: bool) -> Option<(usize, usize)>
         return None;
     }
     let x0 = i;
-    while i < w && flags[i] == want {
+    while i < w && inside(row[i]) {
         i += 1;
     }
     *x = i;
     Some((x0, i))
 }
 
-/// Pushes the runs `x0..x1` of `true` in `flags` onto `runs`, in x order.
-fn true_runs(flags: &[bool], runs: &mut Vec<(usize, usize)>) {
+/// Pushes the runs `x0..x1` of `row`'s pixels that `inside` takes onto
+/// `runs`, in x order ([`next_run`]).
+fn runs_where<T: Copy>(row: &[T], inside: impl Fn(T) -> bool + Copy, runs: &mut Vec<(usize, usize)>) {
     let mut x = 0;
-    while let Some(run) = next_run(flags, &mut x, true) {
+    while let Some(run) = next_run(row, &mut x, inside) {
         runs.push(run);
-    }
-}
-
-/// Pushes the runs `x0..x1` of values other than zero (`T::default()`; NaN
-/// is not zero) in `row` onto `runs`, in x order. Zeros are skipped 16 at a
-/// time (a vector compare), then one by one, as [`next_run`] skips flags.
-fn nonzero_runs<T: Pixel>(row: &[T], runs: &mut Vec<(usize, usize)>) {
-    let zero = T::default();
-    let w = row.len();
-    let mut x = 0;
-    loop {
-        while x + 16 <= w && row[x..x + 16].iter().fold(true, |a, &v| a & (v == zero)) {
-            x += 16;
-        }
-        while x < w && row[x] == zero {
-            x += 1;
-        }
-        if x == w {
-            return;
-        }
-        let x0 = x;
-        while x < w && row[x] != zero {
-            x += 1;
-        }
-        runs.push((x0, x));
     }
 }
 
@@ -771,7 +747,7 @@ pub fn fill_holes(mask: &[bool], h: usize, w: usize) -> Vec<bool> {
             let mut runs = Vec::new();
             for y in b * FLOOD_BAND..((b + 1) * FLOOD_BAND).min(h) {
                 let mut x = 0;
-                while let Some((x0, x1)) = next_run(&mask[y * w..(y + 1) * w], &mut x, false) {
+                while let Some((x0, x1)) = next_run(&mask[y * w..(y + 1) * w], &mut x, |m: bool| !m) {
                     runs.push(Run { y: y as u32, x0: x0 as u32, x1: x1 as u32, marked: false });
                 }
             }
@@ -1013,7 +989,7 @@ fn maxima_runs(dist: &[f32], h: usize, w: usize, radius: usize, rowmax: &mut [f3
                         *p = v > 0.0 && m <= v;
                     }
                     let mut x = 0;
-                    while let Some((x0, x1)) = next_run(peak, &mut x, true) {
+                    while let Some((x0, x1)) = next_run(peak, &mut x, |p| p) {
                         runs.push(Run { y: y as u32, x0: x0 as u32, x1: x1 as u32, marked: true });
                     }
                 });
@@ -1255,9 +1231,9 @@ fn segment_nuclei_into<T: Pixel, L: Copy + Send>(
     });
     let seeds = maxima_runs(&dist, h, w, p.min_distance, &mut spare);
     drop(spare);
-    // The watershed of −distance (the flood reads it pixel by pixel: no copy).
+    // The watershed of −distance (the flood reads it a run at a time).
     let too_large = |l: u32| FunctionError::invalid(NAME, format!("seed label {l} is too large"));
-    let inside_runs = |y: usize, runs: &mut Vec<(usize, usize)>| true_runs(&mask[y * w..(y + 1) * w], runs);
+    let inside_runs = |y: usize, runs: &mut Vec<(usize, usize)>| runs_where(&mask[y * w..(y + 1) * w], |m| m, runs);
     let markers_run = |y: usize, x0: usize, m: &mut [u32]| seeds.run(y, x0, m);
     let values_run = |y: usize, x0: usize, v: &mut [f32]| v.iter_mut().zip(&dist[y * w + x0..]).for_each(|(v, &d)| *v = -d);
     let flooded = flood(h, w, p.connectivity, values_run, markers_run, inside_runs, (UNREACHED - 1, too_large))?;
@@ -1449,6 +1425,7 @@ pub fn watershed_stack(stack: &Stack, connectivity: Connectivity) -> Result<Stac
     let labels = with_pixels!(Stack, stack, a, T => {
         let (image, markers) = (a.plane(0), a.plane(1));
         let mask = (n == 3).then(|| a.plane(2));
+        let zero = T::default();
         let mut labels = vec![0u16; h * w];
         let too_large = |l: u32| FunctionError::invalid(NAME, format!("marker label {l} does not fit a u16 label image (at most 65535)"));
         flood(
@@ -1458,7 +1435,8 @@ pub fn watershed_stack(stack: &Stack, connectivity: Connectivity) -> Result<Stac
             |y, x0, v: &mut [f32]| v.iter_mut().zip(&image[y * w + x0..]).for_each(|(v, p)| *v = p.to_f32()),
             |y, x0, m: &mut [u32]| m.iter_mut().zip(&markers[y * w + x0..]).for_each(|(m, v)| *m = v.to_f32().max(0.0) as u32),
             |y, runs: &mut Vec<(usize, usize)>| match mask {
-                Some(m) => nonzero_runs(&m[y * w..(y + 1) * w], runs),
+                // Inside: not zero (NaN is not zero).
+                Some(m) => runs_where(&m[y * w..(y + 1) * w], |v| v != zero, runs),
                 None => runs.push((0, w)),
             },
             (u32::from(u16::MAX), too_large),
@@ -1593,13 +1571,8 @@ mod tests {
     fn fill_holes_by_runs_equals_the_scanline_fill() {
         // Random masks of several densities and shapes (holes of every size,
         // nested, touching the border or not).
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut unit = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut rng = hcsflow_testkit::Rng::from_state(0x2545_f491_4f6c_dd1d);
+        let mut unit = || rng.unit();
         for &(h, w) in &[(1usize, 1usize), (1, 37), (29, 1), (40, 40), (33, 70), (64, 17)] {
             for density in [0.2, 0.45, 0.6, 0.8] {
                 let mask: Vec<bool> = (0..h * w).map(|_| unit() < density).collect();
@@ -1624,13 +1597,8 @@ mod tests {
     fn square_maximum_equals_the_window_scan() {
         // Sizes below, at and above the window (2r + 1), radii whose windows are
         // and are not a power of two long, values with ties.
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 40) % 7
-        };
+        let mut rng = hcsflow_testkit::Rng::from_state(0x9e37_79b9_7f4a_7c15);
+        let mut next = || (rng.next_u64() >> 40) % 7;
         for &(h, w) in &[(1usize, 1usize), (1, 23), (17, 1), (5, 9), (31, 40), (70, 33)] {
             let v: Vec<f32> = (0..h * w).map(|_| next() as f32 * 0.5).collect();
             for r in [1usize, 2, 3, 4, 7, 8, 40] {
@@ -1660,13 +1628,8 @@ mod tests {
     fn maxima_markers_are_the_labelled_square_maxima() {
         // Pixels > 0 that equal their square's maximum, 8-connected pieces
         // numbered in raster order: label_mask of that mask.
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 40) % 5
-        };
+        let mut rng = hcsflow_testkit::Rng::from_state(0x2545_f491_4f6c_dd1d);
+        let mut next = || (rng.next_u64() >> 40) % 5;
         for &(h, w) in &[(1usize, 9usize), (12, 1), (40, 37), (65, 80)] {
             let v: Vec<f32> = (0..h * w).map(|_| next() as f32).collect();
             for r in [1usize, 2, 4, 9] {

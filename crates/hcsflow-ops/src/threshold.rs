@@ -382,13 +382,8 @@ mod tests {
     fn float_histogram_bins_as_numpy_does_in_f64() {
         // Random values, and every edge's neighbouring f32 values (the pixels
         // whose bin the rounding of the f32 first guess could change).
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut unit = || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            (state >> 11) as f64 / (1u64 << 53) as f64
-        };
+        let mut rng = hcsflow_testkit::Rng::from_state(0x2545_f491_4f6c_dd1d);
+        let mut unit = || rng.unit();
         for (lo, hi) in [(0.0f32, 1.0f32), (-3.7, 1234.5), (100.25, 100.5), (0.1, 65535.0)] {
             let (l, h) = (f64::from(lo), f64::from(hi));
             let mut plane: Vec<f32> = (0..20_000).map(|_| (l + unit() * (h - l)) as f32).map(|v| v.clamp(lo, hi)).collect();
