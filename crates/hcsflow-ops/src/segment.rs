@@ -204,11 +204,9 @@ fn lower_envelope_sqrt(f: &[f64], lo: usize, sx2: f64, v: &mut [usize], z: &mut 
 #[inline]
 fn ordered_bits(v: f32) -> u32 {
     let b = (v + 0.0).to_bits();
-    if b >> 31 == 1 {
-        !b
-    } else {
-        b | 0x8000_0000
-    }
+    // Negative: all bits flipped; otherwise the sign bit set (no branch, so
+    // the loops that call it vectorise).
+    b ^ (((b as i32) >> 31) as u32 | 0x8000_0000)
 }
 
 /// Seeded watershed of `image` (`h × w`, row-major) from `markers` (0 = no
@@ -232,14 +230,63 @@ pub fn watershed(
     }
     let mut labels = vec![0u32; n];
     let too_large = |l: u32| FunctionError::invalid(NAME, format!("marker label {l} is too large (at most {})", UNREACHED - 1));
-    let inside_runs = |y: usize, runs: &mut Vec<(usize, usize)>| match mask {
-        Some(m) => runs_where(&m[y * w..(y + 1) * w], |m| m, runs),
-        None => runs.push((0, w)),
-    };
-    let markers_run = |y: usize, x0: usize, m: &mut [u32]| m.copy_from_slice(&markers[y * w + x0..y * w + x0 + m.len()]);
-    let values_run = |y: usize, x0: usize, v: &mut [f32]| v.copy_from_slice(&image[y * w + x0..y * w + x0 + v.len()]);
-    flood(h, w, connectivity, values_run, markers_run, inside_runs, (UNREACHED - 1, too_large))?.write(&mut labels, |l| l);
+    flood(h, w, connectivity, &WatershedPlanes { w, image, markers, mask }, (UNREACHED - 1, too_large))?.write(&mut labels, |l| l);
     Ok(labels)
+}
+
+/// [`watershed`]'s planes as the flood reads them.
+struct WatershedPlanes<'a> {
+    w: usize,
+    image: &'a [f32],
+    markers: &'a [u32],
+    mask: Option<&'a [bool]>,
+}
+
+impl FloodPlane for WatershedPlanes<'_> {
+    fn inside_runs(&self, y: usize, runs: &mut Vec<(usize, usize)>) {
+        match self.mask {
+            Some(m) => runs_where(&m[y * self.w..(y + 1) * self.w], |m| m, runs),
+            None => runs.push((0, self.w)),
+        }
+    }
+
+    fn values_run(&self, y: usize, x0: usize, out: &mut [f32]) {
+        let at = y * self.w + x0;
+        out.copy_from_slice(&self.image[at..at + out.len()]);
+    }
+
+    fn markers_run(&self, y: usize, x0: usize, out: &mut [u32]) {
+        let at = y * self.w + x0;
+        out.copy_from_slice(&self.markers[at..at + out.len()]);
+    }
+
+    fn marker_span(&self, y: usize, x0: usize, x1: usize) -> Option<(u32, u32)> {
+        let row = &self.markers[y * self.w + x0..y * self.w + x1];
+        // 0 wraps to the largest u32, so one minimum skips it.
+        let lo = row.iter().fold(u32::MAX, |a, &l| a.min(l.wrapping_sub(1))).wrapping_add(1);
+        let hi = row.iter().fold(0, |a, &l| a.max(l));
+        (hi != 0).then_some((lo, hi))
+    }
+}
+
+/// What [`flood`] reads of a plane of `w` columns, row by row and run by run.
+/// The value and marker of a pixel outside the mask are never asked for.
+trait FloodPlane: Sync {
+    /// Pushes the runs `x0..x1` of row `y`'s pixels the flood may enter (the
+    /// mask) onto `runs`, in x order and not touching.
+    fn inside_runs(&self, y: usize, runs: &mut Vec<(usize, usize)>);
+    /// Sets `out[k]` to the value of pixel `(y, x0 + k)`.
+    fn values_run(&self, y: usize, x0: usize, out: &mut [f32]);
+    /// Sets `out[k]` to the marker label of pixel `(y, x0 + k)` (0 = none).
+    fn markers_run(&self, y: usize, x0: usize, out: &mut [u32]);
+    /// The smallest and the largest nonzero marker label of pixels `x0..x1`
+    /// of row `y` (`None`: none), as [`FloodPlane::markers_run`] would give
+    /// them, without writing them.
+    fn marker_span(&self, y: usize, x0: usize, x1: usize) -> Option<(u32, u32)>;
+    /// Whether a value may be NaN (`false` skips the check).
+    fn values_may_be_nan(&self) -> bool {
+        true
+    }
 }
 
 /// The flood's priority queue: a radix heap (Ahuja, Mehlhorn, Orlin, Tarjan
@@ -352,8 +399,32 @@ struct Run {
     y: u32,
     x0: u32,
     x1: u32,
-    /// Whether the run holds a marker pixel.
-    marked: bool,
+    /// The marker labels it holds ([`Run::marks_of`]; 0 outside a flood).
+    marks: u32,
+}
+
+/// [`Run::marks`] of a run holding markers of more than one label.
+const MIXED: u32 = u32::MAX;
+
+impl Run {
+    /// What a run's `marks` say of labels `lo..=hi` (the smallest and largest
+    /// marker label it holds; `None`: none): 0, the one label, or [`MIXED`].
+    fn marks_of(span: Option<(u32, u32)>) -> u32 {
+        match span {
+            None => 0,
+            Some((lo, hi)) if lo == hi => lo,
+            Some(_) => MIXED,
+        }
+    }
+
+    /// The `marks` of two runs' pixels together.
+    fn join_marks(a: u32, b: u32) -> u32 {
+        match (a, b) {
+            (0, m) | (m, 0) => m,
+            (a, b) if a == b => a,
+            _ => MIXED,
+        }
+    }
 }
 
 /// Rows per task of the flood's first pass.
@@ -368,17 +439,13 @@ struct Band {
 }
 
 /// The seeded flood behind [`watershed`], [`watershed_stack`] and
-/// [`segment_nuclei`], on a plane given row by row and run by run:
-/// `inside_runs(y, runs)` pushes the runs `x0..x1` of row `y`'s pixels the
-/// flood may enter (the mask) onto `runs`, in x order and not touching; for a
-/// run of such pixels, `values_run(y, x0, values)` sets `values[k]` to the
-/// value of pixel `(y, x0 + k)` and `markers_run(y, x0, marks)` sets `marks[k]`
-/// to its marker label (0 = none). The labels of the pixels it reaches
-/// (markers included) come back as a [`Flooded`], which counts them
-/// ([`Flooded::areas`]) and writes them ([`Flooded::write`]). The value of a
-/// pixel outside the mask is never asked for, so it may be anything (NaN too).
-/// Errors: a NaN value inside the mask, a marker label above `max_label`
-/// (`too_large(label)` says why), more than 2³² pixels.
+/// [`segment_nuclei`], on an `h × w` plane read row by row and run by run
+/// ([`FloodPlane`]). The labels of the pixels it reaches (markers included)
+/// come back as a [`Flooded`], which counts them ([`Flooded::areas`]) and
+/// writes them ([`Flooded::write`]). The value of a pixel outside the mask is
+/// never asked for, so it may be anything (NaN too). Errors: a NaN value
+/// inside the mask, a marker label above `max_label` (`too_large(label)` says
+/// why; the first in raster order), more than 2³² pixels.
 ///
 /// Two floods that cannot touch do not change each other's order: the
 /// pixels of one connected component of the mask are pushed and popped in the
@@ -386,16 +453,17 @@ struct Band {
 /// component is flooded on its own, in a grid the size of its bounding box
 /// (which stays in cache, where one grid over the plane made every visit a
 /// cache miss), the components in parallel. The mask is read once, as runs of
-/// a row; components are unions of runs that touch (union–find on runs). The
-/// values are read once, into the grid of their component (the NaN check of
-/// a component with no marker reads them without building a grid).
+/// a row; components are unions of runs that touch (union–find on runs). A
+/// run's markers are first asked only for the span of their labels: a
+/// component whose markers all have one label is that label whole, with no
+/// flood (and none of its markers read). The values are read once, into the
+/// grid of a flooded component (the NaN check of the others reads them
+/// without building a grid).
 fn flood(
     h: usize,
     w: usize,
     connectivity: Connectivity,
-    values_run: impl Fn(usize, usize, &mut [f32]) + Sync,
-    markers_run: impl Fn(usize, usize, &mut [u32]) + Sync,
-    inside_runs: impl Fn(usize, &mut Vec<(usize, usize)>) + Sync,
+    plane: &impl FloodPlane,
     (max_label, too_large): (u32, impl Fn(u32) -> FunctionError),
 ) -> Result<Flooded, FunctionError> {
     const NAME: &str = "watershed";
@@ -415,29 +483,34 @@ fn flood(
                 let mut band = Band::default();
                 for y in b * FLOOD_BAND..((b + 1) * FLOOD_BAND).min(h) {
                     row_runs.clear();
-                    inside_runs(y, row_runs);
+                    plane.inside_runs(y, row_runs);
                     for &(x0, x1) in row_runs.iter() {
-                        let marks = &mut marks[..x1 - x0];
-                        markers_run(y, x0, marks);
-                        if band.too_large.is_none() {
+                        let span = plane.marker_span(y, x0, x1);
+                        if span.is_some_and(|(_, hi)| hi > max_label) && band.too_large.is_none() {
+                            let marks = &mut marks[..x1 - x0];
+                            plane.markers_run(y, x0, marks);
                             band.too_large = marks.iter().copied().find(|&l| l > max_label);
                         }
-                        let marked = marks.iter().any(|&l| l != 0);
-                        band.runs.push(Run { y: y as u32, x0: x0 as u32, x1: x1 as u32, marked });
+                        band.runs.push(Run { y: y as u32, x0: x0 as u32, x1: x1 as u32, marks: Run::marks_of(span) });
                     }
                 }
                 band
             },
         )
         .collect();
+    if let Some(l) = bands.iter().find_map(|b| b.too_large) {
+        return Err(too_large(l));
+    }
     let runs: Vec<Run> = bands.iter().flat_map(|b| b.runs.iter().copied()).collect();
     let parts = run_components(&runs, h, connectivity);
-    // Pass 2, components in parallel: each component that holds a marker is
-    // flooded in a grid of its bounding box; its labels come back in the order
-    // of its runs' pixels (UNREACHED where the flood did not go). The others
-    // are only checked for NaN.
+    // Pass 2, components in parallel: each component that holds markers of
+    // more than one label is flooded in a grid of its bounding box; its labels
+    // come back in the order of its runs' pixels. A component whose markers
+    // all have one label is all that label, which any order of flooding gives
+    // it (it is connected, as the flood moves); one with no marker is not
+    // reached. Those two are only checked for NaN.
     let nan = std::sync::atomic::AtomicBool::new(false);
-    let labelled: Vec<Option<Vec<u32>>> = parts
+    let labelled: Vec<Reached> = parts
         .components
         .par_iter()
         .map_init(
@@ -447,30 +520,35 @@ fn flood(
                 // The values of run `r` into the start of `values`.
                 let values_of = |r: &Run, values: &mut [f32]| {
                     let values = &mut values[..(r.x1 - r.x0) as usize];
-                    values_run(r.y as usize, r.x0 as usize, values);
+                    plane.values_run(r.y as usize, r.x0 as usize, values);
                 };
-                if !members().any(|r| r.marked) {
+                let marks_held = members().fold(0, |m, r| Run::join_marks(m, r.marks));
+                if marks_held != MIXED {
                     let has_nan = |r: &Run| {
                         values_of(r, values);
                         values[..(r.x1 - r.x0) as usize].iter().any(|v| v.is_nan())
                     };
-                    if members().any(has_nan) {
+                    if plane.values_may_be_nan() && members().any(has_nan) {
                         nan.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
-                    return None;
+                    return if marks_held == 0 { Reached::Nothing } else { Reached::All(marks_held) };
                 }
                 let mut cells = |r: &Run, out: &mut [Cell]| {
-                    let marks = &mut marks[..out.len()];
-                    if r.marked {
-                        markers_run(r.y as usize, r.x0 as usize, marks);
+                    let n = out.len();
+                    let marks = &mut marks[..n];
+                    if r.marks != 0 {
+                        plane.markers_run(r.y as usize, r.x0 as usize, marks);
                     } else {
                         marks.fill(0);
                     }
                     values_of(r, values);
-                    let values = &values[..out.len()];
-                    let has_nan = values.iter().fold(false, |a, v| a | v.is_nan());
-                    for ((o, &v), &label) in out.iter_mut().zip(values.iter()).zip(marks.iter()) {
-                        *o = cell(ordered_bits(v), if label == 0 { UNREACHED } else { label });
+                    let values = &values[..n];
+                    // Indexed over one length, so the loop vectorises.
+                    let mut has_nan = false;
+                    for k in 0..n {
+                        has_nan |= values[k].is_nan();
+                        let label = marks[k];
+                        out[k] = cell(ordered_bits(values[k]), if label == 0 { UNREACHED } else { label });
                     }
                     if has_nan {
                         nan.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -478,27 +556,33 @@ fn flood(
                 };
                 let mut labels = Vec::with_capacity(c.pixels);
                 flood_component(c, members(), &mut cells, connectivity, grid, queue, &mut labels);
-                Some(labels)
+                Reached::Each(labels)
             },
         )
         .collect();
     if nan.into_inner() {
         return Err(FunctionError::invalid(NAME, "the image contains NaN inside the mask"));
     }
-    if let Some(l) = bands.iter().find_map(|b| b.too_large) {
-        return Err(too_large(l));
-    }
     Ok(Flooded { w, runs, parts, labelled })
 }
 
-/// The labels a [`flood`] gave: per component of the mask (`None`: it held no
-/// marker) the label of each of its pixels, in the order of its runs
-/// (UNREACHED where the flood did not go).
+/// The labels a [`flood`] gave one connected component of the mask.
+enum Reached {
+    /// It holds no marker: the flood did not go there.
+    Nothing,
+    /// It holds markers of this label only: all of it has the label.
+    All(u32),
+    /// The label of each of its pixels, in the order of its runs (UNREACHED
+    /// where the flood did not go).
+    Each(Vec<u32>),
+}
+
+/// The labels a [`flood`] gave: per component of the mask, what it reached.
 struct Flooded {
     w: usize,
     runs: Vec<Run>,
     parts: RunComponents,
-    labelled: Vec<Option<Vec<u32>>>,
+    labelled: Vec<Reached>,
 }
 
 impl Flooded {
@@ -507,11 +591,15 @@ impl Flooded {
         let n = max_label as usize + 1;
         self.labelled
             .par_iter()
-            .flatten()
+            .zip(&self.parts.components)
             .fold(
                 || vec![0u64; n],
-                |mut area, labels| {
-                    labels.iter().filter(|&&l| l != UNREACHED).for_each(|&l| area[l as usize] += 1);
+                |mut area, (reached, c)| {
+                    match reached {
+                        Reached::Nothing => {}
+                        Reached::All(l) => area[*l as usize] += c.pixels as u64,
+                        Reached::Each(labels) => labels.iter().filter(|&&l| l != UNREACHED).for_each(|&l| area[l as usize] += 1),
+                    }
                     area
                 },
             )
@@ -533,11 +621,16 @@ impl Flooded {
         }
         out.par_chunks_mut(self.w).enumerate().for_each(|(y, row)| {
             for (r, &(c, at)) in runs[parts.row_start[y]..parts.row_start[y + 1]].iter().zip(&parts.slot[parts.row_start[y]..]) {
-                let Some(labels) = &self.labelled[c as usize] else { continue };
-                let len = (r.x1 - r.x0) as usize;
-                for (o, &l) in row[r.x0 as usize..r.x1 as usize].iter_mut().zip(&labels[at as usize..at as usize + len]) {
-                    if l != UNREACHED {
-                        *o = label_of(l);
+                let (out, len) = (&mut row[r.x0 as usize..r.x1 as usize], (r.x1 - r.x0) as usize);
+                match &self.labelled[c as usize] {
+                    Reached::Nothing => {}
+                    Reached::All(l) => out.fill(label_of(*l)),
+                    Reached::Each(labels) => {
+                        for (o, &l) in out.iter_mut().zip(&labels[at as usize..at as usize + len]) {
+                            if l != UNREACHED {
+                                *o = label_of(l);
+                            }
+                        }
                     }
                 }
             }
@@ -677,7 +770,7 @@ fn flood_component<'a>(
         let base = at(r);
         let run = &mut grid[base..base + (r.x1 - r.x0) as usize];
         cells(r, run);
-        if r.marked {
+        if r.marks != 0 {
             for (k, &q) in run.iter().enumerate() {
                 if cell_label(q) != UNREACHED {
                     queue.push(cell_cost(q), (base + k) as u32);
@@ -748,7 +841,7 @@ pub fn fill_holes(mask: &[bool], h: usize, w: usize) -> Vec<bool> {
             for y in b * FLOOD_BAND..((b + 1) * FLOOD_BAND).min(h) {
                 let mut x = 0;
                 while let Some((x0, x1)) = next_run(&mask[y * w..(y + 1) * w], &mut x, |m: bool| !m) {
-                    runs.push(Run { y: y as u32, x0: x0 as u32, x1: x1 as u32, marked: false });
+                    runs.push(Run { y: y as u32, x0: x0 as u32, x1: x1 as u32, marks: 0 });
                 }
             }
             runs
@@ -930,6 +1023,37 @@ pub fn maxima_markers(dist: &[f32], h: usize, w: usize, radius: usize) -> Labels
     Labels { height: h, width: w, labels, count: maxima.parts.components.len() as u32 }
 }
 
+/// [`segment_nuclei`]'s watershed of −distance from the seeds, inside the mask.
+struct NucleiPlanes<'a> {
+    w: usize,
+    mask: &'a [bool],
+    dist: &'a [f32],
+    seeds: &'a Maxima,
+}
+
+impl FloodPlane for NucleiPlanes<'_> {
+    fn inside_runs(&self, y: usize, runs: &mut Vec<(usize, usize)>) {
+        runs_where(&self.mask[y * self.w..(y + 1) * self.w], |m| m, runs);
+    }
+
+    fn values_run(&self, y: usize, x0: usize, out: &mut [f32]) {
+        out.iter_mut().zip(&self.dist[y * self.w + x0..]).for_each(|(v, &d)| *v = -d);
+    }
+
+    fn markers_run(&self, y: usize, x0: usize, out: &mut [u32]) {
+        self.seeds.run(y, x0, out);
+    }
+
+    fn marker_span(&self, y: usize, x0: usize, x1: usize) -> Option<(u32, u32)> {
+        self.seeds.span(y, x0, x1)
+    }
+
+    fn values_may_be_nan(&self) -> bool {
+        // A distance (smoothed or not) of a finite plane's mask.
+        false
+    }
+}
+
 /// [`maxima_markers`]' markers as runs: the label of run `k` is its
 /// component's number + 1.
 struct Maxima {
@@ -949,7 +1073,20 @@ impl Maxima {
     /// The marker labels (0 = none) of pixels `x0..x0 + out.len()` of row `y` into `out`.
     fn run(&self, y: usize, x0: usize, out: &mut [u32]) {
         out.fill(0);
-        let x1 = x0 + out.len();
+        self.each_in(y, x0, x0 + out.len(), |a, b, label| out[a - x0..b - x0].fill(label));
+    }
+
+    /// The smallest and largest marker label of pixels `x0..x1` of row `y`
+    /// (`None`: none there).
+    fn span(&self, y: usize, x0: usize, x1: usize) -> Option<(u32, u32)> {
+        let mut span: Option<(u32, u32)> = None;
+        self.each_in(y, x0, x1, |_, _, l| span = Some(span.map_or((l, l), |(lo, hi)| (lo.min(l), hi.max(l)))));
+        span
+    }
+
+    /// Calls `f(a, b, label)` for each piece `a..b` of a maximum's run on row
+    /// `y` within `x0..x1`, in x order.
+    fn each_in(&self, y: usize, x0: usize, x1: usize, mut f: impl FnMut(usize, usize, u32)) {
         let k = self.parts.row_start[y]..self.parts.row_start[y + 1];
         let (runs, slots) = (&self.runs[k.clone()], &self.parts.slot[k]);
         // The row's runs are in x order: from the first one ending after x0.
@@ -958,8 +1095,7 @@ impl Maxima {
             if r.x0 as usize >= x1 {
                 break;
             }
-            let (a, b) = ((r.x0 as usize).max(x0), (r.x1 as usize).min(x1));
-            out[a - x0..b - x0].fill(c + 1);
+            f((r.x0 as usize).max(x0), (r.x1 as usize).min(x1), c + 1);
         }
     }
 }
@@ -990,7 +1126,7 @@ fn maxima_runs(dist: &[f32], h: usize, w: usize, radius: usize, rowmax: &mut [f3
                     }
                     let mut x = 0;
                     while let Some((x0, x1)) = next_run(peak, &mut x, |p| p) {
-                        runs.push(Run { y: y as u32, x0: x0 as u32, x1: x1 as u32, marked: true });
+                        runs.push(Run { y: y as u32, x0: x0 as u32, x1: x1 as u32, marks: 0 });
                     }
                 });
                 runs
@@ -1233,10 +1369,8 @@ fn segment_nuclei_into<T: Pixel, L: Copy + Send>(
     drop(spare);
     // The watershed of −distance (the flood reads it a run at a time).
     let too_large = |l: u32| FunctionError::invalid(NAME, format!("seed label {l} is too large"));
-    let inside_runs = |y: usize, runs: &mut Vec<(usize, usize)>| runs_where(&mask[y * w..(y + 1) * w], |m| m, runs);
-    let markers_run = |y: usize, x0: usize, m: &mut [u32]| seeds.run(y, x0, m);
-    let values_run = |y: usize, x0: usize, v: &mut [f32]| v.iter_mut().zip(&dist[y * w + x0..]).for_each(|(v, &d)| *v = -d);
-    let flooded = flood(h, w, p.connectivity, values_run, markers_run, inside_runs, (UNREACHED - 1, too_large))?;
+    let planes = NucleiPlanes { w, mask: &mask, dist: &dist, seeds: &seeds };
+    let flooded = flood(h, w, p.connectivity, &planes, (UNREACHED - 1, too_large))?;
     drop((dist, mask));
     // Size filter (keep_sizes' rule): the seeds' areas, the kept ones renumbered 1.. in seed order.
     let area = flooded.areas(seeds.parts.components.len() as u32);
@@ -1423,28 +1557,69 @@ pub fn watershed_stack(stack: &Stack, connectivity: Connectivity) -> Result<Stac
         return Err(FunctionError::invalid(NAME, format!("needs 2 or 3 planes, got {n}")));
     }
     let labels = with_pixels!(Stack, stack, a, T => {
-        let (image, markers) = (a.plane(0), a.plane(1));
-        let mask = (n == 3).then(|| a.plane(2));
-        let zero = T::default();
+        let planes = StackPlanes { w, image: a.plane(0), markers: a.plane(1), mask: (n == 3).then(|| a.plane(2)) };
         let mut labels = vec![0u16; h * w];
         let too_large = |l: u32| FunctionError::invalid(NAME, format!("marker label {l} does not fit a u16 label image (at most 65535)"));
-        flood(
-            h,
-            w,
-            connectivity,
-            |y, x0, v: &mut [f32]| v.iter_mut().zip(&image[y * w + x0..]).for_each(|(v, p)| *v = p.to_f32()),
-            |y, x0, m: &mut [u32]| m.iter_mut().zip(&markers[y * w + x0..]).for_each(|(m, v)| *m = v.to_f32().max(0.0) as u32),
-            |y, runs: &mut Vec<(usize, usize)>| match mask {
-                // Inside: not zero (NaN is not zero).
-                Some(m) => runs_where(&m[y * w..(y + 1) * w], |v| v != zero, runs),
-                None => runs.push((0, w)),
-            },
-            (u32::from(u16::MAX), too_large),
-        )?
-        .write(&mut labels, |l| l as u16);
+        flood(h, w, connectivity, &planes, (u32::from(u16::MAX), too_large))?.write(&mut labels, |l| l as u16);
         labels
     });
     Ok(Stack::from(StackArray::from_vec([1, h, w], labels).map_err(|e| FunctionError::failed(NAME, e.to_string()))?))
+}
+
+/// [`watershed_stack`]'s planes of one pixel type: a marker label is the
+/// pixel's value truncated (below 1: none), inside the mask is not zero (NaN
+/// is not zero).
+struct StackPlanes<'a, T> {
+    w: usize,
+    image: &'a [T],
+    markers: &'a [T],
+    mask: Option<&'a [T]>,
+}
+
+impl<T: Pixel> FloodPlane for StackPlanes<'_, T> {
+    fn inside_runs(&self, y: usize, runs: &mut Vec<(usize, usize)>) {
+        let zero = T::default();
+        match self.mask {
+            Some(m) => runs_where(&m[y * self.w..(y + 1) * self.w], |v| v != zero, runs),
+            None => runs.push((0, self.w)),
+        }
+    }
+
+    fn values_run(&self, y: usize, x0: usize, out: &mut [f32]) {
+        out.iter_mut().zip(&self.image[y * self.w + x0..]).for_each(|(v, p)| *v = p.to_f32());
+    }
+
+    fn markers_run(&self, y: usize, x0: usize, out: &mut [u32]) {
+        out.iter_mut().zip(&self.markers[y * self.w + x0..]).for_each(|(m, v)| *m = v.to_f32().max(0.0) as u32);
+    }
+
+    fn marker_span(&self, y: usize, x0: usize, x1: usize) -> Option<(u32, u32)> {
+        // Truncating is monotone, so the labels' span is that of the values
+        // of at least 1 (NaN compares false: skipped, as its label is 0).
+        // Eight lanes of minima and maxima, so the loops vectorise.
+        let row = &self.markers[y * self.w + x0..y * self.w + x1];
+        let (mut lo, mut hi) = ([f32::INFINITY; 8], [0f32; 8]);
+        let mut chunks = row.chunks_exact(8);
+        for c in &mut chunks {
+            for k in 0..8 {
+                let v = c[k].to_f32();
+                lo[k] = if v >= 1.0 && v < lo[k] { v } else { lo[k] };
+                hi[k] = if v > hi[k] { v } else { hi[k] };
+            }
+        }
+        for (k, v) in chunks.remainder().iter().enumerate() {
+            let v = v.to_f32();
+            lo[k] = if v >= 1.0 && v < lo[k] { v } else { lo[k] };
+            hi[k] = if v > hi[k] { v } else { hi[k] };
+        }
+        let hi = hi.iter().fold(0f32, |a, &v| a.max(v));
+        let lo = lo.iter().fold(f32::INFINITY, |a, &v| a.min(v));
+        (hi >= 1.0).then_some((lo as u32, hi as u32))
+    }
+
+    fn values_may_be_nan(&self) -> bool {
+        T::DTYPE == DType::F32
+    }
 }
 
 /// The artifact of per-object measurements `segment_nuclei` produces.
@@ -1579,6 +1754,110 @@ mod tests {
                 assert_eq!(fill_holes(&mask, h, w), fill_holes_scanline(&mask, h, w), "{h}x{w} density {density}");
             }
         }
+    }
+
+    /// The smallest and largest nonzero label `markers_run` gives for pixels
+    /// `x0..x1` of row `y`: what `marker_span` must say without writing them.
+    fn span_of_run(plane: &impl FloodPlane, y: usize, x0: usize, x1: usize) -> Option<(u32, u32)> {
+        let mut marks = vec![0u32; x1 - x0];
+        plane.markers_run(y, x0, &mut marks);
+        let nonzero = marks.iter().copied().filter(|&l| l != 0);
+        Some((nonzero.clone().min()?, nonzero.max()?))
+    }
+
+    #[test]
+    fn marker_span_is_the_span_of_the_run_markers() {
+        let mut rng = hcsflow_testkit::Rng::from_state(0x5851_f42d_4c95_7f2d);
+        let (h, w) = (6usize, 45usize);
+        // Labels mostly 0, a few of a handful of values, some large.
+        let mut label = || match rng.below(10) {
+            0..=5 => 0u32,
+            6 => u32::MAX - 1,
+            k => k as u32 - 6,
+        };
+        let labels: Vec<u32> = (0..h * w).map(|_| label()).collect();
+        // The same as f32 pixels, with what truncates to them or to 0: NaN,
+        // negatives, fractions.
+        let floats: Vec<f32> = labels
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| match (l, i % 4) {
+                (0, 0) => f32::NAN,
+                (0, 1) => -3.5,
+                (0, 2) => 0.75,
+                (l, 3) if l < 10 => l as f32 + 0.5,
+                (l, _) => l as f32,
+            })
+            .collect();
+        let words: Vec<u16> = labels.iter().map(|&l| l.min(65535) as u16).collect();
+        let (image, mask) = (vec![0f32; h * w], vec![true; h * w]);
+        let exact = WatershedPlanes { w, image: &image, markers: &labels, mask: Some(&mask) };
+        let f32s = StackPlanes { w, image: &floats, markers: &floats, mask: None };
+        let u16s = StackPlanes { w, image: &words, markers: &words, mask: None };
+        for y in 0..h {
+            for x0 in 0..w {
+                for x1 in x0 + 1..=w {
+                    assert_eq!(exact.marker_span(y, x0, x1), span_of_run(&exact, y, x0, x1), "u32 row {y}, {x0}..{x1}");
+                    assert_eq!(f32s.marker_span(y, x0, x1), span_of_run(&f32s, y, x0, x1), "f32 row {y}, {x0}..{x1}");
+                    assert_eq!(u16s.marker_span(y, x0, x1), span_of_run(&u16s, y, x0, x1), "u16 row {y}, {x0}..{x1}");
+                }
+            }
+        }
+        // The seeds of segment_nuclei: maxima of a random plane.
+        let dist: Vec<f32> = (0..h * w).map(|_| rng.below(5) as f32).collect();
+        let mut rowmax = vec![0f32; h * w];
+        let seeds = maxima_runs(&dist, h, w, 1, &mut rowmax);
+        let nuclei = NucleiPlanes { w, mask: &mask, dist: &dist, seeds: &seeds };
+        for y in 0..h {
+            for x0 in 0..w {
+                for x1 in x0 + 1..=w {
+                    assert_eq!(nuclei.marker_span(y, x0, x1), span_of_run(&nuclei, y, x0, x1), "seeds row {y}, {x0}..{x1}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn components_of_one_label_are_that_label_whole() {
+        // A component holding markers of one label (in two places) is all of
+        // it; one holding two labels is flooded; one holding none is not
+        // reached. The flood's labels equal a pixel-by-pixel transcription's
+        // (skimage's algorithm, which the oracle test checks).
+        let (h, w) = (5usize, 9usize);
+        #[rustfmt::skip]
+        let mask = [
+            1, 1, 1, 0, 1, 1, 1, 0, 1,
+            1, 0, 1, 0, 1, 1, 1, 0, 1,
+            1, 1, 1, 0, 0, 0, 0, 0, 0,
+            0, 0, 0, 0, 1, 1, 1, 1, 1,
+            1, 1, 0, 0, 1, 1, 1, 1, 1,
+        ].map(|m| m == 1);
+        let mut markers = vec![0u32; h * w];
+        markers[0] = 7; // first component: label 7 twice
+        markers[2 * w + 2] = 7;
+        markers[4] = 2; // second: labels 2 and 3
+        markers[w + 6] = 3;
+        markers[3 * w + 4] = 5; // fourth: label 5 (third and fifth: none)
+        let image: Vec<f32> = (0..h * w).map(|i| ((i * 7) % 5) as f32).collect();
+        let labels = watershed(&image, &markers, Some(&mask), h, w, Connectivity::Four).unwrap();
+        for y in 0..h {
+            for x in 0..w {
+                let expected = match (mask[y * w + x], y, x) {
+                    (false, _, _) => 0,
+                    (true, 0..=2, 0..=2) => 7,
+                    (true, 0..=1, 4..=6) => labels[y * w + x], // flooded: 2 or 3
+                    (true, 3..=4, 4..=8) => 5,
+                    _ => 0,
+                };
+                assert_eq!(labels[y * w + x], expected, "({y}, {x})");
+            }
+        }
+        let split: Vec<u32> = [4, 5, 6, w + 4, w + 5, w + 6].iter().map(|&i| labels[i]).collect();
+        assert!(split.contains(&2) && split.contains(&3), "{split:?}");
+        // A NaN in a component of one label is still refused.
+        let mut nan = image.clone();
+        nan[w] = f32::NAN;
+        assert!(watershed(&nan, &markers, Some(&mask), h, w, Connectivity::Four).is_err());
     }
 
     /// The largest value of `v` (`h × w`) over the square of half-side `r`
