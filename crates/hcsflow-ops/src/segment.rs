@@ -228,10 +228,8 @@ pub fn watershed(
     if image.len() != n || markers.len() != n || mask.is_some_and(|m| m.len() != n) {
         return Err(FunctionError::invalid(NAME, format!("image, markers and mask must all have {h}×{w} pixels")));
     }
-    let mut labels = vec![0u32; n];
     let too_large = |l: u32| FunctionError::invalid(NAME, format!("marker label {l} is too large (at most {})", UNREACHED - 1));
-    flood(h, w, connectivity, &WatershedPlanes { w, image, markers, mask }, (UNREACHED - 1, too_large))?.write(&mut labels, |l| l);
-    Ok(labels)
+    Ok(flood(h, w, connectivity, &WatershedPlanes { w, image, markers, mask }, (UNREACHED - 1, too_large))?.labels(h, |l| l))
 }
 
 /// [`watershed`]'s planes as the flood reads them.
@@ -267,6 +265,14 @@ impl FloodPlane for WatershedPlanes<'_> {
         let hi = row.iter().fold(0, |a, &l| a.max(l));
         (hi != 0).then_some((lo, hi))
     }
+
+    fn nan_in(&self, y: usize, x0: usize, x1: usize) -> bool {
+        self.image[y * self.w + x0..y * self.w + x1].iter().fold(false, |a, v| a | v.is_nan())
+    }
+
+    fn touch_markers(&self, y: usize, runs: &[(usize, usize)]) {
+        touch_runs(&self.markers[y * self.w..(y + 1) * self.w], runs, |l| l);
+    }
 }
 
 /// What [`flood`] reads of a plane of `w` columns, row by row and run by run.
@@ -283,10 +289,19 @@ trait FloodPlane: Sync {
     /// of row `y` (`None`: none), as [`FloodPlane::markers_run`] would give
     /// them, without writing them.
     fn marker_span(&self, y: usize, x0: usize, x1: usize) -> Option<(u32, u32)>;
-    /// Whether a value may be NaN (`false` skips the check).
-    fn values_may_be_nan(&self) -> bool {
-        true
-    }
+    /// Whether the value of a pixel `x0..x1` of row `y` is NaN.
+    fn nan_in(&self, y: usize, x0: usize, x1: usize) -> bool;
+    /// A hint before [`FloodPlane::marker_span`] is asked of each of row
+    /// `y`'s `runs`: load a pixel of each, so that their cache lines come in
+    /// together rather than one run after another.
+    fn touch_markers(&self, _y: usize, _runs: &[(usize, usize)]) {}
+}
+
+/// Loads the first and last element of each run `x0..x1` of `row`, one after
+/// another with nothing depending on them (see [`FloodPlane::touch_markers`]).
+fn touch_runs<T: Copy>(row: &[T], runs: &[(usize, usize)], bits: impl Fn(T) -> u32) {
+    let any = runs.iter().fold(0u32, |a, &(x0, x1)| a ^ bits(row[x0]) ^ bits(row[x1 - 1]));
+    std::hint::black_box(any);
 }
 
 /// The flood's priority queue: a radix heap (Ahuja, Mehlhorn, Orlin, Tarjan
@@ -484,6 +499,7 @@ fn flood(
                 for y in b * FLOOD_BAND..((b + 1) * FLOOD_BAND).min(h) {
                     row_runs.clear();
                     plane.inside_runs(y, row_runs);
+                    plane.touch_markers(y, row_runs);
                     for &(x0, x1) in row_runs.iter() {
                         let span = plane.marker_span(y, x0, x1);
                         if span.is_some_and(|(_, hi)| hi > max_label) && band.too_large.is_none() {
@@ -524,11 +540,7 @@ fn flood(
                 };
                 let marks_held = members().fold(0, |m, r| Run::join_marks(m, r.marks));
                 if marks_held != MIXED {
-                    let has_nan = |r: &Run| {
-                        values_of(r, values);
-                        values[..(r.x1 - r.x0) as usize].iter().any(|v| v.is_nan())
-                    };
-                    if plane.values_may_be_nan() && members().any(has_nan) {
+                    if members().any(|r| plane.nan_in(r.y as usize, r.x0 as usize, r.x1 as usize)) {
                         nan.store(true, std::sync::atomic::Ordering::Relaxed);
                     }
                     return if marks_held == 0 { Reached::Nothing } else { Reached::All(marks_held) };
@@ -610,6 +622,16 @@ impl Flooded {
                     a
                 },
             )
+    }
+
+    /// A new `h × w` plane with `label_of(label)` at every pixel the flood
+    /// reached and the default (0) elsewhere. Zeroed in parallel: a fresh
+    /// plane zeroed by one thread costs more than the flood's whole write.
+    fn labels<L: Copy + Default + Send + Sync>(&self, h: usize, label_of: impl Fn(u32) -> L + Sync) -> Vec<L> {
+        let mut out = Vec::new();
+        (0..h * self.w).into_par_iter().with_min_len(1 << 16).map(|_| L::default()).collect_into_vec(&mut out);
+        self.write(&mut out, label_of);
+        out
     }
 
     /// Writes `label_of(label)` to `out[i]` (`h × w`) for every pixel the
@@ -1048,8 +1070,8 @@ impl FloodPlane for NucleiPlanes<'_> {
         self.seeds.span(y, x0, x1)
     }
 
-    fn values_may_be_nan(&self) -> bool {
-        // A distance (smoothed or not) of a finite plane's mask.
+    fn nan_in(&self, _: usize, _: usize, _: usize) -> bool {
+        // A distance (smoothed or not) of a mask.
         false
     }
 }
@@ -1385,8 +1407,7 @@ fn segment_nuclei_into<T: Pixel, L: Copy + Send>(
     }
     let too_many = |count: u32| FunctionError::invalid(NAME, format!("{count} objects do not fit a u16 label image (at most {max_count})"));
     if p.clear_border {
-        let mut labels = vec![0u32; h * w];
-        flooded.write(&mut labels, |l| new_id[l as usize]);
+        let mut labels = flooded.labels(h, |l| new_id[l as usize]);
         clear_border(&mut labels, h, w);
         let kept = relabel_sequential(&labels, h, w);
         if kept.count > max_count {
@@ -1558,10 +1579,8 @@ pub fn watershed_stack(stack: &Stack, connectivity: Connectivity) -> Result<Stac
     }
     let labels = with_pixels!(Stack, stack, a, T => {
         let planes = StackPlanes { w, image: a.plane(0), markers: a.plane(1), mask: (n == 3).then(|| a.plane(2)) };
-        let mut labels = vec![0u16; h * w];
         let too_large = |l: u32| FunctionError::invalid(NAME, format!("marker label {l} does not fit a u16 label image (at most 65535)"));
-        flood(h, w, connectivity, &planes, (u32::from(u16::MAX), too_large))?.write(&mut labels, |l| l as u16);
-        labels
+        flood(h, w, connectivity, &planes, (u32::from(u16::MAX), too_large))?.labels(h, |l| l as u16)
     });
     Ok(Stack::from(StackArray::from_vec([1, h, w], labels).map_err(|e| FunctionError::failed(NAME, e.to_string()))?))
 }
@@ -1617,8 +1636,12 @@ impl<T: Pixel> FloodPlane for StackPlanes<'_, T> {
         (hi >= 1.0).then_some((lo as u32, hi as u32))
     }
 
-    fn values_may_be_nan(&self) -> bool {
-        T::DTYPE == DType::F32
+    fn nan_in(&self, y: usize, x0: usize, x1: usize) -> bool {
+        T::DTYPE == DType::F32 && self.image[y * self.w + x0..y * self.w + x1].iter().fold(false, |a, v| a | v.to_f32().is_nan())
+    }
+
+    fn touch_markers(&self, y: usize, runs: &[(usize, usize)]) {
+        touch_runs(&self.markers[y * self.w..(y + 1) * self.w], runs, |v| v.to_f32().to_bits());
     }
 }
 
@@ -1854,10 +1877,25 @@ mod tests {
         }
         let split: Vec<u32> = [4, 5, 6, w + 4, w + 5, w + 6].iter().map(|&i| labels[i]).collect();
         assert!(split.contains(&2) && split.contains(&3), "{split:?}");
-        // A NaN in a component of one label is still refused.
+        // A NaN in a component of one label is still refused, also in a stack.
         let mut nan = image.clone();
         nan[w] = f32::NAN;
         assert!(watershed(&nan, &markers, Some(&mask), h, w, Connectivity::Four).is_err());
+        let planes: Vec<f32> =
+            nan.iter().copied().chain(markers.iter().map(|&l| l as f32)).chain(mask.iter().map(|&m| f32::from(u8::from(m)))).collect();
+        let stack = Stack::from(StackArray::from_vec([3, h, w], planes.clone()).unwrap());
+        let e = watershed_stack(&stack, Connectivity::Four).unwrap_err();
+        assert!(e.to_string().contains("NaN"), "{e}");
+        // Without it the stack's labels are the plane's.
+        let mut planes = planes;
+        planes[w] = 0.0;
+        let stack = Stack::from(StackArray::from_vec([3, h, w], planes).unwrap());
+        let mut fixed = image.clone();
+        fixed[w] = 0.0;
+        let expected = watershed(&fixed, &markers, Some(&mask), h, w, Connectivity::Four).unwrap();
+        let got = watershed_stack(&stack, Connectivity::Four).unwrap();
+        let got: Vec<u32> = with_pixels!(Stack, &got, a, T => a.plane(0).iter().map(|v| v.to_f32() as u32).collect());
+        assert_eq!(got, expected);
     }
 
     /// The largest value of `v` (`h × w`) over the square of half-side `r`
