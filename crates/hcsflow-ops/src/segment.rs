@@ -471,7 +471,7 @@ struct Band {
 /// a row; components are unions of runs that touch (union–find on runs). A
 /// run's markers are first asked only for the span of their labels: a
 /// component whose markers all have one label is that label whole, with no
-/// flood (and none of its markers read). The values are read once, into the
+/// flood and no marker read again. The values are read once, into the
 /// grid of a flooded component (the NaN check of the others reads them
 /// without building a grid).
 fn flood(
