@@ -426,6 +426,17 @@ def run_n2v(a, suite, venvs, rows):
         what = (f"N2V2 training step (patch 64 × batch {c['batch']}, {total} steps)",
                 "N2V2 prediction 1024² (tiles 256, overlap 48)", "N2V2 prediction 2048² (tiles 256, overlap 48)")
         base = [{"section": "n2v", "op": w, "peer": "CAREamics", "peer_op": c["peer_op"]} for w in what]
+        # CAREamics' epoch over an array is its 64² patches, (1024 / 64)² = 256, so 16 batches of
+        # 16: `num_steps` above that is cut to it (Lightning's limit_train_batches), and the peer's
+        # s/step (wall time / (epochs × num_steps)) would count steps it never took.
+        epoch_batches = (1024 // 64) ** 2 // c["batch"]
+        if steps > epoch_batches:
+            for row in base:
+                row["peer_error"] = (f"steps_per_epoch {steps} > the {epoch_batches} batches of CAREamics' epoch: it "
+                                     f"would take {epoch_batches * epochs} steps, not {total}")
+                row["ours"] = {"error": "not run: the sides would not take the same steps"}
+                rows.add(row)
+            continue
         if not venvs.available(c["venv"]) or not a.n2v_bin:
             for row in base:
                 row["peer_error"] = f"not run (its venv `{c['venv']}` needs torch; PEERS_HEAVY=1 runs it)"
