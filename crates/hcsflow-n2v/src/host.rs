@@ -40,9 +40,13 @@ use burn::backend::{backend_extension, Autodiff, Backend, DType, Dispatch, Dispa
 use burn::nn::BatchNorm;
 use burn::tensor::activation::relu;
 use burn::tensor::module::conv2d;
-use burn::tensor::{Bytes, Shape, Tensor};
+use burn::tensor::{Bytes, Device, Shape, Tensor};
 use rayon::prelude::*;
 use std::cell::RefCell;
+use std::mem::MaybeUninit;
+
+#[cfg(target_arch = "x86_64")]
+mod direct;
 
 /// The layers as backend operations (implemented for `flex` and autodiff over it).
 #[backend_extension(Flex, Autodiff)]
@@ -58,6 +62,18 @@ pub trait HostKernels: Backend {
     fn batch_norm_relu(x: FloatTensor<Self>, gamma: FloatTensor<Self>, beta: FloatTensor<Self>, epsilon: f64) -> FloatTensor<Self>;
     /// The per-channel mean and biased variance of `x` `[B, C, H, W]`, `[2, C]`.
     fn batch_stats(x: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// `relu((conv3x3(x) + bias)·scale + shift)` per output channel: a convolution followed by
+    /// batch norm in inference and ReLU, in one pass over the output. Composed of
+    /// [`HostKernels::conv3x3`] and [`HostKernels::affine_relu`] by default.
+    fn conv3x3_affine_relu(
+        x: FloatTensor<Self>,
+        weight: FloatTensor<Self>,
+        bias: FloatTensor<Self>,
+        scale: FloatTensor<Self>,
+        shift: FloatTensor<Self>,
+    ) -> FloatTensor<Self> {
+        Self::affine_relu(Self::conv3x3(x, weight, bias), scale, shift)
+    }
     /// `relu(x·scale + shift)` per channel (batch norm in inference, then ReLU), `x`
     /// `[B, C, H, W]`, `scale`, `shift` `[C]`. Composed of burn operations by default.
     fn affine_relu(x: FloatTensor<Self>, scale: FloatTensor<Self>, shift: FloatTensor<Self>) -> FloatTensor<Self> {
@@ -84,10 +100,7 @@ pub fn batch_norm_relu(norm: &BatchNorm, x: Tensor<4>) -> Tensor<4> {
         return relu(norm.forward(x));
     }
     if !device.is_autodiff() {
-        let mean = norm.running_mean.value().to_device(&device);
-        let var = norm.running_var.value().to_device(&device);
-        let scale = norm.gamma.val().div(var.add_scalar(norm.epsilon).sqrt());
-        let shift = norm.beta.val().sub(mean.mul(scale.clone()));
+        let (scale, shift) = inference_affine(norm, &device);
         return Tensor::from_dispatch(<Dispatch as HostKernels>::affine_relu(
             x.into_dispatch(),
             scale.into_dispatch(),
@@ -114,6 +127,33 @@ pub fn batch_norm_relu(norm: &BatchNorm, x: Tensor<4>) -> Tensor<4> {
     norm.running_mean.update(running_mean.detach());
     norm.running_var.update(running_var.detach());
     out
+}
+
+/// Batch norm with the running statistics as a per-channel affine map `x·scale + shift`.
+fn inference_affine(norm: &BatchNorm, device: &Device) -> (Tensor<1>, Tensor<1>) {
+    let mean = norm.running_mean.value().to_device(device);
+    let var = norm.running_var.value().to_device(device);
+    let scale = norm.gamma.val().div(var.add_scalar(norm.epsilon).sqrt());
+    let shift = norm.beta.val().sub(mean.mul(scale.clone()));
+    (scale, shift)
+}
+
+/// `relu(norm(conv3x3(x)))`: on a plain `flex` device (inference, the running statistics) one
+/// fused kernel ([`HostKernels::conv3x3_affine_relu`]), which writes each output once;
+/// [`batch_norm_relu`] of [`conv3x3`] otherwise.
+pub fn conv3x3_norm_relu(x: Tensor<4>, weight: Tensor<4>, bias: Tensor<1>, norm: &BatchNorm) -> Tensor<4> {
+    let device = x.device();
+    if applies(&x) && !device.is_autodiff() && weight.dims()[2..] == [3, 3] {
+        let (scale, shift) = inference_affine(norm, &device);
+        return Tensor::from_dispatch(<Dispatch as HostKernels>::conv3x3_affine_relu(
+            x.into_dispatch(),
+            weight.into_dispatch(),
+            bias.into_dispatch(),
+            scale.into_dispatch(),
+            shift.into_dispatch(),
+        ));
+    }
+    batch_norm_relu(norm, conv3x3(x, weight, bias))
 }
 
 /// MaxBlurPool: this module's kernel where it [`applies`] and the planes are at least 2 × 2,
@@ -165,7 +205,20 @@ impl HostKernels for Flex {
         let (x, weight, bias) = (x.to_contiguous(), weight.to_contiguous(), bias.to_contiguous());
         let (xs, ws, bs) = (f32s(&x), f32s(&weight), f32s(&bias));
         // w[co, ci, tap] at co·9Ci + ci·9 + tap: output rows (co) stride 9Ci, reduction (ci) stride 9.
-        let out = conv_same(xs, [b, ci, h, w], co, ws, Taps { row_stride: 9 * ci, red_stride: 9, flip: false }, Some(bs));
+        let out = conv_same(xs, [b, ci, h, w], co, ws, FORWARD_TAPS(ci), &Epilogue { bias: Some(bs), affine: None });
+        tensor(out, [b, co, h, w])
+    }
+
+    fn conv3x3_affine_relu(x: FlexTensor, weight: FlexTensor, bias: FlexTensor, scale: FlexTensor, shift: FlexTensor) -> FlexTensor {
+        if !is_f32(&[&x, &weight, &bias, &scale, &shift]) {
+            return Self::affine_relu(Self::conv3x3(x, weight, bias), scale, shift);
+        }
+        let [b, ci, h, w] = dims4(&x);
+        let co = weight.shape()[0];
+        let (x, weight, bias) = (x.to_contiguous(), weight.to_contiguous(), bias.to_contiguous());
+        let (scale, shift) = (scale.to_contiguous(), shift.to_contiguous());
+        let epilogue = Epilogue { bias: Some(f32s(&bias)), affine: Some((f32s(&scale), f32s(&shift))) };
+        let out = conv_same(f32s(&x), [b, ci, h, w], co, f32s(&weight), FORWARD_TAPS(ci), &epilogue);
         tensor(out, [b, co, h, w])
     }
 
@@ -195,16 +248,7 @@ impl HostKernels for Flex {
         let (x, gamma, beta) = (x.to_contiguous(), gamma.to_contiguous(), beta.to_contiguous());
         let (mean, var) = channel_stats(f32s(&x), [b, c, h, w]);
         let affine = Affine::new(&mean, &var, f32s(&gamma), f32s(&beta), epsilon);
-        let plane = h * w;
-        let mut out = vec![0.0f32; b * c * plane];
-        if !out.is_empty() {
-            f32s(&x).par_chunks_exact(plane).zip(out.par_chunks_exact_mut(plane)).enumerate().for_each(|(i, (src, dst))| {
-                let (scale, shift) = affine.of(i % c);
-                for (d, &v) in dst.iter_mut().zip(src) {
-                    *d = (v * scale + shift).max(0.0);
-                }
-            });
-        }
+        let out = affine_relu_planes(f32s(&x), c, h * w, |ch| affine.of(ch));
         tensor(out, [b, c, h, w])
     }
 
@@ -212,16 +256,7 @@ impl HostKernels for Flex {
         let [b, c, h, w] = dims4(&x);
         let (x, scale, shift) = (x.to_contiguous(), scale.to_contiguous(), shift.to_contiguous());
         let (sc, sh) = (f32s(&scale), f32s(&shift));
-        let plane = h * w;
-        let mut out = vec![0.0f32; b * c * plane];
-        if !out.is_empty() {
-            f32s(&x).par_chunks_exact(plane).zip(out.par_chunks_exact_mut(plane)).enumerate().for_each(|(i, (src, dst))| {
-                let (a, t) = (sc[i % c], sh[i % c]);
-                for (d, &v) in dst.iter_mut().zip(src) {
-                    *d = (v * a + t).max(0.0);
-                }
-            });
-        }
+        let out = affine_relu_planes(f32s(&x), c, h * w, |ch| (sc[ch], sh[ch]));
         tensor(out, [b, c, h, w])
     }
 
@@ -232,6 +267,38 @@ impl HostKernels for Flex {
         let values: Vec<f32> = mean.iter().chain(&var).map(|&v| v as f32).collect();
         FlexTensor::new(Bytes::from_elems(values), Layout::contiguous(Shape::from(vec![2, c])), DType::F32)
     }
+}
+
+/// `relu(v·scale + shift)` for the values of `[B, C, plane]` planes, `(scale, shift)` of channel
+/// `ch` given by `of(ch)`.
+fn affine_relu_planes(x: &[f32], c: usize, plane: usize, of: impl Fn(usize) -> (f32, f32) + Sync) -> Vec<f32> {
+    let apply = |out: &mut [MaybeUninit<f32>]| {
+        x.par_chunks_exact(plane).zip(out.par_chunks_exact_mut(plane)).enumerate().for_each(|(i, (src, dst))| {
+            let (scale, shift) = of(i % c);
+            for (d, &v) in dst.iter_mut().zip(src) {
+                d.write((v * scale + shift).max(0.0));
+            }
+        });
+    };
+    if plane == 0 {
+        return x.to_vec();
+    }
+    // SAFETY: the planes of `x` (whose length is a multiple of `plane`) cover `out`, and every
+    // element of each is written.
+    unsafe { written(x.len(), apply) }
+}
+
+/// A vector of `n` values written by `write` without zeroing them first (activations are tens of
+/// megabytes: zeroing them was a tenth of a prediction).
+///
+/// # Safety
+/// `write` must initialise every element of the slice it is given.
+unsafe fn written(n: usize, write: impl FnOnce(&mut [MaybeUninit<f32>])) -> Vec<f32> {
+    let mut out = Vec::<f32>::with_capacity(n);
+    write(&mut out.spare_capacity_mut()[..n]);
+    // SAFETY: the capacity is at least `n` and the caller promises all `n` are initialised.
+    out.set_len(n);
+    out
 }
 
 /// Per-channel mean and biased variance of `[B, C, H, W]` values (two passes; each plane summed
@@ -335,7 +402,8 @@ impl Backward<Flex, 3> for Conv3x3Grad {
             let weight = weight.to_contiguous();
             // Transposed and flipped: output rows are ci (stride 9), the reduction runs over co
             // (stride 9Ci), tap t reads 8 − t.
-            let dx = conv_same(gs, [b, co, h, w], ci, f32s(&weight), Taps { row_stride: 9, red_stride: 9 * ci, flip: true }, None);
+            let taps = Taps { row_stride: 9, red_stride: 9 * ci, flip: true };
+            let dx = conv_same(gs, [b, co, h, w], ci, f32s(&weight), taps, &Epilogue { bias: None, affine: None });
             grads.register::<Flex>(node.id, tensor(dx, [b, ci, h, w]));
         }
         if let Some(node) = node_w {
@@ -578,6 +646,54 @@ struct Taps {
     flip: bool,
 }
 
+/// The forward layout of `[Co, Ci, 3, 3]` weights: `w[co, ci, tap]` at `co·9Ci + ci·9 + tap`.
+#[allow(non_snake_case)]
+const fn FORWARD_TAPS(ci: usize) -> Taps {
+    Taps { row_stride: 9 * ci, red_stride: 9, flip: false }
+}
+
+/// What [`conv_same`] applies to each output value `s` of channel `c`:
+/// `(s + bias[c])·scale[c] + shift[c]`, then ReLU when `affine` is given (batch norm in inference
+/// and ReLU fused into the convolution); `s + bias[c]` otherwise.
+struct Epilogue<'a> {
+    bias: Option<&'a [f32]>,
+    affine: Option<(&'a [f32], &'a [f32])>,
+}
+
+/// [`Epilogue`] for one channel: `v ↦ (v + add)·scale + shift`, then `max(·, 0)` if `relu`.
+#[derive(Clone, Copy)]
+struct Map {
+    add: f32,
+    scale: f32,
+    shift: f32,
+    relu: bool,
+}
+
+impl Epilogue<'_> {
+    fn of(&self, c: usize) -> Map {
+        let add = self.bias.map_or(0.0, |b| b[c]);
+        match self.affine {
+            Some((scale, shift)) => Map { add, scale: scale[c], shift: shift[c], relu: true },
+            None => Map { add, scale: 1.0, shift: 0.0, relu: false },
+        }
+    }
+}
+
+impl Map {
+    /// `dst[i] = map(src[i])`.
+    fn apply(self, src: &[f32], dst: &mut [MaybeUninit<f32>]) {
+        if self.relu {
+            for (d, &s) in dst.iter_mut().zip(src) {
+                d.write(((s + self.add) * self.scale + self.shift).max(0.0));
+            }
+        } else {
+            for (d, &s) in dst.iter_mut().zip(src) {
+                d.write((s + self.add) * self.scale + self.shift);
+            }
+        }
+    }
+}
+
 /// The padded geometry of an `h × w` plane: row length `w + 2`, a plane of `(h + 2)(w + 2)`
 /// plus 2 elements of slack (the bottom-right tap reads 2 past the padded plane on the extra
 /// columns), and the wide output length `h·(w + 2)`.
@@ -602,17 +718,23 @@ impl Padded {
     }
 
     /// Copies `channels` planes `[channels, h, w]` into the interior of `dst` (`[channels,
-    /// plane]`, zero elsewhere).
+    /// plane]` then any slack, zero elsewhere). Only the border is zeroed.
     fn fill(&self, src: &[f32], channels: usize, dst: &mut [f32]) {
-        dst.fill(0.0);
         for c in 0..channels {
             let s = &src[c * self.h * self.w..(c + 1) * self.h * self.w];
             let d = &mut dst[c * self.plane..(c + 1) * self.plane];
+            // The top row and the left border of the first row.
+            d[..self.row + 1].fill(0.0);
             for y in 0..self.h {
                 let o = (y + 1) * self.row + 1;
                 d[o..o + self.w].copy_from_slice(&s[y * self.w..(y + 1) * self.w]);
+                // The right border of this row and the left border of the next.
+                d[o + self.w..o + self.w + 2].fill(0.0);
             }
+            // The bottom row (past its left border, written above) and the 2 of slack.
+            d[(self.h + 1) * self.row + 1..].fill(0.0);
         }
+        dst[channels * self.plane..].fill(0.0);
     }
 }
 
@@ -650,71 +772,98 @@ fn gemm_parallelism(batch: usize) -> gemm::Parallelism {
     }
 }
 
-/// `out[b, o, y, x] = bias[o] + Σ_tap Σ_r W_tap[o, r] · in_pad[b, r, y + ky − 1, x + kx − 1]` for
-/// `input` `[B, R, H, W]` and `O` output channels; `weights` read as `taps` says.
-fn conv_same(input: &[f32], [b, r, h, w]: [usize; 4], o: usize, weights: &[f32], taps: Taps, bias: Option<&[f32]>) -> Vec<f32> {
+/// `out[b, o, y, x] = E(Σ_tap Σ_r W_tap[o, r] · in_pad[b, r, y + ky − 1, x + kx − 1])` for `input`
+/// `[B, R, H, W]` and `O` output channels, with `E` the `epilogue` of channel `o`; `weights` read
+/// as `taps` says. The [`direct`] kernel where the CPU has it, nine tap gemms otherwise.
+fn conv_same(input: &[f32], [b, r, h, w]: [usize; 4], o: usize, weights: &[f32], taps: Taps, epilogue: &Epilogue) -> Vec<f32> {
     let geo = Padded::new(h, w);
     let plane_out = h * w;
-    let mut out = vec![0.0f32; b * o * plane_out];
-    if out.is_empty() {
-        return out;
+    let len = b * o * plane_out;
+    if len == 0 {
+        return Vec::new();
     }
     assert!(input.len() == b * r * h * w && weights.len() == o * r * 9, "conv3x3: inconsistent sizes");
     let par = gemm_parallelism(b);
-    // Scratch: the padded input (zeroed by `fill`) and the wide output (overwritten by the
-    // first tap).
-    let image = |(src, dst): (&[f32], &mut [f32])| {
-        with_scratch(r * geo.plane, o * geo.wide, |padded, wide| {
-            geo.fill(src, r, padded);
-            for t in 0..9 {
-                let tap = if taps.flip { 8 - t } else { t };
-                // SAFETY: dst `wide` is `o × geo.wide` row-major; lhs reads weights at
-                // `tap + i·row_stride + j·red_stride` for i < o, j < r, the largest being
-                // `8 + (o−1)·row_stride + (r−1)·red_stride < 9·o·r = weights.len()` for both
-                // layouts (`row_stride`, `red_stride`) = (9r, 9) and (9, 9o) with `o`, `r` swapped
-                // by the caller; rhs reads `padded` at `shift(t) + j·plane + n` for j < r,
-                // n < geo.wide: at most `(r−1)·plane + 2·row + 2 + h·row − 1 = r·plane − 1`.
-                unsafe {
-                    gemm::gemm(
-                        o,
-                        geo.wide,
-                        r,
-                        wide.as_mut_ptr(),
-                        1,
-                        geo.wide as isize,
-                        t > 0,
-                        weights.as_ptr().add(tap),
-                        taps.red_stride as isize,
-                        taps.row_stride as isize,
-                        padded.as_ptr().add(geo.shift(t)),
-                        1,
-                        geo.plane as isize,
-                        1.0f32,
-                        1.0f32,
-                        false,
-                        false,
-                        false,
-                        par,
-                    );
-                }
+    let parallel_images = matches!(par, gemm::Parallelism::None);
+    let write = |out: &mut [MaybeUninit<f32>]| {
+        #[cfg(target_arch = "x86_64")]
+        if direct::available() {
+            let packed = direct::Packed::new(weights, o, r, taps);
+            let image = |(src, dst): (&[f32], &mut [MaybeUninit<f32>])| {
+                with_scratch(r * geo.plane + direct::SLACK, 0, |padded, _| {
+                    geo.fill(src, r, padded);
+                    direct::convolve(padded, geo, &packed, epilogue, dst, !parallel_images);
+                })
+            };
+            if parallel_images {
+                input.par_chunks_exact(r * h * w).zip(out.par_chunks_exact_mut(o * plane_out)).for_each(image);
+            } else {
+                input.chunks_exact(r * h * w).zip(out.chunks_exact_mut(o * plane_out)).for_each(image);
             }
-            for (c, plane) in dst.chunks_exact_mut(plane_out).enumerate() {
-                let add = bias.map_or(0.0, |bias| bias[c]);
-                for (y, row) in plane.chunks_exact_mut(w).enumerate() {
-                    let src = &wide[c * geo.wide + y * geo.row..c * geo.wide + y * geo.row + w];
-                    for (d, &s) in row.iter_mut().zip(src) {
-                        *d = s + add;
+            return;
+        }
+        let image = |(src, dst): (&[f32], &mut [MaybeUninit<f32>])| {
+            // Scratch: the padded input (its border zeroed by `fill`) and the wide output
+            // (overwritten by the first tap).
+            with_scratch(r * geo.plane, o * geo.wide, |padded, wide| {
+                geo.fill(src, r, padded);
+                tap_gemms(padded, geo, r, o, weights, taps, par, wide);
+                for (c, plane) in dst.chunks_exact_mut(plane_out).enumerate() {
+                    let map = epilogue.of(c);
+                    for (y, row) in plane.chunks_exact_mut(w).enumerate() {
+                        map.apply(&wide[c * geo.wide + y * geo.row..c * geo.wide + y * geo.row + w], row);
                     }
                 }
-            }
-        })
+            })
+        };
+        if parallel_images {
+            input.par_chunks_exact(r * h * w).zip(out.par_chunks_exact_mut(o * plane_out)).for_each(image);
+        } else {
+            input.chunks_exact(r * h * w).zip(out.chunks_exact_mut(o * plane_out)).for_each(image);
+        }
     };
-    if matches!(par, gemm::Parallelism::None) {
-        input.par_chunks_exact(r * h * w).zip(out.par_chunks_exact_mut(o * plane_out)).for_each(image);
-    } else {
-        input.chunks_exact(r * h * w).zip(out.chunks_exact_mut(o * plane_out)).for_each(image);
+    // SAFETY: the images' outputs (`o·h·w` each, `b` of them) cover `out`; both kernels write
+    // every element of each (`direct::convolve` says so; here every row of every channel).
+    unsafe { written(len, write) }
+}
+
+/// `wide[o, n] = Σ_tap Σ_r W_tap[o, r] · padded[r, n + shift(tap)]` for the `geo.wide` positions
+/// `n`: nine gemms accumulating into `wide` (`o × geo.wide`, overwritten).
+#[allow(clippy::too_many_arguments)]
+fn tap_gemms(padded: &[f32], geo: Padded, r: usize, o: usize, weights: &[f32], taps: Taps, par: gemm::Parallelism, wide: &mut [f32]) {
+    assert!(padded.len() >= r * geo.plane && wide.len() >= o * geo.wide && weights.len() >= 9 * o * r, "conv3x3: inconsistent sizes");
+    for t in 0..9 {
+        let tap = if taps.flip { 8 - t } else { t };
+        // SAFETY: dst `wide` is `o × geo.wide` row-major; lhs reads weights at
+        // `tap + i·row_stride + j·red_stride` for i < o, j < r, the largest being
+        // `8 + (o−1)·row_stride + (r−1)·red_stride < 9·o·r = weights.len()` for both
+        // layouts (`row_stride`, `red_stride`) = (9r, 9) and (9, 9o) with `o`, `r` swapped
+        // by the caller; rhs reads `padded` at `shift(t) + j·plane + n` for j < r,
+        // n < geo.wide: at most `(r−1)·plane + 2·row + 2 + h·row − 1 = r·plane − 1`.
+        unsafe {
+            gemm::gemm(
+                o,
+                geo.wide,
+                r,
+                wide.as_mut_ptr(),
+                1,
+                geo.wide as isize,
+                t > 0,
+                weights.as_ptr().add(tap),
+                taps.red_stride as isize,
+                taps.row_stride as isize,
+                padded.as_ptr().add(geo.shift(t)),
+                1,
+                geo.plane as isize,
+                1.0f32,
+                1.0f32,
+                false,
+                false,
+                false,
+                par,
+            );
+        }
     }
-    out
 }
 
 /// `dw[co, ci, tap] = Σ_b Σ_(y, x) g[b, co, y, x] · x_pad[b, ci, y + ky − 1, x + kx − 1]` for `x`

@@ -22,7 +22,7 @@ use burn::tensor::module::{conv2d, max_pool2d};
 use burn::tensor::ops::{ConvOptions, MaxPoolOptions};
 use burn::tensor::{Device, Int, Tensor, TensorData};
 
-use crate::host::batch_norm_relu;
+use crate::host::{batch_norm_relu, conv3x3_norm_relu};
 use crate::rng::SplitMix64;
 
 /// A 2-D convolution with bias, stride 1, zero padding `kernel / 2` (same size out).
@@ -61,6 +61,14 @@ impl Conv {
         }
         conv2d(x, self.weight.val(), Some(self.bias.val()), ConvOptions::new([1, 1], [p, p], [1, 1], 1))
     }
+
+    /// `relu(norm(self.forward(x)))`, fused into one host kernel where [`conv3x3_norm_relu`] can.
+    fn norm_relu(&self, norm: &BatchNorm, x: Tensor<4>) -> Tensor<4> {
+        if self.padding == 1 {
+            return conv3x3_norm_relu(x, self.weight.val(), self.bias.val(), norm);
+        }
+        batch_norm_relu(norm, self.forward(x))
+    }
 }
 
 /// Conv 3 × 3 → batch norm → ReLU, twice.
@@ -86,8 +94,8 @@ impl ConvBlock {
     /// `[B, in, H, W]` → `[B, out, H, W]`. Batch statistics (and running-average updates) on an
     /// autodiff device with the module in training mode, the running averages otherwise.
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
-        let x = batch_norm_relu(&self.norm1, self.conv1.forward(x));
-        batch_norm_relu(&self.norm2, self.conv2.forward(x))
+        let x = self.conv1.norm_relu(&self.norm1, x);
+        self.conv2.norm_relu(&self.norm2, x)
     }
 }
 
