@@ -880,6 +880,11 @@ fn weight_grad(x: &[f32], g: &[f32], [b, ci, h, w]: [usize; 4], co: usize) -> Ve
     let per = b.div_ceil(chunks);
     let par = gemm_parallelism(b);
     let partial = |first: usize| -> Vec<f32> {
+        #[cfg(target_arch = "x86_64")]
+        if direct::available() {
+            let parallel = !matches!(par, gemm::Parallelism::None);
+            return direct::weight_grad(x, g, first..(first + per).min(b), [ci, h, w], co, parallel);
+        }
         let mut dw = vec![0.0f32; size];
         with_scratch(ci * geo.plane, co * geo.wide, |padded, wide| {
             // The gradient on the wide layout, zero on the two extra columns of each row.

@@ -137,6 +137,115 @@ fn store(geo: Padded, start: usize, values: &[f32], map: Map, out: &mut [MaybeUn
     }
 }
 
+/// Output channels per register block of the weight gradient (3 × 9 taps = 27 accumulators).
+const WEIGHT_CO: usize = 3;
+/// Vectors of wide positions per pass of the weight gradient's blocks: the gradient's and the
+/// input's rows under a pass stay in L1 across input channels.
+const WEIGHT_PASS: usize = 128;
+
+/// The weight gradient of the images `images` of `x` `[B, ci, h, w]` and `g` `[B, co, h, w]`:
+/// `dw[o, r, t] = Σ_image Σ_(y, x) g[o, y, x] · x_pad[r, y + ky − 1, x + kx − 1]`, as `[co, ci, 9]`.
+///
+/// Per image, `g` is laid out on the wide positions (zero on the extra columns) and each block of
+/// [`WEIGHT_CO`] output channels × 9 taps of one input channel accumulates in registers over
+/// [`WEIGHT_PASS`] vectors of positions, into 16-lane partial sums that are added up at the end.
+/// With `parallel`, the channel blocks are shared out among rayon's threads.
+///
+/// # Panics
+/// If the sizes are inconsistent or [`available`] is false.
+pub(super) fn weight_grad(
+    x: &[f32],
+    g: &[f32],
+    images: std::ops::Range<usize>,
+    [ci, h, w]: [usize; 3],
+    co: usize,
+    parallel: bool,
+) -> Vec<f32> {
+    assert!(available(), "direct convolution without AVX-512");
+    assert!(x.len() >= images.end * ci * h * w && g.len() >= images.end * co * h * w, "conv3x3: inconsistent sizes");
+    let geo = Padded::new(h, w);
+    let vectors = geo.wide.div_ceil(16);
+    let stride = vectors * 16;
+    let blocks = co.div_ceil(WEIGHT_CO);
+    // Partial sums of one block: [ci][WEIGHT_CO][9][16].
+    let block_len = ci * WEIGHT_CO * 9 * 16;
+    let mut parts = vec![0.0f32; blocks * block_len];
+    if parts.is_empty() || geo.wide == 0 {
+        return vec![0.0; co * ci * 9];
+    }
+    let per_task = if parallel { blocks.div_ceil(rayon::current_num_threads().max(1)).max(1) } else { blocks };
+    let shifts: [usize; 9] = std::array::from_fn(|t| geo.shift(t));
+    super::with_scratch(ci * geo.plane + SLACK, blocks * WEIGHT_CO * stride, |padded, wide| {
+        // Zero once: the copies below only write the interior of each row of the first `co` rows.
+        wide.fill(0.0);
+        for image in images {
+            geo.fill(&x[image * ci * h * w..(image + 1) * ci * h * w], ci, padded);
+            for (c, plane) in g[image * co * h * w..(image + 1) * co * h * w].chunks_exact(h * w).enumerate() {
+                for (y, row) in plane.chunks_exact(w).enumerate() {
+                    wide[c * stride + y * geo.row..][..w].copy_from_slice(row);
+                }
+            }
+            let (padded, wide) = (&*padded, &*wide);
+            let task = |(first, part): (usize, &mut [f32])| {
+                let mut v0 = 0;
+                while v0 < vectors {
+                    let n = WEIGHT_PASS.min(vectors - v0);
+                    for (b, sums) in part.chunks_exact_mut(block_len).enumerate() {
+                        let rows = wide[(first + b) * WEIGHT_CO * stride + 16 * v0..].as_ptr();
+                        for (c, acc) in sums.chunks_exact_mut(WEIGHT_CO * 9 * 16).enumerate() {
+                            // SAFETY: `available()` is asserted. The block reads `wide` at
+                            // `k·stride + 16·v` for k < WEIGHT_CO and v < n past `rows`, within
+                            // the `blocks·WEIGHT_CO` rows of `stride`; `padded` at `c·plane +
+                            // 16·v + shift(t) + l` (l < 16, v < vectors), at most
+                            // `(ci − 1)·plane + wide + 15 + 2·row + 2 < ci·plane + SLACK`.
+                            unsafe { weight_block(rows, stride, padded[c * geo.plane + 16 * v0..].as_ptr(), &shifts, n, acc) };
+                        }
+                    }
+                    v0 += n;
+                }
+            };
+            if parallel {
+                parts.par_chunks_mut(per_task * block_len).enumerate().map(|(i, p)| (i * per_task, p)).for_each(task);
+            } else {
+                parts.chunks_mut(per_task * block_len).enumerate().map(|(i, p)| (i * per_task, p)).for_each(task);
+            }
+        }
+    });
+    let mut dw = vec![0.0f32; co * ci * 9];
+    for (i, d) in dw.iter_mut().enumerate() {
+        let (t, c, o) = (i % 9, (i / 9) % ci, i / (9 * ci));
+        let at = (o / WEIGHT_CO) * block_len + ((c * WEIGHT_CO + o % WEIGHT_CO) * 9 + t) * 16;
+        *d = parts[at..at + 16].iter().sum();
+    }
+    dw
+}
+
+/// `acc[(k·9 + t)·16 + l] += Σ_(v < n) g[k·stride + 16v + l] · x[16v + shift(t) + l]` for one
+/// block of [`WEIGHT_CO`] output channels.
+///
+/// # Safety
+/// AVX-512F must be available; `g` and `x` must be readable at every offset the sum names.
+#[target_feature(enable = "avx512f")]
+unsafe fn weight_block(g: *const f32, stride: usize, x: *const f32, shifts: &[usize; 9], n: usize, acc: &mut [f32]) {
+    assert!(acc.len() >= WEIGHT_CO * 9 * 16);
+    let mut sums: [[__m512; 9]; WEIGHT_CO] =
+        std::array::from_fn(|k| std::array::from_fn(|t| _mm512_loadu_ps(acc[(k * 9 + t) * 16..].as_ptr())));
+    for v in 0..n {
+        let gv: [__m512; WEIGHT_CO] = std::array::from_fn(|k| _mm512_loadu_ps(g.add(k * stride + 16 * v)));
+        for (t, &shift) in shifts.iter().enumerate() {
+            let xv = _mm512_loadu_ps(x.add(shift + 16 * v));
+            for (row, &gk) in sums.iter_mut().zip(&gv) {
+                row[t] = _mm512_fmadd_ps(gk, xv, row[t]);
+            }
+        }
+    }
+    for (k, row) in sums.iter().enumerate() {
+        for (t, &s) in row.iter().enumerate() {
+            _mm512_storeu_ps(acc[(k * 9 + t) * 16..].as_mut_ptr(), s);
+        }
+    }
+}
+
 /// `acc[k·SPAN + l] = Σ_c Σ_t w[c][t][k] · src[c·plane + shift(t) + l]` for one register block.
 ///
 /// # Safety
@@ -223,6 +332,47 @@ mod tests {
                         let tol = 1e-5 * want.abs().max(1.0);
                         assert!((got - want).abs() <= tol, "{r}→{o} {h}×{w} {what} parallel {parallel}: element {i} {got} vs {want}");
                     }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_weight_gradient_equals_its_sum_in_f64() {
+        if !available() {
+            return;
+        }
+        // (images, input channels, output channels, h, w): output channels that are not a
+        // multiple of the block's, rows shorter than a vector, planes longer than a pass.
+        for (b, ci, co, h, w) in [(1, 1, 1, 1, 1), (2, 3, 4, 2, 3), (3, 5, 7, 6, 17), (2, 2, 3, 50, 47)] {
+            let mut rng = SplitMix64::new((b * 10_000 + ci * 1000 + co * 100 + h * 10 + w) as u64);
+            let x = random(b * ci * h * w, &mut rng);
+            let g = random(b * co * h * w, &mut rng);
+            let at = |image: usize, c: usize, y: isize, xx: isize| -> f64 {
+                if y < 0 || xx < 0 || y >= h as isize || xx >= w as isize {
+                    return 0.0;
+                }
+                x[((image * ci + c) * h + y as usize) * w + xx as usize] as f64
+            };
+            for parallel in [false, true] {
+                let got = weight_grad(&x, &g, 0..b, [ci, h, w], co, parallel);
+                for (i, &got) in got.iter().enumerate() {
+                    let (t, c, o) = (i % 9, (i / 9) % ci, i / (9 * ci));
+                    let (ky, kx) = ((t / 3) as isize - 1, (t % 3) as isize - 1);
+                    let mut want = 0.0f64;
+                    for image in 0..b {
+                        for y in 0..h {
+                            for xx in 0..w {
+                                let gv = g[((image * co + o) * h + y) * w + xx] as f64;
+                                want += gv * at(image, c, y as isize + ky, xx as isize + kx);
+                            }
+                        }
+                    }
+                    let tol = 1e-5 * (b * h * w) as f64;
+                    assert!(
+                        (got as f64 - want).abs() <= tol,
+                        "{b}×{ci}→{co} {h}×{w} parallel {parallel}: dw[{o}, {c}, {t}] {got} vs {want}"
+                    );
                 }
             }
         }
