@@ -1,11 +1,12 @@
 //! N2V2 on bench_n2v.py's benchmark pair, as CAREamics is measured there: train `epochs ×
-//! steps` steps of patch 64 × batch 16 on the noisy 1024² image, predict it (tiles 256, overlap
+//! steps` steps of patch 64 × batch 16 on the noisy 1024² image, predict it (our default tiling:
+//! tiles of at most 512 overlapping by 48, one per pass; CAREamics is run with its 256, overlap
 //! 48), predict its 2 × 2 tiling (2048²), report s/step, PSNR against the clean image, times and
 //! peak RSS as one JSON line.
 //!
 //! ```sh
 //! python crates/hcsflow-n2v/examples/bench_n2v_pair.py ../shared/bench /tmp/n2v-bench
-//! cargo run --release -p hcsflow-n2v --example bench_n2v -- /tmp/n2v-bench [--steps 100] [--epochs 2] [--batch 16] [--tile-batch N] [--predict 0]
+//! cargo run --release -p hcsflow-n2v --example bench_n2v -- /tmp/n2v-bench [--steps 100] [--epochs 2] [--batch 16] [--tile-size N] [--tile-batch N] [--predict 0]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -42,6 +43,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--epochs" => cfg.epochs = value,
             "--batch" => cfg.batch_size = value,
             "--tile-batch" => cfg.tile_batch = value,
+            "--tile-size" => cfg.tile_size = value,
             "--predict" => predict = value != 0,
             other => return Err(format!("unknown option {other}").into()),
         }

@@ -36,9 +36,9 @@ hcsflow_core::function_args! {
         masked_pixel_percentage: f64 = float(0.2, Some(0.05), Some(10.0), "percentage of pixels masked per patch (CAREamics: 0.2)"),
         features: i64 = int(32, Some(1), Some(1024), "features of the first U-Net level (CAREamics: 32)"),
         augment: bool = bool(true, "random flips and 90° rotations of training patches"),
-        tile_size: i64 = int(256, Some(16), Some(8192), "side of the prediction tiles, a multiple of 4"),
+        tile_size: i64 = int(512, Some(16), Some(8192), "largest side of the prediction tiles, a multiple of 4 (an image is cut into the fewest tiles of at most this side)"),
         tile_overlap: i64 = int(48, Some(0), Some(4096), "overlap of neighbouring prediction tiles (even, at most half the tile), blended linearly"),
-        tile_batch: i64 = int(4, Some(1), Some(1024), "tiles per forward pass in prediction"),
+        tile_batch: i64 = int(1, Some(1), Some(1024), "tiles per forward pass in prediction"),
         model: String = text("", "directory of a saved model (model.bpk + n2v.json) to predict with, without training; the training arguments are then ignored"),
         save: String = text("", "directory to save the trained model in ({well} is replaced by the well); empty: not saved"),
     }

@@ -718,11 +718,11 @@ impl Padded {
     }
 
     /// Copies `channels` planes `[channels, h, w]` into the interior of `dst` (`[channels,
-    /// plane]` then any slack, zero elsewhere). Only the border is zeroed.
-    fn fill(&self, src: &[f32], channels: usize, dst: &mut [f32]) {
-        for c in 0..channels {
-            let s = &src[c * self.h * self.w..(c + 1) * self.h * self.w];
-            let d = &mut dst[c * self.plane..(c + 1) * self.plane];
+    /// plane]` then any slack, zero elsewhere). Only the border is zeroed. The planes are shared
+    /// out among rayon's threads when `parallel`.
+    fn fill(&self, src: &[f32], channels: usize, dst: &mut [f32], parallel: bool) {
+        let (interior, slack) = dst.split_at_mut(channels * self.plane);
+        let plane = |(s, d): (&[f32], &mut [f32])| {
             // The top row and the left border of the first row.
             d[..self.row + 1].fill(0.0);
             for y in 0..self.h {
@@ -733,8 +733,14 @@ impl Padded {
             }
             // The bottom row (past its left border, written above) and the 2 of slack.
             d[(self.h + 1) * self.row + 1..].fill(0.0);
+        };
+        let src = &src[..channels * self.h * self.w];
+        if parallel {
+            src.par_chunks_exact(self.h * self.w).zip(interior.par_chunks_exact_mut(self.plane)).for_each(plane);
+        } else {
+            src.chunks_exact(self.h * self.w).zip(interior.chunks_exact_mut(self.plane)).for_each(plane);
         }
-        dst[channels * self.plane..].fill(0.0);
+        slack.fill(0.0);
     }
 }
 
@@ -791,7 +797,7 @@ fn conv_same(input: &[f32], [b, r, h, w]: [usize; 4], o: usize, weights: &[f32],
             let packed = direct::Packed::new(weights, o, r, taps);
             let image = |(src, dst): (&[f32], &mut [MaybeUninit<f32>])| {
                 with_scratch(r * geo.plane + direct::SLACK, 0, |padded, _| {
-                    geo.fill(src, r, padded);
+                    geo.fill(src, r, padded, !parallel_images);
                     direct::convolve(padded, geo, &packed, epilogue, dst, !parallel_images);
                 })
             };
@@ -806,7 +812,7 @@ fn conv_same(input: &[f32], [b, r, h, w]: [usize; 4], o: usize, weights: &[f32],
             // Scratch: the padded input (its border zeroed by `fill`) and the wide output
             // (overwritten by the first tap).
             with_scratch(r * geo.plane, o * geo.wide, |padded, wide| {
-                geo.fill(src, r, padded);
+                geo.fill(src, r, padded, !parallel_images);
                 tap_gemms(padded, geo, r, o, weights, taps, par, wide);
                 for (c, plane) in dst.chunks_exact_mut(plane_out).enumerate() {
                     let map = epilogue.of(c);
@@ -890,7 +896,7 @@ fn weight_grad(x: &[f32], g: &[f32], [b, ci, h, w]: [usize; 4], co: usize) -> Ve
             // The gradient on the wide layout, zero on the two extra columns of each row.
             wide.fill(0.0);
             for (k, image) in (first..(first + per).min(b)).enumerate() {
-                geo.fill(&x[image * ci * h * w..(image + 1) * ci * h * w], ci, padded);
+                geo.fill(&x[image * ci * h * w..(image + 1) * ci * h * w], ci, padded, !matches!(par, gemm::Parallelism::None));
                 let gi = &g[image * co * h * w..(image + 1) * co * h * w];
                 for c in 0..co {
                     for y in 0..h {

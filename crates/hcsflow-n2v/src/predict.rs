@@ -33,6 +33,19 @@ pub(crate) fn ramp(tile: usize, overlap: usize, first: bool, last: bool) -> Vec<
         .collect()
 }
 
+/// The side of the tiles along an axis of `len` pixels: the fewest tiles of at most `max` pixels
+/// (a multiple of [`SIDE_MULTIPLE`]) that cover it overlapping by `overlap`, made as small as
+/// that count allows, so that a 1024² plane with tiles of at most 256 is cut into 5 × 5 tiles of
+/// 244 rather than 256. One tile (rounded up to [`SIDE_MULTIPLE`]) if it fits within `max`.
+pub(crate) fn tile_side(len: usize, max: usize, overlap: usize) -> usize {
+    let whole = round_up(len, SIDE_MULTIPLE);
+    if whole <= max || max <= overlap {
+        return whole.min(max);
+    }
+    let count = (len - overlap).div_ceil(max - overlap);
+    round_up((len + (count - 1) * overlap).div_ceil(count), SIDE_MULTIPLE).min(max)
+}
+
 fn round_up(v: usize, m: usize) -> usize {
     v.div_ceil(m) * m
 }
@@ -42,7 +55,8 @@ impl Denoiser {
     /// image) and returns it in those units.
     ///
     /// The image is normalised, mirrored up to at least one tile (a multiple of 4 in each
-    /// direction), cut into `tile_size` tiles overlapping by at least `tile_overlap` and run
+    /// direction), cut into the fewest tiles of at most `tile_size` that overlap by at least
+    /// `tile_overlap` (each as small as that count allows) and run
     /// through the network `tile_batch` tiles per call. The tiles' outputs stay on the device
     /// until the end, are read once (a tile stack of `tiles × tile_size²`, not the canvas), and
     /// are blended with linear ramps across each overlap straight into the output on the host.
@@ -51,8 +65,8 @@ impl Denoiser {
         check_image(image)?;
         let cfg = &self.config;
         let (h, w) = image.dim();
-        let th = cfg.tile_size.min(round_up(h, SIDE_MULTIPLE));
-        let tw = cfg.tile_size.min(round_up(w, SIDE_MULTIPLE));
+        let th = tile_side(h, cfg.tile_size, cfg.tile_overlap);
+        let tw = tile_side(w, cfg.tile_size, cfg.tile_overlap);
         let (hp, wp) = (h.max(th), w.max(tw));
         let padded = pad_reflect(image, hp, wp);
         let values: Vec<f32> = padded.iter().map(|&v| self.norm.apply(v)).collect();
@@ -107,6 +121,28 @@ mod tests {
                 assert!(pair[1] > pair[0] && pair[0] + tile >= pair[1] + overlap, "{len} {tile} {overlap}: {s:?}");
             }
         }
+    }
+
+    #[test]
+    fn tiles_are_the_fewest_of_at_most_the_size_and_no_larger_than_that_count_needs() {
+        for len in (1..=2100).step_by(7).chain([1024, 2048, 256, 257, 208, 464]) {
+            for (max, overlap) in [(256, 48), (384, 48), (64, 16), (16, 0), (512, 256)] {
+                let side = tile_side(len, max, overlap);
+                assert!(side <= max && side.is_multiple_of(SIDE_MULTIPLE), "{len} {max} {overlap}: {side}");
+                if round_up(len, SIDE_MULTIPLE) <= max {
+                    assert_eq!(side, round_up(len, SIDE_MULTIPLE));
+                    continue;
+                }
+                let tiles = tile_starts(len, side, overlap.min(side / 2)).len();
+                let fewest = (len - overlap).div_ceil(max - overlap);
+                assert_eq!(tiles, fewest, "{len} {max} {overlap}: side {side}");
+                // One multiple of 4 smaller would need another tile.
+                let smaller = side - SIDE_MULTIPLE;
+                assert!(smaller * tiles < len + (tiles - 1) * overlap, "{len} {max} {overlap}: {side} is not the smallest");
+            }
+        }
+        assert_eq!(tile_side(1024, 256, 48), 244);
+        assert_eq!(tile_side(2048, 256, 48), 248);
     }
 
     #[test]

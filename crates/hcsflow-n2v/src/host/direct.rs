@@ -179,7 +179,7 @@ pub(super) fn weight_grad(
         // Zero once: the copies below only write the interior of each row of the first `co` rows.
         wide.fill(0.0);
         for image in images {
-            geo.fill(&x[image * ci * h * w..(image + 1) * ci * h * w], ci, padded);
+            geo.fill(&x[image * ci * h * w..(image + 1) * ci * h * w], ci, padded, parallel);
             for (c, plane) in g[image * co * h * w..(image + 1) * co * h * w].chunks_exact(h * w).enumerate() {
                 for (y, row) in plane.chunks_exact(w).enumerate() {
                     wide[c * stride + y * geo.row..][..w].copy_from_slice(row);
@@ -314,7 +314,7 @@ mod tests {
             let weights = random(o * r * 9, &mut rng);
             let (bias, scale, shift) = (random(o, &mut rng), random(o, &mut rng), random(o, &mut rng));
             let mut padded = vec![f32::NAN; r * geo.plane + SLACK];
-            geo.fill(&input, r, &mut padded);
+            geo.fill(&input, r, &mut padded, false);
             let forward = Taps { row_stride: 9 * r, red_stride: 9, flip: false };
             let transposed = Taps { row_stride: 9, red_stride: 9 * o, flip: true };
             let plain = Epilogue { bias: Some(&bias), affine: None };
