@@ -6,7 +6,7 @@
 //!
 //! ```sh
 //! python crates/hcsflow-n2v/examples/bench_n2v_pair.py ../shared/bench /tmp/n2v-bench
-//! cargo run --release -p hcsflow-n2v --example bench_n2v -- /tmp/n2v-bench [--steps 100] [--epochs 2] [--batch 16] [--tile-size N] [--tile-batch N] [--predict 0]
+//! cargo run --release -p hcsflow-n2v --example bench_n2v -- /tmp/n2v-bench [--steps 100] [--epochs 2] [--batch 16] [--tile-size N] [--tile-batch N] [--seed N] [--predict 0]
 //! ```
 
 use std::path::{Path, PathBuf};
@@ -44,6 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "--batch" => cfg.batch_size = value,
             "--tile-batch" => cfg.tile_batch = value,
             "--tile-size" => cfg.tile_size = value,
+            "--seed" => cfg.seed = value as u64,
             "--predict" => predict = value != 0,
             other => return Err(format!("unknown option {other}").into()),
         }

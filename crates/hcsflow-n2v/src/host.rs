@@ -58,8 +58,16 @@ pub trait HostKernels: Backend {
     /// Bilinear ×2 upsampling with half-pixel centres, `[B, C, H, W]` → `[B, C, 2H, 2W]`.
     fn upsample2(x: FloatTensor<Self>) -> FloatTensor<Self>;
     /// `relu(γ·(x − mean)/sqrt(var + eps) + β)` with the batch's per-channel mean and biased
-    /// variance (batch norm in training, then ReLU), `x` `[B, C, H, W]`, `γ`, `β` `[C]`.
-    fn batch_norm_relu(x: FloatTensor<Self>, gamma: FloatTensor<Self>, beta: FloatTensor<Self>, epsilon: f64) -> FloatTensor<Self>;
+    /// variance (batch norm in training, then ReLU), `x` `[B, C, H, W]`, `γ`, `β` `[C]`; `stats`
+    /// are [`HostKernels::batch_stats`] of `x` (not differentiated: the gradient through them is
+    /// part of this operation's).
+    fn batch_norm_relu(
+        x: FloatTensor<Self>,
+        stats: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> FloatTensor<Self>;
     /// The per-channel mean and biased variance of `x` `[B, C, H, W]`, `[2, C]`.
     fn batch_stats(x: FloatTensor<Self>) -> FloatTensor<Self>;
     /// `relu((conv3x3(x) + bias)·scale + shift)` per output channel: a convolution followed by
@@ -114,9 +122,10 @@ pub fn batch_norm_relu(norm: &BatchNorm, x: Tensor<4>) -> Tensor<4> {
     let stats = Tensor::<2>::from_inner(stats);
     let c = stats.dims()[1];
     let mean = stats.clone().slice([0..1, 0..c]).reshape([c]);
-    let var = stats.slice([1..2, 0..c]).reshape([c]);
+    let var = stats.clone().slice([1..2, 0..c]).reshape([c]);
     let out = Tensor::from_dispatch(<Dispatch as HostKernels>::batch_norm_relu(
         x.into_dispatch(),
+        stats.into_dispatch(),
         norm.gamma.val().into_dispatch(),
         norm.beta.val().into_dispatch(),
         norm.epsilon,
@@ -243,10 +252,10 @@ impl HostKernels for Flex {
         tensor(out, [b, c, 2 * h, 2 * w])
     }
 
-    fn batch_norm_relu(x: FlexTensor, gamma: FlexTensor, beta: FlexTensor, epsilon: f64) -> FlexTensor {
+    fn batch_norm_relu(x: FlexTensor, stats: FlexTensor, gamma: FlexTensor, beta: FlexTensor, epsilon: f64) -> FlexTensor {
         let [b, c, h, w] = dims4(&x);
         let (x, gamma, beta) = (x.to_contiguous(), gamma.to_contiguous(), beta.to_contiguous());
-        let (mean, var) = channel_stats(f32s(&x), [b, c, h, w]);
+        let (mean, var) = mean_var(&stats, c);
         let affine = Affine::new(&mean, &var, f32s(&gamma), f32s(&beta), epsilon);
         let out = affine_relu_planes(f32s(&x), c, h * w, |ch| affine.of(ch));
         tensor(out, [b, c, h, w])
@@ -267,6 +276,15 @@ impl HostKernels for Flex {
         let values: Vec<f32> = mean.iter().chain(&var).map(|&v| v as f32).collect();
         FlexTensor::new(Bytes::from_elems(values), Layout::contiguous(Shape::from(vec![2, c])), DType::F32)
     }
+}
+
+/// The mean and variance rows of [`HostKernels::batch_stats`]' `[2, c]` result.
+fn mean_var(stats: &FlexTensor, c: usize) -> (Vec<f64>, Vec<f64>) {
+    let stats = stats.to_contiguous();
+    let values: Vec<f64> = f32s(&stats).iter().map(|&v| v as f64).collect();
+    assert!(values.len() == 2 * c, "batch norm: statistics of {} values for {c} channels", values.len());
+    let (mean, var) = values.split_at(c);
+    (mean.to_vec(), var.to_vec())
 }
 
 /// `relu(v·scale + shift)` for the values of `[B, C, plane]` planes, `(scale, shift)` of channel
@@ -472,20 +490,20 @@ impl Backward<Flex, 1> for UpsampleGrad {
 struct BatchNormReluGrad;
 
 impl Backward<Flex, 3> for BatchNormReluGrad {
-    /// The input, γ and β (checkpointed) and epsilon.
-    type State = (NodeId, NodeId, NodeId, f64);
+    /// The input, γ and β (checkpointed), the input's statistics and epsilon.
+    type State = (NodeId, NodeId, NodeId, FlexTensor, f64);
 
     fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
         let [node_x, node_gamma, node_beta] = ops.parents;
         let grad = grads.consume::<Flex>(&ops.node).to_contiguous();
-        let (x_id, gamma_id, beta_id, epsilon) = ops.state;
+        let (x_id, gamma_id, beta_id, stats, epsilon) = ops.state;
         let x: FlexTensor = checkpointer.retrieve_node_output(x_id);
         let gamma: FlexTensor = checkpointer.retrieve_node_output(gamma_id);
         let beta: FlexTensor = checkpointer.retrieve_node_output(beta_id);
         let [b, c, h, w] = dims4(&x);
         let (x, gamma, beta) = (x.to_contiguous(), gamma.to_contiguous(), beta.to_contiguous());
         let (xs, gs, gam) = (f32s(&x), f32s(&grad), f32s(&gamma));
-        let (mean, var) = channel_stats(xs, [b, c, h, w]);
+        let (mean, var) = mean_var(&stats, c);
         let affine = Affine::new(&mean, &var, gam, f32s(&beta), epsilon);
         let plane = h * w;
         // Per channel: Σ g' and Σ g'·x̂ with g' the gradient where the ReLU passed.
@@ -555,17 +573,29 @@ impl Backward<Flex, 3> for BatchNormReluGrad {
 }
 
 impl<C: CheckpointStrategy> HostKernels for Autodiff<Flex, C> {
-    fn batch_norm_relu(x: FloatTensor<Self>, gamma: FloatTensor<Self>, beta: FloatTensor<Self>, epsilon: f64) -> FloatTensor<Self> {
+    fn batch_norm_relu(
+        x: FloatTensor<Self>,
+        stats: FloatTensor<Self>,
+        gamma: FloatTensor<Self>,
+        beta: FloatTensor<Self>,
+        epsilon: f64,
+    ) -> FloatTensor<Self> {
+        let stats = stats.into_primitive();
         match BatchNormReluGrad.prepare::<C>([x.node(), gamma.node(), beta.node()]).compute_bound().stateful() {
             OpsKind::Tracked(mut prep) => {
-                let state = (prep.checkpoint(&x), prep.checkpoint(&gamma), prep.checkpoint(&beta), epsilon);
-                prep.finish(
-                    state,
-                    <Flex as HostKernels>::batch_norm_relu(x.into_primitive(), gamma.into_primitive(), beta.into_primitive(), epsilon),
-                )
+                let state = (prep.checkpoint(&x), prep.checkpoint(&gamma), prep.checkpoint(&beta), stats.clone(), epsilon);
+                let out = <Flex as HostKernels>::batch_norm_relu(
+                    x.into_primitive(),
+                    stats,
+                    gamma.into_primitive(),
+                    beta.into_primitive(),
+                    epsilon,
+                );
+                prep.finish(state, out)
             }
             OpsKind::UnTracked(prep) => prep.finish(<Flex as HostKernels>::batch_norm_relu(
                 x.into_primitive(),
+                stats,
                 gamma.into_primitive(),
                 beta.into_primitive(),
                 epsilon,
