@@ -424,7 +424,8 @@ def run_n2v(a, suite, venvs, rows):
         steps, epochs = c["steps_per_epoch"], c["epochs"]
         total = steps * epochs
         what = (f"N2V2 training step (patch 64 × batch {c['batch']}, {total} steps)",
-                "N2V2 prediction 1024² (tiles 256, overlap 48)", "N2V2 prediction 2048² (tiles 256, overlap 48)")
+                "N2V2 prediction 1024² (overlap 48; tiles: CAREamics 256, ours ≤ 512)",
+                "N2V2 prediction 2048² (overlap 48; tiles: CAREamics 256, ours ≤ 512)")
         base = [{"section": "n2v", "op": w, "peer": "CAREamics", "peer_op": c["peer_op"]} for w in what]
         # CAREamics' epoch over an array is its 64² patches, (1024 / 64)² = 256, so 16 batches of
         # 16: `num_steps` above that is cut to it (Lightning's limit_train_batches), and the peer's

@@ -20,6 +20,12 @@
 //!   `g` zero on the extra columns — nine gemms `[Co × H·Wp] · [H·Wp × Ci]` per image;
 //! - bias gradient: the sum of the output gradient over batch and pixels.
 //!
+//! Where the CPU has AVX-512F, the convolutions and weight gradients compute these same sums
+//! in register blocks instead (the private `direct` module: about 1.5× the gemms' speed on these
+//! shapes); the gemms are the fallback elsewhere and the reference of its tests. In inference the
+//! convolution applies batch norm and ReLU as it writes its output
+//! ([`HostKernels::conv3x3_affine_relu`]).
+//!
 //! **MaxBlurPool** (burn `flex`: a 2 × 2 max pool of stride 1 that took ~100 ms on a `[16, 32,
 //! 64, 64]` batch, then a grouped convolution): one pass per plane computing the 2 × 2 maximum and
 //! the stride-2 binomial blur; backward scatters the blur's transpose onto the maxima and routes
@@ -821,37 +827,20 @@ fn conv_same(input: &[f32], [b, r, h, w]: [usize; 4], o: usize, weights: &[f32],
     assert!(input.len() == b * r * h * w && weights.len() == o * r * 9, "conv3x3: inconsistent sizes");
     let par = gemm_parallelism(b);
     let parallel_images = matches!(par, gemm::Parallelism::None);
-    let write = |out: &mut [MaybeUninit<f32>]| {
+    #[cfg(target_arch = "x86_64")]
+    let packed = direct::available().then(|| direct::Packed::new(weights, o, r, taps));
+    let image = |(src, dst): (&[f32], &mut [MaybeUninit<f32>])| {
         #[cfg(target_arch = "x86_64")]
-        if direct::available() {
-            let packed = direct::Packed::new(weights, o, r, taps);
-            let image = |(src, dst): (&[f32], &mut [MaybeUninit<f32>])| {
-                with_scratch(r * geo.plane + direct::SLACK, 0, |padded, _| {
-                    geo.fill(src, r, padded, !parallel_images);
-                    direct::convolve(padded, geo, &packed, epilogue, dst, !parallel_images);
-                })
-            };
-            if parallel_images {
-                input.par_chunks_exact(r * h * w).zip(out.par_chunks_exact_mut(o * plane_out)).for_each(image);
-            } else {
-                input.chunks_exact(r * h * w).zip(out.chunks_exact_mut(o * plane_out)).for_each(image);
-            }
+        if let Some(packed) = &packed {
+            with_scratch(r * geo.plane + direct::SLACK, 0, |padded, _| {
+                geo.fill(src, r, padded, !parallel_images);
+                direct::convolve(padded, geo, packed, epilogue, dst, !parallel_images);
+            });
             return;
         }
-        let image = |(src, dst): (&[f32], &mut [MaybeUninit<f32>])| {
-            // Scratch: the padded input (its border zeroed by `fill`) and the wide output
-            // (overwritten by the first tap).
-            with_scratch(r * geo.plane, o * geo.wide, |padded, wide| {
-                geo.fill(src, r, padded, !parallel_images);
-                tap_gemms(padded, geo, r, o, weights, taps, par, wide);
-                for (c, plane) in dst.chunks_exact_mut(plane_out).enumerate() {
-                    let map = epilogue.of(c);
-                    for (y, row) in plane.chunks_exact_mut(w).enumerate() {
-                        map.apply(&wide[c * geo.wide + y * geo.row..c * geo.wide + y * geo.row + w], row);
-                    }
-                }
-            })
-        };
+        conv_image_gemm(src, geo, [r, o], weights, taps, epilogue, par, dst);
+    };
+    let write = |out: &mut [MaybeUninit<f32>]| {
         if parallel_images {
             input.par_chunks_exact(r * h * w).zip(out.par_chunks_exact_mut(o * plane_out)).for_each(image);
         } else {
@@ -859,8 +848,40 @@ fn conv_same(input: &[f32], [b, r, h, w]: [usize; 4], o: usize, weights: &[f32],
         }
     };
     // SAFETY: the images' outputs (`o·h·w` each, `b` of them) cover `out`; both kernels write
-    // every element of each (`direct::convolve` says so; here every row of every channel).
+    // every element of each (`direct::convolve` says so, `conv_image_gemm` every row of every
+    // channel).
     unsafe { written(len, write) }
+}
+
+/// One image of [`conv_same`] through the nine tap gemms (what runs without AVX-512): `src`
+/// `[r, h, w]` → `dst` `[o, h, w]`, every element written. Padded input and wide output in the
+/// thread's scratch; `par` is the gemms' parallelism (the padded copy is shared among the threads
+/// too when it is not `None`).
+#[allow(clippy::too_many_arguments)]
+fn conv_image_gemm(
+    src: &[f32],
+    geo: Padded,
+    [r, o]: [usize; 2],
+    weights: &[f32],
+    taps: Taps,
+    epilogue: &Epilogue,
+    par: gemm::Parallelism,
+    dst: &mut [MaybeUninit<f32>],
+) {
+    let (h, w) = (geo.h, geo.w);
+    assert!(src.len() == r * h * w && dst.len() == o * h * w, "conv3x3: inconsistent sizes");
+    // Scratch: the padded input (its border zeroed by `fill`) and the wide output (overwritten by
+    // the first tap).
+    with_scratch(r * geo.plane, o * geo.wide, |padded, wide| {
+        geo.fill(src, r, padded, !matches!(par, gemm::Parallelism::None));
+        tap_gemms(padded, geo, r, o, weights, taps, par, wide);
+        for (c, plane) in dst.chunks_exact_mut(h * w).enumerate() {
+            let map = epilogue.of(c);
+            for (y, row) in plane.chunks_exact_mut(w).enumerate() {
+                map.apply(&wide[c * geo.wide + y * geo.row..][..w], row);
+            }
+        }
+    })
 }
 
 /// `wide[o, n] = Σ_tap Σ_r W_tap[o, r] · padded[r, n + shift(tap)]` for the `geo.wide` positions
@@ -905,7 +926,6 @@ fn tap_gemms(padded: &[f32], geo: Padded, r: usize, o: usize, weights: &[f32], t
 /// `dw[co, ci, tap] = Σ_b Σ_(y, x) g[b, co, y, x] · x_pad[b, ci, y + ky − 1, x + kx − 1]` for `x`
 /// `[B, Ci, H, W]` and `g` `[B, Co, H, W]`, as `[Co, Ci, 3, 3]`.
 fn weight_grad(x: &[f32], g: &[f32], [b, ci, h, w]: [usize; 4], co: usize) -> Vec<f32> {
-    let geo = Padded::new(h, w);
     let size = co * ci * 9;
     if b == 0 || size == 0 || h * w == 0 {
         return vec![0.0; size];
@@ -916,55 +936,12 @@ fn weight_grad(x: &[f32], g: &[f32], [b, ci, h, w]: [usize; 4], co: usize) -> Ve
     let per = b.div_ceil(chunks);
     let par = gemm_parallelism(b);
     let partial = |first: usize| -> Vec<f32> {
+        let images = first..(first + per).min(b);
         #[cfg(target_arch = "x86_64")]
         if direct::available() {
-            let parallel = !matches!(par, gemm::Parallelism::None);
-            return direct::weight_grad(x, g, first..(first + per).min(b), [ci, h, w], co, parallel);
+            return direct::weight_grad(x, g, images, [ci, h, w], co, !matches!(par, gemm::Parallelism::None));
         }
-        let mut dw = vec![0.0f32; size];
-        with_scratch(ci * geo.plane, co * geo.wide, |padded, wide| {
-            // The gradient on the wide layout, zero on the two extra columns of each row.
-            wide.fill(0.0);
-            for (k, image) in (first..(first + per).min(b)).enumerate() {
-                geo.fill(&x[image * ci * h * w..(image + 1) * ci * h * w], ci, padded, !matches!(par, gemm::Parallelism::None));
-                let gi = &g[image * co * h * w..(image + 1) * co * h * w];
-                for c in 0..co {
-                    for y in 0..h {
-                        let d = c * geo.wide + y * geo.row;
-                        wide[d..d + w].copy_from_slice(&gi[(c * h + y) * w..(c * h + y + 1) * w]);
-                    }
-                }
-                for t in 0..9 {
-                    // SAFETY: dst writes `dw` at `t + i·9ci + j·9` for i < co, j < ci (< 9·co·ci);
-                    // lhs reads `wide` (`co × geo.wide` row-major); rhs reads `padded` at
-                    // `shift(t) + n + j·plane` for n < geo.wide, j < ci: at most `ci·plane − 1`.
-                    unsafe {
-                        gemm::gemm(
-                            co,
-                            ci,
-                            geo.wide,
-                            dw.as_mut_ptr().add(t),
-                            9,
-                            (9 * ci) as isize,
-                            k > 0,
-                            wide.as_ptr(),
-                            1,
-                            geo.wide as isize,
-                            padded.as_ptr().add(geo.shift(t)),
-                            geo.plane as isize,
-                            1,
-                            1.0f32,
-                            1.0f32,
-                            false,
-                            false,
-                            false,
-                            par,
-                        );
-                    }
-                }
-            }
-        });
-        dw
+        weight_grad_gemm(x, g, images, [ci, h, w], co, par)
     };
     let starts: Vec<usize> = (0..b).step_by(per).collect();
     let parts: Vec<Vec<f32>> = if matches!(par, gemm::Parallelism::None) {
@@ -979,6 +956,64 @@ fn weight_grad(x: &[f32], g: &[f32], [b, ci, h, w]: [usize; 4], co: usize) -> Ve
             *a += v;
         }
     }
+    dw
+}
+
+/// The weight gradient of `images` through nine gemms per image (what [`weight_grad`] runs
+/// without AVX-512), as `[co, ci, 9]`.
+fn weight_grad_gemm(
+    x: &[f32],
+    g: &[f32],
+    images: std::ops::Range<usize>,
+    [ci, h, w]: [usize; 3],
+    co: usize,
+    par: gemm::Parallelism,
+) -> Vec<f32> {
+    let geo = Padded::new(h, w);
+    assert!(x.len() >= images.end * ci * h * w && g.len() >= images.end * co * h * w, "conv3x3: inconsistent sizes");
+    let mut dw = vec![0.0f32; co * ci * 9];
+    with_scratch(ci * geo.plane, co * geo.wide, |padded, wide| {
+        // The gradient on the wide layout, zero on the two extra columns of each row.
+        wide.fill(0.0);
+        for (k, image) in images.enumerate() {
+            geo.fill(&x[image * ci * h * w..(image + 1) * ci * h * w], ci, padded, !matches!(par, gemm::Parallelism::None));
+            let gi = &g[image * co * h * w..(image + 1) * co * h * w];
+            for c in 0..co {
+                for y in 0..h {
+                    let d = c * geo.wide + y * geo.row;
+                    wide[d..d + w].copy_from_slice(&gi[(c * h + y) * w..(c * h + y + 1) * w]);
+                }
+            }
+            for t in 0..9 {
+                // SAFETY: dst writes `dw` at `t + i·9ci + j·9` for i < co, j < ci (< 9·co·ci);
+                // lhs reads `wide` (`co × geo.wide` row-major); rhs reads `padded` at
+                // `shift(t) + n + j·plane` for n < geo.wide, j < ci: at most `ci·plane − 1`.
+                unsafe {
+                    gemm::gemm(
+                        co,
+                        ci,
+                        geo.wide,
+                        dw.as_mut_ptr().add(t),
+                        9,
+                        (9 * ci) as isize,
+                        k > 0,
+                        wide.as_ptr(),
+                        1,
+                        geo.wide as isize,
+                        padded.as_ptr().add(geo.shift(t)),
+                        geo.plane as isize,
+                        1,
+                        1.0f32,
+                        1.0f32,
+                        false,
+                        false,
+                        false,
+                        par,
+                    );
+                }
+            }
+        }
+    });
     dw
 }
 
