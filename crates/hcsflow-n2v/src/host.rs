@@ -325,6 +325,15 @@ unsafe fn written(n: usize, write: impl FnOnce(&mut [MaybeUninit<f32>])) -> Vec<
     out
 }
 
+/// `dst` set to zero, as initialised values.
+fn zeroed(dst: &mut [MaybeUninit<f32>]) -> &mut [f32] {
+    for d in dst.iter_mut() {
+        d.write(0.0);
+    }
+    // SAFETY: every element was just initialised, and `MaybeUninit<f32>` has `f32`'s layout.
+    unsafe { &mut *(dst as *mut [MaybeUninit<f32>] as *mut [f32]) }
+}
+
 /// Per-channel mean and biased variance of `[B, C, H, W]` values (two passes; each plane summed
 /// in f32 lanes, the planes in f64).
 fn channel_stats(x: &[f32], [b, c, h, w]: [usize; 4]) -> (Vec<f64>, Vec<f64>) {
@@ -455,14 +464,15 @@ impl Backward<Flex, 1> for MaxBlurPoolGrad {
             let [b, c, h, w] = dims4(&x);
             let x = x.to_contiguous();
             let (oh, ow) = pooled(h, w);
-            let mut dx = vec![0.0f32; b * c * h * w];
-            if !dx.is_empty() {
+            let write = |dx: &mut [MaybeUninit<f32>]| {
                 f32s(&x)
                     .par_chunks_exact(h * w)
                     .zip(f32s(&grad).par_chunks_exact(oh * ow))
                     .zip(dx.par_chunks_exact_mut(h * w))
-                    .for_each(|((src, g), dst)| max_blur_plane_backward(src, h, w, g, dst));
-            }
+                    .for_each(|((src, g), dst)| max_blur_plane_backward(src, h, w, g, zeroed(dst)));
+            };
+            // SAFETY: `h, w ≥ 2` (MaxBlurPool's precondition): the planes cover `dx`, each zeroed.
+            let dx = unsafe { written(b * c * h * w, write) };
             grads.register::<Flex>(node.id, tensor(dx, [b, c, h, w]));
         }
     }
@@ -480,13 +490,17 @@ impl Backward<Flex, 1> for UpsampleGrad {
         if let Some(node) = node_x {
             let [b, c, h2, w2] = dims4(&grad);
             let (h, w) = (h2 / 2, w2 / 2);
-            let mut dx = vec![0.0f32; b * c * h * w];
-            if !dx.is_empty() {
+            let write = |dx: &mut [MaybeUninit<f32>]| {
+                if h * w == 0 {
+                    return;
+                }
                 f32s(&grad)
                     .par_chunks_exact(4 * h * w)
                     .zip(dx.par_chunks_exact_mut(h * w))
-                    .for_each(|(g, dst)| upsample_plane_backward(g, h, w, dst));
-            }
+                    .for_each(|(g, dst)| upsample_plane_backward(g, h, w, zeroed(dst)));
+            };
+            // SAFETY: the gradient's planes (`b·c` of them) cover `dx`, each zeroed.
+            let dx = unsafe { written(b * c * h * w, write) };
             grads.register::<Flex>(node.id, tensor(dx, [b, c, h, w]));
         }
     }
@@ -547,8 +561,10 @@ impl Backward<Flex, 3> for BatchNormReluGrad {
             .unzip();
         if let Some(node) = node_x {
             let n = (b * plane) as f32;
-            let mut dx = vec![0.0f32; b * c * plane];
-            if !dx.is_empty() {
+            let write = |dx: &mut [MaybeUninit<f32>]| {
+                if plane == 0 {
+                    return;
+                }
                 xs.par_chunks_exact(plane).zip(gs.par_chunks_exact(plane)).zip(dx.par_chunks_exact_mut(plane)).enumerate().for_each(
                     |(i, ((src, g), dst))| {
                         let ch = i % c;
@@ -558,11 +574,13 @@ impl Backward<Flex, 3> for BatchNormReluGrad {
                         let k = gam[ch] * inv / n;
                         for ((d, &v), &g) in dst.iter_mut().zip(src).zip(g) {
                             let g = if v * scale + shift > 0.0 { g } else { 0.0 };
-                            *d = k * (n * g - db - (v - m) * inv * dg);
+                            d.write(k * (n * g - db - (v - m) * inv * dg));
                         }
                     },
                 );
-            }
+            };
+            // SAFETY: the planes of `xs` (`b·c` of them) cover `dx`, every element written.
+            let dx = unsafe { written(b * c * plane, write) };
             grads.register::<Flex>(node.id, tensor(dx, [b, c, h, w]));
         }
         let vector = |v: Vec<f64>| {
@@ -663,13 +681,9 @@ fn tensor(values: Vec<f32>, shape: [usize; 4]) -> FlexTensor {
 fn bias_grad(grad: &FlexTensor, [b, co, h, w]: [usize; 4]) -> FlexTensor {
     let g = f32s(grad);
     let plane = h * w;
-    let mut sums = vec![0.0f64; co];
-    for image in g.chunks_exact(co * plane).take(b) {
-        for (c, values) in image.chunks_exact(plane).enumerate() {
-            sums[c] += lane_sum(values, |v| v);
-        }
-    }
-    let values: Vec<f32> = sums.into_iter().map(|v| v as f32).collect();
+    assert!(g.len() >= b * co * plane, "conv3x3: inconsistent sizes");
+    let sum = |c: usize| (0..b).map(|i| lane_sum(&g[(i * co + c) * plane..][..plane], |v| v)).sum::<f64>() as f32;
+    let values: Vec<f32> = (0..co).into_par_iter().map(sum).collect();
     FlexTensor::new(Bytes::from_elems(values), Layout::contiguous(Shape::from(vec![co])), DType::F32)
 }
 
@@ -1071,7 +1085,7 @@ fn max_blur_plane(src: &[f32], h: usize, w: usize, dst: &mut [f32]) {
 }
 
 /// The gradient of [`max_blur_plane`]: the blur's transpose onto the maxima, each routed to the
-/// first largest value of its window.
+/// first largest value of its window, added to `dst` (zero on entry).
 fn max_blur_plane_backward(src: &[f32], h: usize, w: usize, g: &[f32], dst: &mut [f32]) {
     let (mh, mw) = (h - 1, w - 1);
     let (oh, ow) = pooled(h, w);
@@ -1088,7 +1102,6 @@ fn max_blur_plane_backward(src: &[f32], h: usize, w: usize, g: &[f32], dst: &mut
             }
         }
     }
-    dst.fill(0.0);
     for y in 0..mh {
         for x in 0..mw {
             dst[window_max(src, w, y, x).0] += gm[y * mw + x];
@@ -1140,7 +1153,7 @@ fn upsample_line_backward(n: usize, g: impl Fn(usize) -> f32, mut acc: impl FnMu
     }
 }
 
-/// The gradient of [`upsample_plane`]: columns first, then rows.
+/// The gradient of [`upsample_plane`]: columns first, then rows, added to `dst` (zero on entry).
 fn upsample_plane_backward(g: &[f32], h: usize, w: usize, dst: &mut [f32]) {
     let mut tall = vec![0.0f32; 2 * h * w];
     for y in 0..2 * h {
@@ -1148,7 +1161,6 @@ fn upsample_plane_backward(g: &[f32], h: usize, w: usize, dst: &mut [f32]) {
         let out = &mut tall[y * w..(y + 1) * w];
         upsample_line_backward(w, |o| row[o], |i, v| out[i] += v);
     }
-    dst.fill(0.0);
     for x in 0..w {
         upsample_line_backward(h, |o| tall[o * w + x], |i, v| dst[i * w + x] += v);
     }

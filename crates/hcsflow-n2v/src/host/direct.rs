@@ -60,12 +60,14 @@ impl Packed {
     pub(super) fn new(weights: &[f32], o: usize, r: usize, taps: Taps) -> Self {
         let blocks = o.div_ceil(C);
         let mut values = vec![0.0f32; blocks * r * 9 * C];
-        for (i, v) in values.iter_mut().enumerate() {
-            let (k, t, c, block) = (i % C, (i / C) % 9, (i / (9 * C)) % r, i / (9 * C * r));
-            let out = block * C + k;
-            if out < o {
-                let tap = if taps.flip { 8 - t } else { t };
-                *v = weights[tap + out * taps.row_stride + c * taps.red_stride];
+        for (block, packed) in values.chunks_exact_mut(r * 9 * C).enumerate() {
+            for (i, v) in packed.iter_mut().enumerate() {
+                let (k, t, c) = (i % C, (i / C) % 9, i / (9 * C));
+                let out = block * C + k;
+                if out < o {
+                    let tap = if taps.flip { 8 - t } else { t };
+                    *v = weights[tap + out * taps.row_stride + c * taps.red_stride];
+                }
             }
         }
         Self { values, o, r }
