@@ -235,10 +235,18 @@ pub(super) fn weight_grad(
 #[target_feature(enable = "avx512f")]
 unsafe fn weight_block(g: *const f32, stride: usize, x: *const f32, shifts: &[usize; 9], n: usize, acc: &mut [f32]) {
     assert!(acc.len() >= WEIGHT_CO * 9 * 16);
-    let mut sums: [[__m512; 9]; WEIGHT_CO] =
-        std::array::from_fn(|k| std::array::from_fn(|t| _mm512_loadu_ps(acc[(k * 9 + t) * 16..].as_ptr())));
+    // Plain loops rather than `array::from_fn`, whose closures were not always inlined here.
+    let mut sums = [[_mm512_setzero_ps(); 9]; WEIGHT_CO];
+    for (k, row) in sums.iter_mut().enumerate() {
+        for (t, s) in row.iter_mut().enumerate() {
+            *s = _mm512_loadu_ps(acc[(k * 9 + t) * 16..].as_ptr());
+        }
+    }
+    let mut gv = [_mm512_setzero_ps(); WEIGHT_CO];
     for v in 0..n {
-        let gv: [__m512; WEIGHT_CO] = std::array::from_fn(|k| _mm512_loadu_ps(g.add(k * stride + 16 * v)));
+        for (k, gk) in gv.iter_mut().enumerate() {
+            *gk = _mm512_loadu_ps(g.add(k * stride + 16 * v));
+        }
         for (t, &shift) in shifts.iter().enumerate() {
             let xv = _mm512_loadu_ps(x.add(shift + 16 * v));
             for (row, &gk) in sums.iter_mut().zip(&gv) {
@@ -267,7 +275,10 @@ unsafe fn block(src: *const f32, geo: Padded, r: usize, w: *const f32, acc: &mut
         let wc = w.add(c * 9 * C);
         for (t, &shift) in shifts.iter().enumerate() {
             let at = base.add(shift);
-            let v: [__m512; P] = std::array::from_fn(|p| _mm512_loadu_ps(at.add(16 * p)));
+            let mut v = [_mm512_setzero_ps(); P];
+            for (p, x) in v.iter_mut().enumerate() {
+                *x = _mm512_loadu_ps(at.add(16 * p));
+            }
             for (k, row) in sums.iter_mut().enumerate() {
                 let weight = _mm512_set1_ps(*wc.add(t * C + k));
                 for (s, &x) in row.iter_mut().zip(&v) {
