@@ -220,7 +220,7 @@ impl HostKernels for Flex {
         let (x, weight, bias) = (x.to_contiguous(), weight.to_contiguous(), bias.to_contiguous());
         let (xs, ws, bs) = (f32s(&x), f32s(&weight), f32s(&bias));
         // w[co, ci, tap] at co·9Ci + ci·9 + tap: output rows (co) stride 9Ci, reduction (ci) stride 9.
-        let out = conv_same(xs, [b, ci, h, w], co, ws, FORWARD_TAPS(ci), &Epilogue { bias: Some(bs), affine: None });
+        let out = conv_same(xs, [b, ci, h, w], co, ws, forward_taps(ci), &Epilogue { bias: Some(bs), affine: None });
         tensor(out, [b, co, h, w])
     }
 
@@ -233,7 +233,7 @@ impl HostKernels for Flex {
         let (x, weight, bias) = (x.to_contiguous(), weight.to_contiguous(), bias.to_contiguous());
         let (scale, shift) = (scale.to_contiguous(), shift.to_contiguous());
         let epilogue = Epilogue { bias: Some(f32s(&bias)), affine: Some((f32s(&scale), f32s(&shift))) };
-        let out = conv_same(f32s(&x), [b, ci, h, w], co, f32s(&weight), FORWARD_TAPS(ci), &epilogue);
+        let out = conv_same(f32s(&x), [b, ci, h, w], co, f32s(&weight), forward_taps(ci), &epilogue);
         tensor(out, [b, co, h, w])
     }
 
@@ -697,8 +697,7 @@ struct Taps {
 }
 
 /// The forward layout of `[Co, Ci, 3, 3]` weights: `w[co, ci, tap]` at `co·9Ci + ci·9 + tap`.
-#[allow(non_snake_case)]
-const fn FORWARD_TAPS(ci: usize) -> Taps {
+const fn forward_taps(ci: usize) -> Taps {
     Taps { row_stride: 9 * ci, red_stride: 9, flip: false }
 }
 
