@@ -791,6 +791,17 @@ impl Padded {
         }
         slack.fill(0.0);
     }
+
+    /// Copies the planes `[channels, h, w]` of `src` onto the wide positions of `dst`, plane `c`
+    /// from `c·stride` (`stride ≥ wide`): row `y` at `y·row`. The two extra columns of each row
+    /// and the positions past `wide` are left as they are (the callers zero them once).
+    fn widen(&self, src: &[f32], stride: usize, dst: &mut [f32]) {
+        for (c, plane) in src.chunks_exact(self.h * self.w).enumerate() {
+            for (y, row) in plane.chunks_exact(self.w).enumerate() {
+                dst[c * stride + y * self.row..][..self.w].copy_from_slice(row);
+            }
+        }
+    }
 }
 
 thread_local! {
@@ -990,13 +1001,7 @@ fn weight_grad_gemm(
         wide.fill(0.0);
         for (k, image) in images.enumerate() {
             geo.fill(&x[image * ci * h * w..(image + 1) * ci * h * w], ci, padded, !matches!(par, gemm::Parallelism::None));
-            let gi = &g[image * co * h * w..(image + 1) * co * h * w];
-            for c in 0..co {
-                for y in 0..h {
-                    let d = c * geo.wide + y * geo.row;
-                    wide[d..d + w].copy_from_slice(&gi[(c * h + y) * w..(c * h + y + 1) * w]);
-                }
-            }
+            geo.widen(&g[image * co * h * w..(image + 1) * co * h * w], geo.wide, wide);
             for t in 0..9 {
                 // SAFETY: dst writes `dw` at `t + i·9ci + j·9` for i < co, j < ci (< 9·co·ci);
                 // lhs reads `wide` (`co × geo.wide` row-major); rhs reads `padded` at

@@ -187,11 +187,7 @@ pub(super) fn weight_grad(
         wide.fill(0.0);
         for image in images {
             geo.fill(&x[image * ci * h * w..(image + 1) * ci * h * w], ci, padded, parallel);
-            for (c, plane) in g[image * co * h * w..(image + 1) * co * h * w].chunks_exact(h * w).enumerate() {
-                for (y, row) in plane.chunks_exact(w).enumerate() {
-                    wide[c * stride + y * geo.row..][..w].copy_from_slice(row);
-                }
-            }
+            geo.widen(&g[image * co * h * w..(image + 1) * co * h * w], stride, wide);
             let (padded, wide) = (&*padded, &*wide);
             let task = |(first, part): (usize, &mut [f32])| {
                 let mut v0 = 0;
