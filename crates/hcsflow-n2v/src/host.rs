@@ -22,7 +22,10 @@
 //!
 //! Where the CPU has AVX-512F, the convolutions and weight gradients compute these same sums
 //! in register blocks instead (the private `direct` module: about 1.5× the gemms' speed on these
-//! shapes); the gemms are the fallback elsewhere and the reference of its tests. In inference the
+//! shapes); the gemms are the fallback elsewhere and the reference of its tests. Convolutions with
+//! at least 8 input channels over planes wide enough to fill Winograd's 16-tile units (forward and
+//! input gradient alike) go through Winograd F(2 × 2, 3 × 3) there (the private `winograd`
+//! module: 16 multiplies per 2 × 2 outputs instead of 36, same sums up to rounding). In inference the
 //! convolution applies batch norm and ReLU as it writes its output
 //! ([`HostKernels::conv3x3_affine_relu`]).
 //!
@@ -53,6 +56,8 @@ use std::mem::MaybeUninit;
 
 #[cfg(target_arch = "x86_64")]
 mod direct;
+#[cfg(target_arch = "x86_64")]
+mod winograd;
 
 /// The layers as backend operations (implemented for `flex` and autodiff over it).
 #[backend_extension(Flex, Autodiff)]
@@ -840,7 +845,8 @@ fn gemm_parallelism(batch: usize) -> gemm::Parallelism {
 
 /// `out[b, o, y, x] = E(Σ_tap Σ_r W_tap[o, r] · in_pad[b, r, y + ky − 1, x + kx − 1])` for `input`
 /// `[B, R, H, W]` and `O` output channels, with `E` the `epilogue` of channel `o`; `weights` read
-/// as `taps` says. The [`direct`] kernel where the CPU has it, nine tap gemms otherwise.
+/// as `taps` says. On AVX-512 the [`winograd`] kernel where [`winograd::suits`] the shape, else
+/// the [`direct`] one; nine tap gemms without AVX-512.
 fn conv_same(input: &[f32], [b, r, h, w]: [usize; 4], o: usize, weights: &[f32], taps: Taps, epilogue: &Epilogue) -> Vec<f32> {
     let geo = Padded::new(h, w);
     let plane_out = h * w;
@@ -852,8 +858,19 @@ fn conv_same(input: &[f32], [b, r, h, w]: [usize; 4], o: usize, weights: &[f32],
     let par = gemm_parallelism(b);
     let parallel_images = matches!(par, gemm::Parallelism::None);
     #[cfg(target_arch = "x86_64")]
-    let packed = direct::available().then(|| direct::Packed::new(weights, o, r, taps));
+    let transformed = (direct::available() && winograd::suits(r, h, w)).then(|| winograd::Transformed::new(weights, o, r, taps));
+    #[cfg(target_arch = "x86_64")]
+    let packed = (direct::available() && transformed.is_none()).then(|| direct::Packed::new(weights, o, r, taps));
     let image = |(src, dst): (&[f32], &mut [MaybeUninit<f32>])| {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(transformed) = &transformed {
+            let tiles = winograd::Tiles::new(h, w);
+            with_scratch(r * tiles.plane, 0, |padded, _| {
+                tiles.fill(src, r, padded, !parallel_images);
+                winograd::convolve(padded, tiles, transformed, epilogue, dst, !parallel_images);
+            });
+            return;
+        }
         #[cfg(target_arch = "x86_64")]
         if let Some(packed) = &packed {
             with_scratch(r * geo.plane + direct::SLACK, 0, |padded, _| {

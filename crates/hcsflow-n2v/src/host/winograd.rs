@@ -1,0 +1,486 @@
+//! Winograd F(2 × 2, 3 × 3) convolutions on AVX-512, for [`super::conv_same`]: the same
+//! "same" 3 × 3 convolution as the [`super::direct`] kernel, with 16 multiplies per 2 × 2 output
+//! pixels and input channel instead of 36 (Lavin & Gray, "Fast Algorithms for Convolutional
+//! Neural Networks", 2016).
+//!
+//! With `d` a 4 × 4 tile of the zero-padded input and `g` the 3 × 3 weights of one (output, input)
+//! channel pair, the 2 × 2 outputs of the tile are `Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A`, where
+//!
+//! ```text
+//!      ⎡1  0 −1  0⎤        ⎡1    0    0 ⎤
+//! Bᵀ = ⎢0  1  1  0⎥    G = ⎢½    ½    ½ ⎥    Aᵀ = ⎡1  1  1  0⎤
+//!      ⎢0 −1  1  0⎥        ⎢½   −½    ½ ⎥         ⎣0  1 −1 −1⎦
+//!      ⎣0  1  0 −1⎦        ⎣0    0    1 ⎦
+//! ```
+//!
+//! Summed over input channels, the element-wise product becomes 16 independent matrix products
+//! (one per element `ξ` of the 4 × 4 transformed tile): `M_ξ[o, tile] = Σ_c U_ξ[o, c] ·
+//! V_ξ[c, tile]`, with `U = G g Gᵀ` (the weights, transformed once per call, [`Transformed`]) and
+//! `V = Bᵀ d B` (the input, transformed per tile). Then `Aᵀ M A` gives each tile's outputs.
+//!
+//! **Layout.** The padded input is stored with each row's even and odd columns apart
+//! ([`Tiles`]), so that the four columns of the tiles `16v … 16v + 15` of a row are four
+//! contiguous vector loads. A *unit* is those 16 tiles of one tile row; a block of [`P`] units
+//! (up to 96 tiles, possibly from several tile rows) is transformed into `V` `[16][r][96]` (in
+//! L2), then for each block of [`C`] output channels and each `ξ` the `C × P` vector accumulators
+//! run over the input channels (6 loads, 4 broadcasts, 24 fused multiply-adds per channel, as in
+//! the direct kernel), and the block's `M` (in L1) is transformed back and written through the
+//! [`super::Epilogue`]. Tiles past the right edge of a row compute garbage that is not written, so
+//! [`suits`] keeps narrow planes, where a unit would be mostly such tiles, on the direct kernel.
+//!
+//! Rounding differs from the direct sums (the transforms add and subtract values of different
+//! magnitudes before the products): the tests hold it to `1e-5` of the sum of absolute products.
+
+use std::arch::x86_64::{
+    __m512, _mm512_add_ps, _mm512_castps_si512, _mm512_castsi512_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
+    _mm512_maskz_loadu_ps, _mm512_max_ps, _mm512_mul_ps, _mm512_permutex2var_epi32, _mm512_set1_ps, _mm512_set_epi32, _mm512_setzero_ps,
+    _mm512_storeu_ps, _mm512_sub_ps,
+};
+use std::cell::RefCell;
+use std::mem::MaybeUninit;
+
+use rayon::prelude::*;
+
+use super::{Epilogue, Map, Taps};
+
+/// Output channels per register block.
+const C: usize = 4;
+/// Units (16 tiles each) per register block.
+const P: usize = 6;
+/// Tiles per block.
+const SPAN: usize = 16 * P;
+
+/// Whether the Winograd kernel should run a convolution of `r` input channels over `h × w`
+/// planes: enough input channels for the transforms to be a small share of the work (the
+/// U-Net's first layer has one), and rows of tiles that fill most of their 16-tile units.
+pub(super) fn suits(r: usize, h: usize, w: usize) -> bool {
+    let tiles = w.div_ceil(2);
+    let units = tiles.div_ceil(16);
+    r >= 8 && h >= 2 && 4 * (16 * units - tiles) <= 16 * units
+}
+
+/// The transformed weights `U = G g Gᵀ` of `o` output × `r` input channels in the kernel's order,
+/// `[⌈o/C⌉][16][r][C]`, zero for the channels past `o` of the last block.
+pub(super) struct Transformed {
+    values: Vec<f32>,
+    o: usize,
+    r: usize,
+}
+
+impl Transformed {
+    /// Transforms `weights` as `taps` reads them (see [`super::conv_same`]).
+    pub(super) fn new(weights: &[f32], o: usize, r: usize, taps: Taps) -> Self {
+        let mut values = vec![0.0f32; o.div_ceil(C) * 16 * r * C];
+        for out in 0..o {
+            for c in 0..r {
+                let g = |t: usize| weights[if taps.flip { 8 - t } else { t } + out * taps.row_stride + c * taps.red_stride] as f64;
+                // G g (4 × 3), then (G g) Gᵀ (4 × 4), in f64.
+                let columns: [[f64; 4]; 3] = std::array::from_fn(|kx| {
+                    let (a, b, d) = (g(kx), g(3 + kx), g(6 + kx));
+                    [a, (a + b + d) / 2.0, (a - b + d) / 2.0, d]
+                });
+                for i in 0..4 {
+                    let (a, b, d) = (columns[0][i], columns[1][i], columns[2][i]);
+                    for (j, u) in [a, (a + b + d) / 2.0, (a - b + d) / 2.0, d].into_iter().enumerate() {
+                        values[(((out / C) * 16 + i * 4 + j) * r + c) * C + out % C] = u as f32;
+                    }
+                }
+            }
+        }
+        Self { values, o, r }
+    }
+
+    /// `U_ξ` of output-channel block `block`: `[r][C]`.
+    fn of(&self, block: usize, xi: usize) -> &[f32] {
+        let len = self.r * C;
+        &self.values[(block * 16 + xi) * len..][..len]
+    }
+}
+
+/// The geometry of an `h × w` plane cut into 2 × 2 output tiles: `th × tw` tiles, each tile row
+/// in `units` units of 16 tiles. The padded input plane has `2·th + 2` rows (the zero border, and
+/// one more zero row when `h` is odd), each stored as its even padded columns then its odd ones,
+/// `half` apart: padded column `q` (input column `q − 1`) at `q / 2 + (q % 2)·half`.
+#[derive(Clone, Copy)]
+pub(super) struct Tiles {
+    h: usize,
+    w: usize,
+    units: usize,
+    half: usize,
+    row: usize,
+    /// Elements of one padded input plane.
+    pub(super) plane: usize,
+    /// Units of the whole plane (`th · units`).
+    count: usize,
+}
+
+impl Tiles {
+    pub(super) fn new(h: usize, w: usize) -> Self {
+        let (th, tw) = (h.div_ceil(2), w.div_ceil(2));
+        let units = tw.div_ceil(16);
+        // Unit `v` reads even and odd columns `16v … 16v + 16`.
+        let half = 16 * units + 16;
+        let row = 2 * half;
+        Self { h, w, units, half, row, plane: (2 * th + 2) * row, count: th * units }
+    }
+
+    /// Copies the planes `[channels, h, w]` of `src` into `dst` (`channels` planes of
+    /// [`Tiles::plane`]) in the padded, de-interleaved layout, zero elsewhere. The planes are
+    /// shared out among rayon's threads when `parallel`.
+    pub(super) fn fill(&self, src: &[f32], channels: usize, dst: &mut [f32], parallel: bool) {
+        assert!(super::direct::available(), "Winograd convolution without AVX-512");
+        let plane = |(s, d): (&[f32], &mut [f32])| {
+            for (py, row) in d.chunks_exact_mut(self.row).enumerate() {
+                if py == 0 || py > self.h {
+                    row.fill(0.0);
+                } else {
+                    // SAFETY: AVX-512F is available (asserted above).
+                    unsafe { self.split_row(&s[(py - 1) * self.w..py * self.w], row) };
+                }
+            }
+        };
+        let (src, dst) = (&src[..channels * self.h * self.w], &mut dst[..channels * self.plane]);
+        if parallel {
+            src.par_chunks_exact(self.h * self.w).zip(dst.par_chunks_exact_mut(self.plane)).for_each(plane);
+        } else {
+            src.chunks_exact(self.h * self.w).zip(dst.chunks_exact_mut(self.plane)).for_each(plane);
+        }
+    }
+
+    /// One padded row `row` from the input row `src` (`w` values): input column `x` is padded
+    /// column `x + 1`, so the even input columns go to the odd half and the odd ones to the even
+    /// half, one place on. Every element of `row` is written.
+    ///
+    /// # Safety
+    /// AVX-512F must be available.
+    #[target_feature(enable = "avx512f")]
+    unsafe fn split_row(&self, src: &[f32], row: &mut [f32]) {
+        assert!(src.len() == self.w && row.len() == self.row);
+        let evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+        let odds = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+        let (even, odd) = row.split_at_mut(self.half);
+        even[0] = 0.0;
+        for u in 0..self.units {
+            // Input columns 32u … 32u + 31, zero past `w`: `32·units ≥ w`, so this covers the row.
+            let n = self.w.saturating_sub(32 * u).min(32);
+            let a = _mm512_maskz_loadu_ps(mask(n), src.as_ptr().wrapping_add(32 * u));
+            let b = _mm512_maskz_loadu_ps(mask(n.saturating_sub(16)), src.as_ptr().wrapping_add(32 * u + 16));
+            let pick = |idx| _mm512_castsi512_ps(_mm512_permutex2var_epi32(_mm512_castps_si512(a), idx, _mm512_castps_si512(b)));
+            // `odd[16u + 15]` and `even[16u + 16]` are within their halves (`half = 16·units + 16`).
+            _mm512_storeu_ps(odd.as_mut_ptr().add(16 * u), pick(evens));
+            _mm512_storeu_ps(even.as_mut_ptr().add(16 * u + 1), pick(odds));
+        }
+        even[16 * self.units + 1..].fill(0.0);
+        odd[16 * self.units..].fill(0.0);
+    }
+}
+
+/// The output `[o, h, w]` of one image, written from several threads: each writes the rows of
+/// its own tiles, of every channel.
+#[derive(Clone, Copy)]
+struct Output(*mut f32);
+
+// SAFETY: the threads write disjoint elements (the tiles of disjoint units), see `convolve`.
+unsafe impl Send for Output {}
+unsafe impl Sync for Output {}
+
+thread_local! {
+    /// Per-thread `V` and `M` of the kernel, kept between calls.
+    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// One image: `dst` `[o, h, w]` = `epilogue` applied to the convolution of `padded` (`r` planes
+/// in the layout of `tiles`, see [`Tiles::fill`]) with `weights`; every element of `dst` is
+/// written. With `parallel`, the blocks of units are shared out among rayon's threads.
+///
+/// # Panics
+/// If the sizes are inconsistent or [`super::direct::available`] is false.
+pub(super) fn convolve(
+    padded: &[f32],
+    tiles: Tiles,
+    weights: &Transformed,
+    epilogue: &Epilogue,
+    dst: &mut [MaybeUninit<f32>],
+    parallel: bool,
+) {
+    let (o, r) = (weights.o, weights.r);
+    assert!(super::direct::available(), "Winograd convolution without AVX-512");
+    assert!(padded.len() >= r * tiles.plane && dst.len() == o * tiles.h * tiles.w, "conv3x3: inconsistent sizes");
+    if dst.is_empty() || r == 0 {
+        // No input channel: every output is the epilogue of 0.
+        for (c, plane) in dst.chunks_mut(tiles.h * tiles.w).enumerate() {
+            plane.iter_mut().for_each(|d| {
+                epilogue.of(c).apply(&[0.0], std::slice::from_mut(d));
+            });
+        }
+        return;
+    }
+    let blocks = tiles.count.div_ceil(P);
+    let out = Output(dst.as_mut_ptr().cast());
+    let run = |range: std::ops::Range<usize>| {
+        SCRATCH.with(|cell| {
+            let mut fresh = Vec::new();
+            let mut borrowed = cell.try_borrow_mut();
+            let scratch = match &mut borrowed {
+                Ok(buffer) => &mut **buffer,
+                Err(_) => &mut fresh,
+            };
+            let (v_len, m_len) = (16 * r * SPAN, 16 * C * SPAN);
+            if scratch.len() < v_len + m_len {
+                scratch.resize(v_len + m_len, 0.0);
+            }
+            let (v, m) = scratch.split_at_mut(v_len);
+            for block in range {
+                let first = block * P;
+                let n = P.min(tiles.count - first);
+                // SAFETY: AVX-512F is available (asserted). The input transform reads `padded`
+                // within the `r` planes (see `transform_input`) and writes `v` at `ξ·r·SPAN +
+                // c·SPAN + 16p + l` < `16·r·SPAN`; `products` reads `v` there and `weights` at
+                // `r·C` per (block, ξ), and writes `m` at `ξ·C·SPAN + k·SPAN + 16p + l` <
+                // `16·C·SPAN`; `store` writes `dst` at the outputs of the block's units only,
+                // which no other block writes (see `store`).
+                unsafe {
+                    for c in 0..r {
+                        for p in 0..n {
+                            transform_input(
+                                padded[c * tiles.plane..].as_ptr(),
+                                tiles,
+                                first + p,
+                                v[c * SPAN + 16 * p..].as_mut_ptr(),
+                                r * SPAN,
+                            );
+                        }
+                    }
+                    for b in 0..o.div_ceil(C) {
+                        for xi in 0..16 {
+                            let (u, vx, mx) = (weights.of(b, xi).as_ptr(), v[xi * r * SPAN..].as_ptr(), m[xi * C * SPAN..].as_mut_ptr());
+                            match n {
+                                6 => products::<6>(vx, u, r, mx),
+                                5 => products::<5>(vx, u, r, mx),
+                                4 => products::<4>(vx, u, r, mx),
+                                3 => products::<3>(vx, u, r, mx),
+                                2 => products::<2>(vx, u, r, mx),
+                                _ => products::<1>(vx, u, r, mx),
+                            }
+                        }
+                        for k in 0..C.min(o - b * C) {
+                            let ch = b * C + k;
+                            for p in 0..n {
+                                store(m[k * SPAN + 16 * p..].as_ptr(), tiles, first + p, epilogue.of(ch), out, ch);
+                            }
+                        }
+                    }
+                }
+            }
+        })
+    };
+    if parallel {
+        let tasks = (4 * rayon::current_num_threads()).min(blocks).max(1);
+        let per = blocks.div_ceil(tasks);
+        (0..blocks.div_ceil(per)).into_par_iter().for_each(|t| run(t * per..((t + 1) * per).min(blocks)));
+    } else {
+        run(0..blocks);
+    }
+}
+
+/// `V = Bᵀ d B` of the 16 tiles of unit `unit`, input channel `src` (its padded plane): element
+/// `ξ = 4i + j` of tile `l` to `dst[ξ·stride + l]`.
+///
+/// # Safety
+/// AVX-512F must be available; `src` must hold a plane of `tiles`, `dst` 16 rows of `stride`.
+#[target_feature(enable = "avx512f")]
+unsafe fn transform_input(src: *const f32, tiles: Tiles, unit: usize, dst: *mut f32, stride: usize) {
+    let (ty, v) = (unit / tiles.units, unit % tiles.units);
+    // Rows 2·ty … 2·ty + 3 of padded columns 32v + 2l + s (s < 4) for tile l, then Bᵀ d.
+    let mut d = [[_mm512_setzero_ps(); 4]; 4];
+    for (i, row) in d.iter_mut().enumerate() {
+        let at = src.add((2 * ty + i) * tiles.row + 16 * v);
+        *row =
+            [_mm512_loadu_ps(at), _mm512_loadu_ps(at.add(tiles.half)), _mm512_loadu_ps(at.add(1)), _mm512_loadu_ps(at.add(tiles.half + 1))];
+    }
+    // Bᵀ d down the columns (`t[i][j]`), then along the rows: V = (Bᵀ d) B.
+    let mut t = [[_mm512_setzero_ps(); 4]; 4];
+    for j in 0..4 {
+        for (row, value) in t.iter_mut().zip(bt([d[0][j], d[1][j], d[2][j], d[3][j]])) {
+            row[j] = value;
+        }
+    }
+    for (i, &row) in t.iter().enumerate() {
+        for (j, value) in bt(row).into_iter().enumerate() {
+            _mm512_storeu_ps(dst.add((4 * i + j) * stride), value);
+        }
+    }
+}
+
+/// `Bᵀ a` for the four rows (or columns) `a`: `[a0 − a2, a1 + a2, a2 − a1, a1 − a3]`.
+///
+/// # Safety
+/// AVX-512F must be available.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn bt(a: [__m512; 4]) -> [__m512; 4] {
+    [_mm512_sub_ps(a[0], a[2]), _mm512_add_ps(a[1], a[2]), _mm512_sub_ps(a[2], a[1]), _mm512_sub_ps(a[1], a[3])]
+}
+
+/// `Aᵀ a` for the four rows (or columns) `a`: `[a0 + a1 + a2, a1 − a2 − a3]`.
+///
+/// # Safety
+/// AVX-512F must be available.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn at(a: [__m512; 4]) -> [__m512; 2] {
+    [_mm512_add_ps(_mm512_add_ps(a[0], a[1]), a[2]), _mm512_sub_ps(_mm512_sub_ps(a[1], a[2]), a[3])]
+}
+
+/// `m[k·SPAN + 16p + l] = Σ_c u[c·C + k] · v[c·SPAN + 16p + l]` for `p < N`: one `ξ` of one
+/// block of output channels.
+///
+/// # Safety
+/// AVX-512F must be available; `v` readable at `r·SPAN`, `u` at `r·C`, `m` writable at
+/// `C·SPAN` elements.
+#[target_feature(enable = "avx512f")]
+unsafe fn products<const N: usize>(v: *const f32, u: *const f32, r: usize, m: *mut f32) {
+    let mut sums = [[_mm512_setzero_ps(); N]; C];
+    for c in 0..r {
+        let mut x = [_mm512_setzero_ps(); N];
+        for (p, x) in x.iter_mut().enumerate() {
+            *x = _mm512_loadu_ps(v.add(c * SPAN + 16 * p));
+        }
+        for (k, row) in sums.iter_mut().enumerate() {
+            let weight = _mm512_set1_ps(*u.add(c * C + k));
+            for (s, &x) in row.iter_mut().zip(&x) {
+                *s = _mm512_fmadd_ps(weight, x, *s);
+            }
+        }
+    }
+    for (k, row) in sums.iter().enumerate() {
+        for (p, &s) in row.iter().enumerate() {
+            _mm512_storeu_ps(m.add(k * SPAN + 16 * p), s);
+        }
+    }
+}
+
+/// Writes the outputs `Aᵀ M A` of unit `unit`'s 16 tiles, channel `ch`, through `map`: `m` holds
+/// `M_ξ` of tile `l` at `ξ·C·SPAN + l`. Output rows `2·ty`, `2·ty + 1` (the second only if it is
+/// within `h`), columns `32v …` up to `w`.
+///
+/// # Safety
+/// AVX-512F must be available; `m` readable as described; `out` must be the image's output `[o,
+/// h, w]` with `ch < o`, the elements written not accessed by any other thread.
+#[target_feature(enable = "avx512f")]
+unsafe fn store(m: *const f32, tiles: Tiles, unit: usize, map: Map, out: Output, ch: usize) {
+    let (ty, v) = (unit / tiles.units, unit % tiles.units);
+    // Aᵀ M: rows 0 and 1 of the four columns.
+    let mut rows = [[_mm512_setzero_ps(); 4]; 2];
+    for j in 0..4 {
+        let column = [0, 1, 2, 3].map(|i| _mm512_loadu_ps(m.add((4 * i + j) * C * SPAN)));
+        for (row, value) in rows.iter_mut().zip(at(column)) {
+            row[j] = value;
+        }
+    }
+    let (add, scale, shift) = (_mm512_set1_ps(map.add), _mm512_set1_ps(map.scale), _mm512_set1_ps(map.shift));
+    let epilogue = |s: __m512| {
+        let value = _mm512_add_ps(_mm512_mul_ps(_mm512_add_ps(s, add), scale), shift);
+        if map.relu {
+            _mm512_max_ps(value, _mm512_setzero_ps())
+        } else {
+            value
+        }
+    };
+    // Lanes 0–15 of the interleaving of `a` (even columns) and `b` (odd columns), then 16–31.
+    let low = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    let high = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+    let interleave =
+        |a: __m512, b: __m512, idx| _mm512_castsi512_ps(_mm512_permutex2var_epi32(_mm512_castps_si512(a), idx, _mm512_castps_si512(b)));
+    let x0 = 32 * v;
+    let n = 32.min(tiles.w - x0);
+    let masks = [mask(n), mask(n.saturating_sub(16))];
+    for (i, row) in rows.iter().enumerate() {
+        let y = 2 * ty + i;
+        if y >= tiles.h {
+            break;
+        }
+        // (Aᵀ M) A: columns 0 and 1.
+        let [even, odd] = at(*row).map(epilogue);
+        let at = out.0.add((ch * tiles.h + y) * tiles.w + x0);
+        _mm512_mask_storeu_ps(at, masks[0], interleave(even, odd, low));
+        _mm512_mask_storeu_ps(at.add(16), masks[1], interleave(even, odd, high));
+    }
+}
+
+/// The mask of the first `n` (at most 16) lanes.
+fn mask(n: usize) -> u16 {
+    if n >= 16 {
+        u16::MAX
+    } else {
+        (1u16 << n) - 1
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{conv_image_gemm, direct, Epilogue, Padded, Taps};
+    use super::*;
+    use crate::rng::SplitMix64;
+
+    fn random(n: usize, rng: &mut SplitMix64) -> Vec<f32> {
+        (0..n).map(|_| (rng.next_f64() * 2.0 - 1.0) as f32).collect()
+    }
+
+    #[test]
+    fn winograd_equals_the_tap_gemms_for_every_layout_epilogue_and_odd_size() {
+        if !direct::available() {
+            return;
+        }
+        // (input channels, output channels, h, w): odd heights and widths, a single tile, rows of
+        // one unit and of several, channel counts that are not a multiple of the block's, more
+        // units than a block and a last block that is not full.
+        for (r, o, h, w) in
+            [(1, 1, 1, 1), (3, 5, 2, 3), (8, 8, 5, 17), (9, 13, 9, 6), (16, 4, 3, 40), (2, 3, 31, 33), (12, 7, 30, 64), (5, 6, 21, 97)]
+        {
+            let mut rng = SplitMix64::new((r * 1000 + o * 100 + h * 10 + w) as u64);
+            let geo = Padded::new(h, w);
+            let tiles = Tiles::new(h, w);
+            let input = random(r * h * w, &mut rng);
+            let weights = random(o * r * 9, &mut rng);
+            let (bias, scale, shift) = (random(o, &mut rng), random(o, &mut rng), random(o, &mut rng));
+            let mut padded = vec![f32::NAN; r * tiles.plane];
+            tiles.fill(&input, r, &mut padded, false);
+            let forward = Taps { row_stride: 9 * r, red_stride: 9, flip: false };
+            let transposed = Taps { row_stride: 9, red_stride: 9 * o, flip: true };
+            let plain = Epilogue { bias: Some(&bias), affine: None };
+            let fused = Epilogue { bias: Some(&bias), affine: Some((&scale, &shift)) };
+            let none = Epilogue { bias: None, affine: None };
+            for (taps, epilogue, what) in [(forward, &plain, "bias"), (forward, &fused, "affine + relu"), (transposed, &none, "flipped")] {
+                let mut want = vec![MaybeUninit::new(f32::NAN); o * h * w];
+                conv_image_gemm(&input, geo, [r, o], &weights, taps, epilogue, gemm::Parallelism::None, &mut want);
+                let transformed = Transformed::new(&weights, o, r, taps);
+                for parallel in [false, true] {
+                    let mut out = vec![MaybeUninit::new(f32::NAN); o * h * w];
+                    convolve(&padded, tiles, &transformed, epilogue, &mut out, parallel);
+                    for (i, (v, want)) in out.iter().zip(&want).enumerate() {
+                        // SAFETY: initialised (to NaN, which the comparison would catch) above.
+                        let (got, want) = unsafe { (v.assume_init(), want.assume_init()) };
+                        // Inputs and weights are within ±1: 9r products of at most 1, then the
+                        // epilogue's scale and shift within ±1.
+                        let tol = 1e-5 * (9 * r) as f32 * 2.0;
+                        assert!((got - want).abs() <= tol, "{r}→{o} {h}×{w} {what} parallel {parallel}: element {i} {got} vs {want}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn suits_only_planes_whose_tile_rows_fill_their_units() {
+        // 64 columns: 32 tiles, two full units; 34 columns: 17 tiles in two units (47 % empty).
+        assert!(suits(32, 64, 64));
+        assert!(!suits(32, 64, 34));
+        // 16 columns: 8 tiles, half a unit.
+        assert!(!suits(64, 16, 16));
+        assert!(suits(64, 373, 373));
+        // The first layer (one input channel) and single rows stay on the direct kernel.
+        assert!(!suits(1, 64, 64));
+        assert!(!suits(32, 1, 64));
+    }
+}
