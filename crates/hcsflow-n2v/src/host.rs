@@ -23,9 +23,10 @@
 //! Where the CPU has AVX-512F, the convolutions and weight gradients compute these same sums
 //! in register blocks instead (the private `direct` module: about 1.5× the gemms' speed on these
 //! shapes); the gemms are the fallback elsewhere and the reference of its tests. Convolutions with
-//! at least 8 input channels over planes wide enough to fill Winograd's 16-tile units (forward and
-//! input gradient alike) go through Winograd F(2 × 2, 3 × 3) there (the private `winograd`
-//! module: 16 multiplies per 2 × 2 outputs instead of 36, same sums up to rounding). In inference the
+//! at least 8 input channels over planes wide enough to fill Winograd's 16-tile units (forward,
+//! input gradient, and the weight gradient when the output has 8 channels too) go through Winograd
+//! F(2 × 2, 3 × 3) there (the private `winograd` module: 16 multiplies per 2 × 2 outputs instead
+//! of 36, same sums up to rounding). In inference the
 //! convolution applies batch norm and ReLU as it writes its output
 //! ([`HostKernels::conv3x3_affine_relu`]).
 //!
@@ -864,11 +865,7 @@ fn conv_same(input: &[f32], [b, r, h, w]: [usize; 4], o: usize, weights: &[f32],
     let image = |(src, dst): (&[f32], &mut [MaybeUninit<f32>])| {
         #[cfg(target_arch = "x86_64")]
         if let Some(transformed) = &transformed {
-            let tiles = winograd::Tiles::new(h, w);
-            with_scratch(r * tiles.plane, 0, |padded, _| {
-                tiles.fill(src, r, padded, !parallel_images);
-                winograd::convolve(padded, tiles, transformed, epilogue, dst, !parallel_images);
-            });
+            winograd::convolve(src, winograd::Tiles::new(h, w), transformed, epilogue, dst, !parallel_images);
             return;
         }
         #[cfg(target_arch = "x86_64")]
@@ -978,6 +975,10 @@ fn weight_grad(x: &[f32], g: &[f32], [b, ci, h, w]: [usize; 4], co: usize) -> Ve
     let par = gemm_parallelism(b);
     let partial = |first: usize| -> Vec<f32> {
         let images = first..(first + per).min(b);
+        #[cfg(target_arch = "x86_64")]
+        if direct::available() && co >= 8 && winograd::suits(ci, h, w) && matches!(par, gemm::Parallelism::None) {
+            return winograd::weight_grad(x, g, images, [ci, h, w], co);
+        }
         #[cfg(target_arch = "x86_64")]
         if direct::available() {
             return direct::weight_grad(x, g, images, [ci, h, w], co, !matches!(par, gemm::Parallelism::None));

@@ -346,10 +346,11 @@ mod tests {
     }
 
     #[test]
-    fn the_weight_gradient_equals_its_sum_in_f64_as_do_the_gemms() {
+    fn the_weight_gradients_equal_their_sum_in_f64_direct_winograd_and_gemms() {
         // (images, input channels, output channels, h, w): output channels that are not a
-        // multiple of the block's, rows shorter than a vector, planes longer than a pass.
-        for (b, ci, co, h, w) in [(1, 1, 1, 1, 1), (2, 3, 4, 2, 3), (3, 5, 7, 6, 17), (2, 2, 3, 50, 47)] {
+        // multiple of the block's, rows shorter than a vector, planes longer than a pass, odd
+        // heights and widths of several 16-tile units.
+        for (b, ci, co, h, w) in [(1, 1, 1, 1, 1), (2, 3, 4, 2, 3), (3, 5, 7, 6, 17), (2, 2, 3, 50, 47), (2, 9, 8, 7, 65)] {
             let mut rng = SplitMix64::new((b * 10_000 + ci * 1000 + co * 100 + h * 10 + w) as u64);
             let x = random(b * ci * h * w, &mut rng);
             let g = random(b * co * h * w, &mut rng);
@@ -359,11 +360,14 @@ mod tests {
                 }
                 x[((image * ci + c) * h + y as usize) * w + xx as usize] as f64
             };
-            // The kernel where this CPU has it, on one thread and several.
+            // The kernels where this CPU has them (direct on one thread and several, Winograd),
+            // then the gemms.
             let runs: Vec<(String, Vec<f32>)> = match available() {
                 true => [false, true]
                     .map(|parallel| (format!("parallel {parallel}"), weight_grad(&x, &g, 0..b, [ci, h, w], co, parallel)))
-                    .into(),
+                    .into_iter()
+                    .chain([("winograd".to_string(), super::super::winograd::weight_grad(&x, &g, 0..b, [ci, h, w], co))])
+                    .collect(),
                 false => Vec::new(),
             };
             let gemms = ("gemms".to_string(), weight_grad_gemm(&x, &g, 0..b, [ci, h, w], co, gemm::Parallelism::None));

@@ -1,6 +1,6 @@
-//! Winograd F(2 × 2, 3 × 3) convolutions on AVX-512, for [`super::conv_same`]: the same
-//! "same" 3 × 3 convolution as the [`super::direct`] kernel, with 16 multiplies per 2 × 2 output
-//! pixels and input channel instead of 36 (Lavin & Gray, "Fast Algorithms for Convolutional
+//! Winograd F(2 × 2, 3 × 3) convolutions on AVX-512, for [`super::conv_same`] and
+//! [`super::weight_grad`]: the same "same" 3 × 3 convolution as the [`super::direct`] kernel, with
+//! 16 multiplies per 2 × 2 output pixels and input channel instead of 36 (Lavin & Gray, "Fast Algorithms for Convolutional
 //! Neural Networks", 2016).
 //!
 //! With `d` a 4 × 4 tile of the zero-padded input and `g` the 3 × 3 weights of one (output, input)
@@ -18,23 +18,28 @@
 //! V_ξ[c, tile]`, with `U = G g Gᵀ` (the weights, transformed once per call, [`Transformed`]) and
 //! `V = Bᵀ d B` (the input, transformed per tile). Then `Aᵀ M A` gives each tile's outputs.
 //!
-//! **Layout.** The padded input is stored with each row's even and odd columns apart
-//! ([`Tiles`]), so that the four columns of the tiles `16v … 16v + 15` of a row are four
-//! contiguous vector loads. A *unit* is those 16 tiles of one tile row; a block of [`P`] units
+//! **Layout.** A *unit* is 16 consecutive tiles of one tile row ([`Tiles`]): the four columns of
+//! its tiles in one input row are the even and odd lanes of two 32-column loads (masked at the
+//! plane's edges, which gives the zero padding), picked apart by permutes; a block of [`P`] units
 //! (up to 96 tiles, possibly from several tile rows) is transformed into `V` `[16][r][96]` (in
 //! L2), then for each block of [`C`] output channels and each `ξ` the `C × P` vector accumulators
 //! run over the input channels (6 loads, 4 broadcasts, 24 fused multiply-adds per channel, as in
 //! the direct kernel), and the block's `M` (in L1) is transformed back and written through the
-//! [`super::Epilogue`]. Tiles past the right edge of a row compute garbage that is not written, so
+//! [`super::Epilogue`]. Tiles past the right edge of a row are computed (on zeros) but not written, so
 //! [`suits`] keeps narrow planes, where a unit would be mostly such tiles, on the direct kernel.
+//!
+//! **Weight gradient** ([`weight_grad`]): the derivative of the same transformed sum with respect
+//! to the weights, `Gᵀ [Σ_tile (A G_y Aᵀ) ⊙ (Bᵀ d B)] G` with `G_y` a 2 × 2 tile of the output
+//! gradient: the same input transform, 16 products reduced over an image's tiles rather than over
+//! channels, and one transform back per (output, input) channel pair at the end.
 //!
 //! Rounding differs from the direct sums (the transforms add and subtract values of different
 //! magnitudes before the products): the tests hold it to `1e-5` of the sum of absolute products.
 
 use std::arch::x86_64::{
-    __m512, _mm512_add_ps, _mm512_castps_si512, _mm512_castsi512_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_mask_storeu_ps,
-    _mm512_maskz_loadu_ps, _mm512_max_ps, _mm512_mul_ps, _mm512_permutex2var_epi32, _mm512_set1_ps, _mm512_set_epi32, _mm512_setzero_ps,
-    _mm512_storeu_ps, _mm512_sub_ps,
+    __m512, __m512i, _mm512_add_ps, _mm512_castps_si512, _mm512_castsi512_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_loadu_si512,
+    _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_max_ps, _mm512_mul_ps, _mm512_permutex2var_epi32, _mm512_permutex2var_ps,
+    _mm512_set1_ps, _mm512_set_epi32, _mm512_setzero_ps, _mm512_storeu_ps, _mm512_sub_ps,
 };
 use std::cell::RefCell;
 use std::mem::MaybeUninit;
@@ -98,80 +103,22 @@ impl Transformed {
 }
 
 /// The geometry of an `h × w` plane cut into 2 × 2 output tiles: `th × tw` tiles, each tile row
-/// in `units` units of 16 tiles. The padded input plane has `2·th + 2` rows (the zero border, and
-/// one more zero row when `h` is odd), each stored as its even padded columns then its odd ones,
-/// `half` apart: padded column `q` (input column `q − 1`) at `q / 2 + (q % 2)·half`.
+/// in `units` units of 16 tiles. Tile `(ty, tx)` reads the input rows `2·ty − 1 … 2·ty + 2` and
+/// columns `2·tx − 1 … 2·tx + 2`, zero outside the plane (the convolution's zero padding, and one
+/// more row and column when `h` or `w` is odd).
 #[derive(Clone, Copy)]
 pub(super) struct Tiles {
     h: usize,
     w: usize,
     units: usize,
-    half: usize,
-    row: usize,
-    /// Elements of one padded input plane.
-    pub(super) plane: usize,
     /// Units of the whole plane (`th · units`).
     count: usize,
 }
 
 impl Tiles {
     pub(super) fn new(h: usize, w: usize) -> Self {
-        let (th, tw) = (h.div_ceil(2), w.div_ceil(2));
-        let units = tw.div_ceil(16);
-        // Unit `v` reads even and odd columns `16v … 16v + 16`.
-        let half = 16 * units + 16;
-        let row = 2 * half;
-        Self { h, w, units, half, row, plane: (2 * th + 2) * row, count: th * units }
-    }
-
-    /// Copies the planes `[channels, h, w]` of `src` into `dst` (`channels` planes of
-    /// [`Tiles::plane`]) in the padded, de-interleaved layout, zero elsewhere. The planes are
-    /// shared out among rayon's threads when `parallel`.
-    pub(super) fn fill(&self, src: &[f32], channels: usize, dst: &mut [f32], parallel: bool) {
-        assert!(super::direct::available(), "Winograd convolution without AVX-512");
-        let plane = |(s, d): (&[f32], &mut [f32])| {
-            for (py, row) in d.chunks_exact_mut(self.row).enumerate() {
-                if py == 0 || py > self.h {
-                    row.fill(0.0);
-                } else {
-                    // SAFETY: AVX-512F is available (asserted above).
-                    unsafe { self.split_row(&s[(py - 1) * self.w..py * self.w], row) };
-                }
-            }
-        };
-        let (src, dst) = (&src[..channels * self.h * self.w], &mut dst[..channels * self.plane]);
-        if parallel {
-            src.par_chunks_exact(self.h * self.w).zip(dst.par_chunks_exact_mut(self.plane)).for_each(plane);
-        } else {
-            src.chunks_exact(self.h * self.w).zip(dst.chunks_exact_mut(self.plane)).for_each(plane);
-        }
-    }
-
-    /// One padded row `row` from the input row `src` (`w` values): input column `x` is padded
-    /// column `x + 1`, so the even input columns go to the odd half and the odd ones to the even
-    /// half, one place on. Every element of `row` is written.
-    ///
-    /// # Safety
-    /// AVX-512F must be available.
-    #[target_feature(enable = "avx512f")]
-    unsafe fn split_row(&self, src: &[f32], row: &mut [f32]) {
-        assert!(src.len() == self.w && row.len() == self.row);
-        let evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-        let odds = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-        let (even, odd) = row.split_at_mut(self.half);
-        even[0] = 0.0;
-        for u in 0..self.units {
-            // Input columns 32u … 32u + 31, zero past `w`: `32·units ≥ w`, so this covers the row.
-            let n = self.w.saturating_sub(32 * u).min(32);
-            let a = _mm512_maskz_loadu_ps(mask(n), src.as_ptr().wrapping_add(32 * u));
-            let b = _mm512_maskz_loadu_ps(mask(n.saturating_sub(16)), src.as_ptr().wrapping_add(32 * u + 16));
-            let pick = |idx| _mm512_castsi512_ps(_mm512_permutex2var_epi32(_mm512_castps_si512(a), idx, _mm512_castps_si512(b)));
-            // `odd[16u + 15]` and `even[16u + 16]` are within their halves (`half = 16·units + 16`).
-            _mm512_storeu_ps(odd.as_mut_ptr().add(16 * u), pick(evens));
-            _mm512_storeu_ps(even.as_mut_ptr().add(16 * u + 1), pick(odds));
-        }
-        even[16 * self.units + 1..].fill(0.0);
-        odd[16 * self.units..].fill(0.0);
+        let units = w.div_ceil(2).div_ceil(16);
+        Self { h, w, units, count: h.div_ceil(2) * units }
     }
 }
 
@@ -189,14 +136,27 @@ thread_local! {
     static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
-/// One image: `dst` `[o, h, w]` = `epilogue` applied to the convolution of `padded` (`r` planes
-/// in the layout of `tiles`, see [`Tiles::fill`]) with `weights`; every element of `dst` is
-/// written. With `parallel`, the blocks of units are shared out among rayon's threads.
+/// Runs `f` with `len` elements of scratch (contents unspecified): the calling thread's, kept
+/// between calls, or a new buffer if this thread is already using it.
+fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut buffer) => {
+            if buffer.len() < len {
+                buffer.resize(len, 0.0);
+            }
+            f(&mut buffer[..len])
+        }
+        Err(_) => f(&mut vec![0.0; len]),
+    })
+}
+
+/// One image: `dst` `[o, h, w]` = `epilogue` applied to the zero-padded convolution of `input`
+/// `[r, h, w]` (`tiles` of `h × w`) with `weights`; every element of `dst` is written. With `parallel`, the blocks of units are shared out among rayon's threads.
 ///
 /// # Panics
 /// If the sizes are inconsistent or [`super::direct::available`] is false.
 pub(super) fn convolve(
-    padded: &[f32],
+    input: &[f32],
     tiles: Tiles,
     weights: &Transformed,
     epilogue: &Epilogue,
@@ -205,7 +165,8 @@ pub(super) fn convolve(
 ) {
     let (o, r) = (weights.o, weights.r);
     assert!(super::direct::available(), "Winograd convolution without AVX-512");
-    assert!(padded.len() >= r * tiles.plane && dst.len() == o * tiles.h * tiles.w, "conv3x3: inconsistent sizes");
+    let plane = tiles.h * tiles.w;
+    assert!(input.len() == r * plane && dst.len() == o * plane, "conv3x3: inconsistent sizes");
     if dst.is_empty() || r == 0 {
         // No input channel: every output is the epilogue of 0.
         for (c, plane) in dst.chunks_mut(tiles.h * tiles.w).enumerate() {
@@ -218,22 +179,13 @@ pub(super) fn convolve(
     let blocks = tiles.count.div_ceil(P);
     let out = Output(dst.as_mut_ptr().cast());
     let run = |range: std::ops::Range<usize>| {
-        SCRATCH.with(|cell| {
-            let mut fresh = Vec::new();
-            let mut borrowed = cell.try_borrow_mut();
-            let scratch = match &mut borrowed {
-                Ok(buffer) => &mut **buffer,
-                Err(_) => &mut fresh,
-            };
-            let (v_len, m_len) = (16 * r * SPAN, 16 * C * SPAN);
-            if scratch.len() < v_len + m_len {
-                scratch.resize(v_len + m_len, 0.0);
-            }
+        let (v_len, m_len) = (16 * r * SPAN, 16 * C * SPAN);
+        with_scratch(v_len + m_len, |scratch| {
             let (v, m) = scratch.split_at_mut(v_len);
             for block in range {
                 let first = block * P;
                 let n = P.min(tiles.count - first);
-                // SAFETY: AVX-512F is available (asserted). The input transform reads `padded`
+                // SAFETY: AVX-512F is available (asserted). The input transform reads `input`
                 // within the `r` planes (see `transform_input`) and writes `v` at `ξ·r·SPAN +
                 // c·SPAN + 16p + l` < `16·r·SPAN`; `products` reads `v` there and `weights` at
                 // `r·C` per (block, ξ), and writes `m` at `ξ·C·SPAN + k·SPAN + 16p + l` <
@@ -243,7 +195,7 @@ pub(super) fn convolve(
                     for c in 0..r {
                         for p in 0..n {
                             transform_input(
-                                padded[c * tiles.plane..].as_ptr(),
+                                input[c * plane..(c + 1) * plane].as_ptr(),
                                 tiles,
                                 first + p,
                                 v[c * SPAN + 16 * p..].as_mut_ptr(),
@@ -283,20 +235,194 @@ pub(super) fn convolve(
     }
 }
 
-/// `V = Bᵀ d B` of the 16 tiles of unit `unit`, input channel `src` (its padded plane): element
-/// `ξ = 4i + j` of tile `l` to `dst[ξ·stride + l]`.
+/// The weight gradient of the images `images` of `x` `[B, ci, h, w]` and `g` `[B, co, h, w]`:
+/// `dw[o, c, t] = Σ_image Σ_(y, x) g[o, y, x] · x_pad[c, y + ky − 1, x + kx − 1]`, as `[co, ci, 9]`
+/// (the same sum as [`super::direct::weight_grad`], up to rounding).
+///
+/// It is the derivative of the forward transform's `Σ_ξ Z_ξ U_ξ V_ξ` (with `Z = A G_y Aᵀ` of each
+/// 2 × 2 tile `G_y` of the output gradient) with respect to the weights: per tile,
+/// `dw = Gᵀ (Z ⊙ V) G`. Summed over tiles, `S_ξ[o, c] = Σ_tile Z_ξ[o, tile] · V_ξ[c, tile]` is
+/// 16 matrix products over all of an image's tiles, in register blocks of 4 × 4 channels that keep
+/// 16-lane partial sums over the tiles ([`block_sums`]), and `dw = Gᵀ S G` at the end. Tiles past
+/// the plane's edges have `Z = 0`.
+///
+/// # Panics
+/// If the sizes are inconsistent or [`super::direct::available`] is false.
+pub(super) fn weight_grad(x: &[f32], g: &[f32], images: std::ops::Range<usize>, [ci, h, w]: [usize; 3], co: usize) -> Vec<f32> {
+    assert!(super::direct::available(), "Winograd convolution without AVX-512");
+    let plane = h * w;
+    assert!(x.len() >= images.end * ci * plane && g.len() >= images.end * co * plane, "conv3x3: inconsistent sizes");
+    let tiles = Tiles::new(h, w);
+    let n = 16 * tiles.count;
+    // Channels in blocks of 4 (zero rows past `ci` and `co`); S as [16][⌈co/4⌉][⌈ci/4⌉][4 × 4].
+    let (ob, cb) = (co.div_ceil(4), ci.div_ceil(4));
+    let mut sums = vec![0.0f32; 16 * ob * cb * 16];
+    if n == 0 || co * ci == 0 {
+        return vec![0.0; co * ci * 9];
+    }
+    let (cp, op) = (4 * cb, 4 * ob);
+    with_scratch(16 * (cp + op) * n, |scratch| {
+        let (v, z) = scratch.split_at_mut(16 * cp * n);
+        // The padding rows stay zero: the transforms below write only the first `ci` (`co`).
+        v.fill(0.0);
+        z.fill(0.0);
+        for image in images {
+            let (xs, gs) = (&x[image * ci * plane..][..ci * plane], &g[image * co * plane..][..co * plane]);
+            // SAFETY: AVX-512F is available (asserted). The transforms read one plane of `xs`
+            // (`gs`) each and write `v` (`z`) at `ξ·cp·n + c·n + 16·unit + l` < `16·cp·n`
+            // (`op` for `z`). `block_sums` reads 4 rows of `n` of each from `ξ·cp·n + 4b·n`,
+            // within `v` (`z`), and writes 16 sums within `sums`.
+            unsafe {
+                for c in 0..ci {
+                    for unit in 0..tiles.count {
+                        transform_input(xs[c * plane..].as_ptr(), tiles, unit, v[c * n + 16 * unit..].as_mut_ptr(), cp * n);
+                    }
+                }
+                for o in 0..co {
+                    for unit in 0..tiles.count {
+                        transform_gradient(gs[o * plane..].as_ptr(), tiles, unit, z[o * n + 16 * unit..].as_mut_ptr(), op * n);
+                    }
+                }
+                for xi in 0..16 {
+                    for bo in 0..ob {
+                        for bc in 0..cb {
+                            let zs = z[(xi * op + 4 * bo) * n..].as_ptr();
+                            let vs = v[(xi * cp + 4 * bc) * n..].as_ptr();
+                            block_sums(zs, vs, n, sums[((xi * ob + bo) * cb + bc) * 16..].as_mut_ptr());
+                        }
+                    }
+                }
+            }
+        }
+    });
+    // dw = Gᵀ S G, with G's rows [1, 0, 0], [½, ½, ½], [½, −½, ½], [0, 0, 1].
+    const G: [[f32; 3]; 4] = [[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]];
+    let mut dw = vec![0.0f32; co * ci * 9];
+    for (pair, out) in dw.chunks_exact_mut(9).enumerate() {
+        let (o, c) = (pair / ci, pair % ci);
+        let s = |xi: usize| sums[((xi * ob + o / 4) * cb + c / 4) * 16 + (o % 4) * 4 + c % 4];
+        for (t, d) in out.iter_mut().enumerate() {
+            let (ky, kx) = (t / 3, t % 3);
+            *d = (0..16).map(|xi| G[xi / 4][ky] * s(xi) * G[xi % 4][kx]).sum();
+        }
+    }
+    dw
+}
+
+/// `out[4·a + b] += Σ_(t < n) z[a·n + t] · v[b·n + t]` for `a, b < 4` (`n` a multiple of 16):
+/// sixteen 16-lane partial sums, then added across their lanes in one transposing tree.
+///
+/// # Safety
+/// AVX-512F must be available; `z` and `v` readable at `4·n`, `out` at 16 elements.
+#[target_feature(enable = "avx512f")]
+unsafe fn block_sums(z: *const f32, v: *const f32, n: usize, out: *mut f32) {
+    let mut acc = [_mm512_setzero_ps(); 16];
+    for t in (0..n).step_by(16) {
+        let mut zs = [_mm512_setzero_ps(); 4];
+        let mut vs = [_mm512_setzero_ps(); 4];
+        for (k, (zk, vk)) in zs.iter_mut().zip(vs.iter_mut()).enumerate() {
+            *zk = _mm512_loadu_ps(z.add(k * n + t));
+            *vk = _mm512_loadu_ps(v.add(k * n + t));
+        }
+        for (a, &zk) in zs.iter().enumerate() {
+            for (b, &vk) in vs.iter().enumerate() {
+                acc[4 * a + b] = _mm512_fmadd_ps(zk, vk, acc[4 * a + b]);
+            }
+        }
+    }
+    // Each round adds the two halves of every lane group of two vectors into one: 16 vectors of
+    // 16 lanes, 8 of 2 × 8, 4 of 4 × 4, 2 of 8 × 2, 1 of 16 × 1, in the accumulators' order.
+    let mut count = 16;
+    for [low, high] in &HALVES {
+        let (low, high) = (_mm512_loadu_si512(low.as_ptr().cast()), _mm512_loadu_si512(high.as_ptr().cast()));
+        for i in 0..count / 2 {
+            let (p, q) = (acc[2 * i], acc[2 * i + 1]);
+            acc[i] = _mm512_add_ps(_mm512_permutex2var_ps(p, low, q), _mm512_permutex2var_ps(p, high, q));
+        }
+        count /= 2;
+    }
+    _mm512_storeu_ps(out, _mm512_add_ps(_mm512_loadu_ps(out), acc[0]));
+}
+
+/// The permutations of [`block_sums`]' tree, `[round][half]` for groups of 8, 4, 2 and 1 lanes:
+/// `p` and `q` (lanes `0 … 15` and `16 … 31`) each hold sources of `2·group` consecutive lanes;
+/// the result holds `p`'s sources then `q`'s, each in `group` lanes: the first halves of their
+/// lanes (half 0) or the second (half 1).
+const HALVES: [[[i32; 16]; 2]; 4] = {
+    let mut table = [[[0i32; 16]; 2]; 4];
+    let mut round = 0;
+    while round < 4 {
+        let group = 8 >> round;
+        let mut l = 0;
+        while l < 16 {
+            let (from, k) = (l / 8, l % 8);
+            let at = 16 * from + (k / group) * 2 * group + k % group;
+            table[round][0][l] = at as i32;
+            table[round][1][l] = (at + group) as i32;
+            l += 1;
+        }
+        round += 1;
+    }
+    table
+};
+
+/// `Z = A G_y Aᵀ` of the 16 tiles of unit `unit`, output-gradient channel `src` (its plane `[h,
+/// w]`; zero outside it): element `ξ = 4i + j` of tile `l` to `dst[ξ·stride + l]`. `A` is `Aᵀ`
+/// of the forward transform transposed, rows `[1, 0]`, `[1, 1]`, `[1, −1]`, `[0, −1]`.
+///
+/// # Safety
+/// AVX-512F must be available; `src` must hold a plane of `tiles`, `dst` 16 rows of `stride`.
+#[target_feature(enable = "avx512f")]
+unsafe fn transform_gradient(src: *const f32, tiles: Tiles, unit: usize, dst: *mut f32, stride: usize) {
+    let (ty, v) = (unit / tiles.units, unit % tiles.units);
+    let evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    let odds = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    let first = 32 * v;
+    let masks = [first, first + 16].map(|at| within(at as isize, tiles.w));
+    // The tiles' 2 × 2 values: rows 2·ty, 2·ty + 1 (zero below the plane), columns even, odd.
+    let mut gy = [[_mm512_setzero_ps(); 2]; 2];
+    for (i, row) in gy.iter_mut().enumerate() {
+        let y = 2 * ty + i;
+        if y >= tiles.h {
+            continue;
+        }
+        let at = src.add(y * tiles.w);
+        let (a, b) =
+            (_mm512_maskz_loadu_ps(masks[0], at.wrapping_add(first)), _mm512_maskz_loadu_ps(masks[1], at.wrapping_add(first + 16)));
+        *row = [pick(a, evens, b), pick(a, odds, b)];
+    }
+    // A down the columns, then along the rows.
+    let columns = [a(gy[0][0], gy[1][0]), a(gy[0][1], gy[1][1])];
+    for (i, (&p, &q)) in columns[0].iter().zip(&columns[1]).enumerate() {
+        for (j, value) in a(p, q).into_iter().enumerate() {
+            _mm512_storeu_ps(dst.add((4 * i + j) * stride), value);
+        }
+    }
+}
+
+/// `V = Bᵀ d B` of the 16 tiles of unit `unit`, input channel `src` (its plane `[h, w]`, read
+/// with zero padding): element `ξ = 4i + j` of tile `l` to `dst[ξ·stride + l]`.
 ///
 /// # Safety
 /// AVX-512F must be available; `src` must hold a plane of `tiles`, `dst` 16 rows of `stride`.
 #[target_feature(enable = "avx512f")]
 unsafe fn transform_input(src: *const f32, tiles: Tiles, unit: usize, dst: *mut f32, stride: usize) {
     let (ty, v) = (unit / tiles.units, unit % tiles.units);
-    // Rows 2·ty … 2·ty + 3 of padded columns 32v + 2l + s (s < 4) for tile l, then Bᵀ d.
+    // Column j of tile l is input column 32v − 1 + 2l + j: the even (j = 0) and odd (j = 1)
+    // lanes of the 32 columns from 32v − 1, and those of the 32 from 32v + 1 (j = 2, 3).
+    let evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    let odds = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    let first = 32 * v as isize - 1;
+    let masks = [first, first + 16, first + 2, first + 18].map(|at| within(at, tiles.w));
     let mut d = [[_mm512_setzero_ps(); 4]; 4];
     for (i, row) in d.iter_mut().enumerate() {
-        let at = src.add((2 * ty + i) * tiles.row + 16 * v);
-        *row =
-            [_mm512_loadu_ps(at), _mm512_loadu_ps(at.add(tiles.half)), _mm512_loadu_ps(at.add(1)), _mm512_loadu_ps(at.add(tiles.half + 1))];
+        // Input row 2·ty − 1 + i; zero above and below the plane.
+        let Some(y) = (2 * ty + i).checked_sub(1).filter(|&y| y < tiles.h) else {
+            continue;
+        };
+        let at = |k: usize, offset: isize| _mm512_maskz_loadu_ps(masks[k], src.wrapping_offset((y * tiles.w) as isize + offset));
+        let (a, b, c, e) = (at(0, first), at(1, first + 16), at(2, first + 2), at(3, first + 18));
+        *row = [pick(a, evens, b), pick(a, odds, b), pick(c, evens, e), pick(c, odds, e)];
     }
     // Bᵀ d down the columns (`t[i][j]`), then along the rows: V = (Bᵀ d) B.
     let mut t = [[_mm512_setzero_ps(); 4]; 4];
@@ -310,6 +436,38 @@ unsafe fn transform_input(src: *const f32, tiles: Tiles, unit: usize, dst: *mut 
             _mm512_storeu_ps(dst.add((4 * i + j) * stride), value);
         }
     }
+}
+
+/// `A [p, q]`: `[p, p + q, p − q, −q]`.
+///
+/// # Safety
+/// AVX-512F must be available.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn a(p: __m512, q: __m512) -> [__m512; 4] {
+    [p, _mm512_add_ps(p, q), _mm512_sub_ps(p, q), _mm512_sub_ps(_mm512_setzero_ps(), q)]
+}
+
+/// The lanes `l` of a 16-lane load from column `start` whose columns `start + l` are within
+/// `0 … w − 1`.
+fn within(start: isize, w: usize) -> u16 {
+    let low = (-start).clamp(0, 16);
+    let high = (w as isize - start).clamp(0, 16);
+    if high <= low {
+        0
+    } else {
+        mask(high as usize) & !mask(low as usize)
+    }
+}
+
+/// The lanes of `a` and `b` (as one 32-lane vector) that `idx` picks.
+///
+/// # Safety
+/// AVX-512F must be available.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn pick(a: __m512, idx: __m512i, b: __m512) -> __m512 {
+    _mm512_castsi512_ps(_mm512_permutex2var_epi32(_mm512_castps_si512(a), idx, _mm512_castps_si512(b)))
 }
 
 /// `Bᵀ a` for the four rows (or columns) `a`: `[a0 − a2, a1 + a2, a2 − a1, a1 − a3]`.
@@ -390,8 +548,6 @@ unsafe fn store(m: *const f32, tiles: Tiles, unit: usize, map: Map, out: Output,
     // Lanes 0–15 of the interleaving of `a` (even columns) and `b` (odd columns), then 16–31.
     let low = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     let high = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
-    let interleave =
-        |a: __m512, b: __m512, idx| _mm512_castsi512_ps(_mm512_permutex2var_epi32(_mm512_castps_si512(a), idx, _mm512_castps_si512(b)));
     let x0 = 32 * v;
     let n = 32.min(tiles.w - x0);
     let masks = [mask(n), mask(n.saturating_sub(16))];
@@ -403,8 +559,8 @@ unsafe fn store(m: *const f32, tiles: Tiles, unit: usize, map: Map, out: Output,
         // (Aᵀ M) A: columns 0 and 1.
         let [even, odd] = at(*row).map(epilogue);
         let at = out.0.add((ch * tiles.h + y) * tiles.w + x0);
-        _mm512_mask_storeu_ps(at, masks[0], interleave(even, odd, low));
-        _mm512_mask_storeu_ps(at.add(16), masks[1], interleave(even, odd, high));
+        _mm512_mask_storeu_ps(at, masks[0], pick(even, low, odd));
+        _mm512_mask_storeu_ps(at.add(16), masks[1], pick(even, high, odd));
     }
 }
 
@@ -444,8 +600,6 @@ mod tests {
             let input = random(r * h * w, &mut rng);
             let weights = random(o * r * 9, &mut rng);
             let (bias, scale, shift) = (random(o, &mut rng), random(o, &mut rng), random(o, &mut rng));
-            let mut padded = vec![f32::NAN; r * tiles.plane];
-            tiles.fill(&input, r, &mut padded, false);
             let forward = Taps { row_stride: 9 * r, red_stride: 9, flip: false };
             let transposed = Taps { row_stride: 9, red_stride: 9 * o, flip: true };
             let plain = Epilogue { bias: Some(&bias), affine: None };
@@ -457,7 +611,7 @@ mod tests {
                 let transformed = Transformed::new(&weights, o, r, taps);
                 for parallel in [false, true] {
                     let mut out = vec![MaybeUninit::new(f32::NAN); o * h * w];
-                    convolve(&padded, tiles, &transformed, epilogue, &mut out, parallel);
+                    convolve(&input, tiles, &transformed, epilogue, &mut out, parallel);
                     for (i, (v, want)) in out.iter().zip(&want).enumerate() {
                         // SAFETY: initialised (to NaN, which the comparison would catch) above.
                         let (got, want) = unsafe { (v.assume_init(), want.assume_init()) };
