@@ -16,7 +16,8 @@ use burn::tensor::Device;
 use hcsflow_n2v::{train, N2vConfig};
 use ndarray::{concatenate, Array2, Axis};
 
-/// The allocator of the CLI and the Python module, where `n2v_denoise` runs: measured as users run it.
+/// The allocator of the CLI (with its options, below) and the Python module, where `n2v_denoise`
+/// runs: measured as users run it.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
@@ -32,6 +33,10 @@ fn psnr(clean: &Array2<f32>, x: &Array2<f32>) -> f64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // As the CLI sets it (`keep_freed_memory` in crates/hcsflow-cli/src/main.rs): mimalloc's
+    // `mi_option_purge_delay` (15) = −1, freed memory kept for reuse.
+    // SAFETY: sets an integer in the allocator's option table; valid at any time.
+    unsafe { libmimalloc_sys::mi_option_set(15, -1) };
     let mut args = std::env::args().skip(1);
     let dir = PathBuf::from(args.next().ok_or("usage: bench_n2v DIR [--steps N] [--epochs N]")?);
     let mut cfg = N2vConfig::default();
