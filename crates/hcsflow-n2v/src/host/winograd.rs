@@ -151,7 +151,8 @@ fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
 }
 
 /// One image: `dst` `[o, h, w]` = `epilogue` applied to the zero-padded convolution of `input`
-/// `[r, h, w]` (`tiles` of `h × w`) with `weights`; every element of `dst` is written. With `parallel`, the blocks of units are shared out among rayon's threads.
+/// `[r, h, w]` (`tiles` of `h × w`) with `weights`; every element of `dst` is written. With
+/// `parallel`, the blocks of units are shared out among rayon's threads.
 ///
 /// # Panics
 /// If the sizes are inconsistent or [`super::direct::available`] is false.
@@ -167,13 +168,7 @@ pub(super) fn convolve(
     assert!(super::direct::available(), "Winograd convolution without AVX-512");
     let plane = tiles.h * tiles.w;
     assert!(input.len() == r * plane && dst.len() == o * plane, "conv3x3: inconsistent sizes");
-    if dst.is_empty() || r == 0 {
-        // No input channel: every output is the epilogue of 0.
-        for (c, plane) in dst.chunks_mut(tiles.h * tiles.w).enumerate() {
-            plane.iter_mut().for_each(|d| {
-                epilogue.of(c).apply(&[0.0], std::slice::from_mut(d));
-            });
-        }
+    if dst.is_empty() {
         return;
     }
     let blocks = tiles.count.div_ceil(P);
