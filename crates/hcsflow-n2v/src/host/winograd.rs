@@ -249,7 +249,7 @@ pub(super) fn weight_grad(x: &[f32], g: &[f32], images: std::ops::Range<usize>, 
     assert!(x.len() >= images.end * ci * plane && g.len() >= images.end * co * plane, "conv3x3: inconsistent sizes");
     let tiles = Tiles::new(h, w);
     let n = 16 * tiles.count;
-    // Channels in blocks of 4 (zero rows past `ci` and `co`); S as [16][⌈co/4⌉][⌈ci/4⌉][4 × 4].
+    // Channels in blocks of 4 (rows past `ci` and `co` are padding); S as [16][⌈co/4⌉][⌈ci/4⌉][4 × 4].
     let (ob, cb) = (co.div_ceil(4), ci.div_ceil(4));
     let mut sums = vec![0.0f32; 16 * ob * cb * 16];
     if n == 0 || co * ci == 0 {
@@ -258,9 +258,8 @@ pub(super) fn weight_grad(x: &[f32], g: &[f32], images: std::ops::Range<usize>, 
     let (cp, op) = (4 * cb, 4 * ob);
     with_scratch(16 * (cp + op) * n, |scratch| {
         let (v, z) = scratch.split_at_mut(16 * cp * n);
-        // The padding rows stay zero: the transforms below write only the first `ci` (`co`).
-        v.fill(0.0);
-        z.fill(0.0);
+        // The padding rows (past `ci`, `co`) keep whatever the scratch held: they reach only the
+        // sums of padded channel pairs, which are never read.
         for image in images {
             let (xs, gs) = (&x[image * ci * plane..][..ci * plane], &g[image * co * plane..][..co * plane]);
             // SAFETY: AVX-512F is available (asserted). The transforms read one plane of `xs`
