@@ -31,11 +31,11 @@ use rayon::prelude::*;
 use super::{Epilogue, Map, Padded, Taps};
 
 /// Output channels per register block.
-const C: usize = 4;
+pub(super) const C: usize = 4;
 /// 16-lane vectors of wide positions per register block.
-const P: usize = 6;
+pub(super) const P: usize = 6;
 /// Wide positions per register block.
-const SPAN: usize = 16 * P;
+pub(super) const SPAN: usize = 16 * P;
 
 /// Elements the padded input needs past its last plane: a block starting at the last wide
 /// position reads up to `SPAN` further.
@@ -270,22 +270,43 @@ unsafe fn block(src: *const f32, geo: Padded, r: usize, w: *const f32, acc: &mut
         let base = src.add(c * geo.plane);
         let wc = w.add(c * 9 * C);
         for (t, &shift) in shifts.iter().enumerate() {
-            let at = base.add(shift);
-            let mut v = [_mm512_setzero_ps(); P];
-            for (p, x) in v.iter_mut().enumerate() {
-                *x = _mm512_loadu_ps(at.add(16 * p));
-            }
-            for (k, row) in sums.iter_mut().enumerate() {
-                let weight = _mm512_set1_ps(*wc.add(t * C + k));
-                for (s, &x) in row.iter_mut().zip(&v) {
-                    *s = _mm512_fmadd_ps(weight, x, *s);
-                }
-            }
+            accumulate(&mut sums, base.add(shift), wc.add(t * C));
         }
     }
+    store_sums(&sums, acc.as_mut_ptr());
+}
+
+/// One step of a `C × N` register block (also the Winograd kernel's):
+/// `sums[k][p] += w[k] · x[16p … 16p + 15]`, `N` vector loads, `C` broadcasts, `C·N` fused
+/// multiply-adds.
+///
+/// # Safety
+/// AVX-512F must be available; `x` readable at `16·N` elements, `w` at `C`.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) unsafe fn accumulate<const N: usize>(sums: &mut [[__m512; N]; C], x: *const f32, w: *const f32) {
+    let mut v = [_mm512_setzero_ps(); N];
+    for (p, x_p) in v.iter_mut().enumerate() {
+        *x_p = _mm512_loadu_ps(x.add(16 * p));
+    }
+    for (k, row) in sums.iter_mut().enumerate() {
+        let weight = _mm512_set1_ps(*w.add(k));
+        for (s, &x_p) in row.iter_mut().zip(&v) {
+            *s = _mm512_fmadd_ps(weight, x_p, *s);
+        }
+    }
+}
+
+/// Stores a `C × N` register block: row `k`, vector `p` to `out[k·SPAN + 16p …]`.
+///
+/// # Safety
+/// AVX-512F must be available; `out` writable at `(C − 1)·SPAN + 16·N` elements.
+#[target_feature(enable = "avx512f")]
+#[inline]
+pub(super) unsafe fn store_sums<const N: usize>(sums: &[[__m512; N]; C], out: *mut f32) {
     for (k, row) in sums.iter().enumerate() {
         for (p, &s) in row.iter().enumerate() {
-            _mm512_storeu_ps(acc.as_mut_ptr().add(k * SPAN + 16 * p), s);
+            _mm512_storeu_ps(out.add(k * SPAN + 16 * p), s);
         }
     }
 }

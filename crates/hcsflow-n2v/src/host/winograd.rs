@@ -41,19 +41,15 @@ use std::arch::x86_64::{
     _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_max_ps, _mm512_mul_ps, _mm512_permutex2var_epi32, _mm512_permutex2var_ps,
     _mm512_set1_ps, _mm512_set_epi32, _mm512_setzero_ps, _mm512_storeu_ps, _mm512_sub_ps,
 };
-use std::cell::RefCell;
 use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
 use super::{Epilogue, Map, Taps};
 
-/// Output channels per register block.
-const C: usize = 4;
-/// Units (16 tiles each) per register block.
-const P: usize = 6;
-/// Tiles per block.
-const SPAN: usize = 16 * P;
+// The direct kernel's register block: `C` output channels × `P` vectors, here `P` units of 16
+// tiles (`SPAN` tiles per block).
+use super::direct::{accumulate, store_sums, C, P, SPAN};
 
 /// Whether the Winograd kernel should run a convolution of `r` input channels over `h × w`
 /// planes: enough input channels for the transforms to be a small share of the work (the
@@ -131,25 +127,6 @@ struct Output(*mut f32);
 unsafe impl Send for Output {}
 unsafe impl Sync for Output {}
 
-thread_local! {
-    /// Per-thread `V` and `M` of the kernel, kept between calls.
-    static SCRATCH: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
-}
-
-/// Runs `f` with `len` elements of scratch (contents unspecified): the calling thread's, kept
-/// between calls, or a new buffer if this thread is already using it.
-fn with_scratch<R>(len: usize, f: impl FnOnce(&mut [f32]) -> R) -> R {
-    SCRATCH.with(|cell| match cell.try_borrow_mut() {
-        Ok(mut buffer) => {
-            if buffer.len() < len {
-                buffer.resize(len, 0.0);
-            }
-            f(&mut buffer[..len])
-        }
-        Err(_) => f(&mut vec![0.0; len]),
-    })
-}
-
 /// One image: `dst` `[o, h, w]` = `epilogue` applied to the zero-padded convolution of `input`
 /// `[r, h, w]` (`tiles` of `h × w`) with `weights`; every element of `dst` is written. With
 /// `parallel`, the blocks of units are shared out among rayon's threads.
@@ -175,7 +152,8 @@ pub(super) fn convolve(
     let out = Output(dst.as_mut_ptr().cast());
     let run = |range: std::ops::Range<usize>| {
         let (v_len, m_len) = (16 * r * SPAN, 16 * C * SPAN);
-        with_scratch(v_len + m_len, |scratch| {
+        // `V` and `M` in the calling thread's scratch of the convolution kernels.
+        super::with_scratch(v_len + m_len, 0, |scratch, _| {
             let (v, m) = scratch.split_at_mut(v_len);
             for block in range {
                 let first = block * P;
@@ -256,7 +234,7 @@ pub(super) fn weight_grad(x: &[f32], g: &[f32], images: std::ops::Range<usize>, 
         return vec![0.0; co * ci * 9];
     }
     let (cp, op) = (4 * cb, 4 * ob);
-    with_scratch(16 * (cp + op) * n, |scratch| {
+    super::with_scratch(16 * (cp + op) * n, 0, |scratch, _| {
         let (v, z) = scratch.split_at_mut(16 * cp * n);
         // The padding rows (past `ci`, `co`) keep whatever the scratch held: they reach only the
         // sums of padded channel pairs, which are never read.
@@ -369,8 +347,7 @@ const HALVES: [[[i32; 16]; 2]; 4] = {
 #[target_feature(enable = "avx512f")]
 unsafe fn transform_gradient(src: *const f32, tiles: Tiles, unit: usize, dst: *mut f32, stride: usize) {
     let (ty, v) = (unit / tiles.units, unit % tiles.units);
-    let evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    let odds = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    let [evens, odds] = even_odd();
     let first = 32 * v;
     let masks = [first, first + 16].map(|at| within(at as isize, tiles.w));
     // The tiles' 2 × 2 values: rows 2·ty, 2·ty + 1 (zero below the plane), columns even, odd.
@@ -404,8 +381,7 @@ unsafe fn transform_input(src: *const f32, tiles: Tiles, unit: usize, dst: *mut 
     let (ty, v) = (unit / tiles.units, unit % tiles.units);
     // Column j of tile l is input column 32v − 1 + 2l + j: the even (j = 0) and odd (j = 1)
     // lanes of the 32 columns from 32v − 1, and those of the 32 from 32v + 1 (j = 2, 3).
-    let evens = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    let odds = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    let [evens, odds] = even_odd();
     let first = 32 * v as isize - 1;
     let masks = [first, first + 16, first + 2, first + 18].map(|at| within(at, tiles.w));
     let mut d = [[_mm512_setzero_ps(); 4]; 4];
@@ -454,6 +430,20 @@ fn within(start: isize, w: usize) -> u16 {
     }
 }
 
+/// The permutations that pick the even and the odd lanes of two vectors seen as one of 32 lanes
+/// (for [`pick`]).
+///
+/// # Safety
+/// AVX-512F must be available.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn even_odd() -> [__m512i; 2] {
+    [
+        _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0),
+        _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1),
+    ]
+}
+
 /// The lanes of `a` and `b` (as one 32-lane vector) that `idx` picks.
 ///
 /// # Safety
@@ -494,22 +484,9 @@ unsafe fn at(a: [__m512; 4]) -> [__m512; 2] {
 unsafe fn products<const N: usize>(v: *const f32, u: *const f32, r: usize, m: *mut f32) {
     let mut sums = [[_mm512_setzero_ps(); N]; C];
     for c in 0..r {
-        let mut x = [_mm512_setzero_ps(); N];
-        for (p, x) in x.iter_mut().enumerate() {
-            *x = _mm512_loadu_ps(v.add(c * SPAN + 16 * p));
-        }
-        for (k, row) in sums.iter_mut().enumerate() {
-            let weight = _mm512_set1_ps(*u.add(c * C + k));
-            for (s, &x) in row.iter_mut().zip(&x) {
-                *s = _mm512_fmadd_ps(weight, x, *s);
-            }
-        }
+        accumulate(&mut sums, v.add(c * SPAN), u.add(c * C));
     }
-    for (k, row) in sums.iter().enumerate() {
-        for (p, &s) in row.iter().enumerate() {
-            _mm512_storeu_ps(m.add(k * SPAN + 16 * p), s);
-        }
-    }
+    store_sums(&sums, m);
 }
 
 /// Writes the outputs `Aᵀ M A` of unit `unit`'s 16 tiles, channel `ch`, through `map`: `m` holds
