@@ -26,9 +26,9 @@
 //! at least 8 input channels over planes wide enough to fill Winograd's 16-tile units (forward,
 //! input gradient, and the weight gradient when the output has 8 channels too) go through Winograd
 //! F(2 × 2, 3 × 3) there (the private `winograd` module: 16 multiplies per 2 × 2 outputs instead
-//! of 36, same sums up to rounding). In inference the
-//! convolution applies batch norm and ReLU as it writes its output
-//! ([`HostKernels::conv3x3_affine_relu`]).
+//! of 36, same sums up to rounding). In inference the convolution goes through F(4 × 4, 3 × 3)
+//! instead (36 multiplies per 4 × 4 outputs) and applies batch norm and ReLU as it writes its
+//! output ([`HostKernels::conv3x3_affine_relu`]).
 //!
 //! **MaxBlurPool** (burn `flex`: a 2 × 2 max pool of stride 1 that took ~100 ms on a `[16, 32,
 //! 64, 64]` batch, then a grouped convolution): one pass per plane computing the 2 × 2 maximum and
@@ -226,7 +226,7 @@ impl HostKernels for Flex {
         let (x, weight, bias) = (x.to_contiguous(), weight.to_contiguous(), bias.to_contiguous());
         let (xs, ws, bs) = (f32s(&x), f32s(&weight), f32s(&bias));
         // w[co, ci, tap] at co·9Ci + ci·9 + tap: output rows (co) stride 9Ci, reduction (ci) stride 9.
-        let out = conv_same(xs, [b, ci, h, w], co, ws, forward_taps(ci), &Epilogue { bias: Some(bs), affine: None });
+        let out = conv_same(xs, [b, ci, h, w], co, ws, forward_taps(ci), &Epilogue { bias: Some(bs), affine: None }, Winograd::F2);
         tensor(out, [b, co, h, w])
     }
 
@@ -239,7 +239,7 @@ impl HostKernels for Flex {
         let (x, weight, bias) = (x.to_contiguous(), weight.to_contiguous(), bias.to_contiguous());
         let (scale, shift) = (scale.to_contiguous(), shift.to_contiguous());
         let epilogue = Epilogue { bias: Some(f32s(&bias)), affine: Some((f32s(&scale), f32s(&shift))) };
-        let out = conv_same(f32s(&x), [b, ci, h, w], co, f32s(&weight), forward_taps(ci), &epilogue);
+        let out = conv_same(f32s(&x), [b, ci, h, w], co, f32s(&weight), forward_taps(ci), &epilogue, Winograd::F4);
         tensor(out, [b, co, h, w])
     }
 
@@ -247,20 +247,34 @@ impl HostKernels for Flex {
         let [b, c, h, w] = dims4(&x);
         let x = x.to_contiguous();
         let (oh, ow) = pooled(h, w);
-        let mut out = vec![0.0f32; b * c * oh * ow];
-        if !out.is_empty() {
-            f32s(&x).par_chunks_exact(h * w).zip(out.par_chunks_exact_mut(oh * ow)).for_each(|(src, dst)| max_blur_plane(src, h, w, dst));
-        }
+        let write = |out: &mut [MaybeUninit<f32>]| {
+            if !out.is_empty() {
+                f32s(&x)
+                    .par_chunks_exact(h * w)
+                    .zip(out.par_chunks_exact_mut(oh * ow))
+                    .for_each(|(src, dst)| max_blur_plane(src, h, w, dst));
+            }
+        };
+        // SAFETY: `h, w ≥ 2` (MaxBlurPool's precondition): the `b·c` planes cover `out`, and
+        // `max_blur_plane` writes every element of each.
+        let out = unsafe { written(b * c * oh * ow, write) };
         tensor(out, [b, c, oh, ow])
     }
 
     fn upsample2(x: FlexTensor) -> FlexTensor {
         let [b, c, h, w] = dims4(&x);
         let x = x.to_contiguous();
-        let mut out = vec![0.0f32; b * c * 4 * h * w];
-        if !out.is_empty() {
-            f32s(&x).par_chunks_exact(h * w).zip(out.par_chunks_exact_mut(4 * h * w)).for_each(|(src, dst)| upsample_plane(src, h, w, dst));
-        }
+        let write = |out: &mut [MaybeUninit<f32>]| {
+            if !out.is_empty() {
+                f32s(&x)
+                    .par_chunks_exact(h * w)
+                    .zip(out.par_chunks_exact_mut(4 * h * w))
+                    .for_each(|(src, dst)| upsample_plane(src, h, w, dst));
+            }
+        };
+        // SAFETY: the `b·c` planes of `x` cover `out` (4 times their size), and `upsample_plane`
+        // writes every element of each.
+        let out = unsafe { written(b * c * 4 * h * w, write) };
         tensor(out, [b, c, 2 * h, 2 * w])
     }
 
@@ -442,7 +456,7 @@ impl Backward<Flex, 3> for Conv3x3Grad {
             // Transposed and flipped: output rows are ci (stride 9), the reduction runs over co
             // (stride 9Ci), tap t reads 8 − t.
             let taps = Taps { row_stride: 9, red_stride: 9 * ci, flip: true };
-            let dx = conv_same(gs, [b, co, h, w], ci, f32s(&weight), taps, &Epilogue { bias: None, affine: None });
+            let dx = conv_same(gs, [b, co, h, w], ci, f32s(&weight), taps, &Epilogue { bias: None, affine: None }, Winograd::F2);
             grads.register::<Flex>(node.id, tensor(dx, [b, ci, h, w]));
         }
         if let Some(node) = node_w {
@@ -707,6 +721,19 @@ const fn forward_taps(ci: usize) -> Taps {
     Taps { row_stride: 9 * ci, red_stride: 9, flip: false }
 }
 
+/// The Winograd transform [`conv_same`] uses on AVX-512 where it suits the shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Winograd {
+    /// F(2 × 2, 3 × 3): 16 multiplies per 2 × 2 outputs and input channel (4 per output), with
+    /// transforms of ±1 and ½. Training (forward and input gradient; the weight gradient is
+    /// written for it too).
+    F2,
+    /// F(4 × 4, 3 × 3): 36 multiplies per 4 × 4 outputs (2.25 per output) and fewer transformed
+    /// values to write and read per output, with transforms of up to ×8 and 1/24 that round more
+    /// (within the same 1e-5 of the sum of absolute products in the kernel tests, though). Inference.
+    F4,
+}
+
 /// What [`conv_same`] applies to each output value `s` of channel `c`:
 /// `(s + bias[c])·scale[c] + shift[c]`, then ReLU when `affine` is given (batch norm in inference
 /// and ReLU fused into the convolution); `s + bias[c]` otherwise.
@@ -846,9 +873,19 @@ fn gemm_parallelism(batch: usize) -> gemm::Parallelism {
 
 /// `out[b, o, y, x] = E(Σ_tap Σ_r W_tap[o, r] · in_pad[b, r, y + ky − 1, x + kx − 1])` for `input`
 /// `[B, R, H, W]` and `O` output channels, with `E` the `epilogue` of channel `o`; `weights` read
-/// as `taps` says. On AVX-512 the [`winograd`] kernel where [`winograd::suits`] the shape, else
-/// the [`direct`] one; nine tap gemms without AVX-512.
-fn conv_same(input: &[f32], [b, r, h, w]: [usize; 4], o: usize, weights: &[f32], taps: Taps, epilogue: &Epilogue) -> Vec<f32> {
+/// as `taps` says. On AVX-512 the [`winograd`] kernel of `variant` where [`winograd::suits`] the
+/// shape, else the [`direct`] one; nine tap gemms without AVX-512.
+#[allow(clippy::too_many_arguments)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(unused_variables))]
+fn conv_same(
+    input: &[f32],
+    [b, r, h, w]: [usize; 4],
+    o: usize,
+    weights: &[f32],
+    taps: Taps,
+    epilogue: &Epilogue,
+    variant: Winograd,
+) -> Vec<f32> {
     let geo = Padded::new(h, w);
     let plane_out = h * w;
     let len = b * o * plane_out;
@@ -859,13 +896,14 @@ fn conv_same(input: &[f32], [b, r, h, w]: [usize; 4], o: usize, weights: &[f32],
     let par = gemm_parallelism(b);
     let parallel_images = matches!(par, gemm::Parallelism::None);
     #[cfg(target_arch = "x86_64")]
-    let transformed = (direct::available() && winograd::suits(r, h, w)).then(|| winograd::Transformed::new(weights, o, r, taps));
+    let transformed =
+        (direct::available() && winograd::suits(variant, r, h, w)).then(|| winograd::Transformed::new(weights, o, r, taps, variant));
     #[cfg(target_arch = "x86_64")]
     let packed = (direct::available() && transformed.is_none()).then(|| direct::Packed::new(weights, o, r, taps));
     let image = |(src, dst): (&[f32], &mut [MaybeUninit<f32>])| {
         #[cfg(target_arch = "x86_64")]
         if let Some(transformed) = &transformed {
-            winograd::convolve(src, winograd::Tiles::new(h, w), transformed, epilogue, dst, !parallel_images);
+            winograd::convolve(src, winograd::Tiles::new(variant, h, w), transformed, epilogue, dst, !parallel_images);
             return;
         }
         #[cfg(target_arch = "x86_64")]
@@ -976,7 +1014,7 @@ fn weight_grad(x: &[f32], g: &[f32], [b, ci, h, w]: [usize; 4], co: usize) -> Ve
     let partial = |first: usize| -> Vec<f32> {
         let images = first..(first + per).min(b);
         #[cfg(target_arch = "x86_64")]
-        if direct::available() && co >= 8 && winograd::suits(ci, h, w) && matches!(par, gemm::Parallelism::None) {
+        if direct::available() && co >= 8 && winograd::suits(Winograd::F2, ci, h, w) && matches!(par, gemm::Parallelism::None) {
             return winograd::weight_grad(x, g, images, [ci, h, w], co);
         }
         #[cfg(target_arch = "x86_64")]
@@ -1076,14 +1114,12 @@ fn window_max(src: &[f32], w: usize, y: usize, x: usize) -> (usize, f32) {
 
 /// One plane of MaxBlurPool: `dst[oy, ox] = Σ_(i, j) BLUR[i]·BLUR[j]·m[2oy + i − 1, 2ox + j − 1]`
 /// with `m` the 2 × 2 maxima (zero outside); the blur applied down the rows, then along them.
-fn max_blur_plane(src: &[f32], h: usize, w: usize, dst: &mut [f32]) {
+/// Every element of `dst` (`pooled(h, w)`) is written.
+fn max_blur_plane(src: &[f32], h: usize, w: usize, dst: &mut [MaybeUninit<f32>]) {
     let (mh, mw) = (h - 1, w - 1);
-    let mut m = vec![0.0f32; mh * mw];
-    for (y, row) in m.chunks_exact_mut(mw).enumerate() {
-        let (r0, r1) = (&src[y * w..(y + 1) * w], &src[(y + 1) * w..(y + 2) * w]);
-        for (x, v) in row.iter_mut().enumerate() {
-            *v = r0[x].max(r0[x + 1]).max(r1[x].max(r1[x + 1]));
-        }
+    let mut m = Vec::with_capacity(mh * mw);
+    for (r0, r1) in src.chunks_exact(w).zip(src.chunks_exact(w).skip(1)) {
+        m.extend((0..mw).map(|x| r0[x].max(r0[x + 1]).max(r1[x].max(r1[x + 1]))));
     }
     let (oh, ow) = pooled(h, w);
     let mut blurred = vec![0.0f32; mw];
@@ -1101,7 +1137,7 @@ fn max_blur_plane(src: &[f32], h: usize, w: usize, dst: &mut [f32]) {
                 let Some(x) = (2 * ox + j).checked_sub(1).filter(|&x| x < mw) else { continue };
                 acc += wj * blurred[x];
             }
-            *o = acc;
+            o.write(acc);
         }
     }
 }
@@ -1144,23 +1180,27 @@ fn upsample_line(n: usize, get: impl Fn(usize) -> f32, mut put: impl FnMut(usize
 }
 
 /// One plane of the upsampling: rows (axis 2) first, then columns (axis 3), as
-/// [`crate::model::upsample`].
-fn upsample_plane(src: &[f32], h: usize, w: usize, dst: &mut [f32]) {
-    let mut tall = vec![0.0f32; 2 * h * w];
+/// [`crate::model::upsample`]; every element of `dst` (`2h × 2w`) is written.
+fn upsample_plane(src: &[f32], h: usize, w: usize, dst: &mut [MaybeUninit<f32>]) {
+    let mut tall = vec![0.0f32; w];
     for i in 0..h {
         let row = &src[i * w..(i + 1) * w];
         let prev = &src[i.saturating_sub(1) * w..(i.saturating_sub(1) + 1) * w];
         let next = &src[(i + 1).min(h - 1) * w..((i + 1).min(h - 1) + 1) * w];
-        let (even, odd) = tall[2 * i * w..(2 * i + 2) * w].split_at_mut(w);
-        for x in 0..w {
-            even[x] = row[x] * 0.75 + prev[x] * 0.25;
-            odd[x] = row[x] * 0.75 + next[x] * 0.25;
+        // Output rows 2i (with the row above) and 2i + 1 (with the row below).
+        for (k, other) in [prev, next].into_iter().enumerate() {
+            for ((t, &v), &o) in tall.iter_mut().zip(row).zip(other) {
+                *t = v * 0.75 + o * 0.25;
+            }
+            let out = &mut dst[(2 * i + k) * 2 * w..(2 * i + k + 1) * 2 * w];
+            upsample_line(
+                w,
+                |i| tall[i],
+                |o, v| {
+                    out[o].write(v);
+                },
+            );
         }
-    }
-    for y in 0..2 * h {
-        let row = &tall[y * w..(y + 1) * w];
-        let out = &mut dst[y * 2 * w..(y + 1) * 2 * w];
-        upsample_line(w, |i| row[i], |o, v| out[o] = v);
     }
 }
 

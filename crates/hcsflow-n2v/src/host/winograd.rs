@@ -1,7 +1,10 @@
-//! Winograd F(2 × 2, 3 × 3) convolutions on AVX-512, for [`super::conv_same`] and
-//! [`super::weight_grad`]: the same "same" 3 × 3 convolution as the [`super::direct`] kernel, with
-//! 16 multiplies per 2 × 2 output pixels and input channel instead of 36 (Lavin & Gray, "Fast Algorithms for Convolutional
-//! Neural Networks", 2016).
+//! Winograd F(2 × 2, 3 × 3) and F(4 × 4, 3 × 3) convolutions on AVX-512, for
+//! [`super::conv_same`] and [`super::weight_grad`]: the same "same" 3 × 3 convolution as the
+//! [`super::direct`] kernel, with 16 multiplies per 2 × 2 output pixels and input channel instead
+//! of 36, or 36 per 4 × 4 instead of 144 (Lavin & Gray, "Fast Algorithms for Convolutional Neural
+//! Networks", 2016). F(2 × 2) is described below; F(4 × 4) ([`Winograd::F4`], inference) is the
+//! same with 6 × 6 input tiles, the transforms of points 0, ±1, ±2 and ∞ ([`Winograd::g`],
+//! `bt6`, `at6`), 36 products and units of 16 tiles over 64 columns.
 //!
 //! With `d` a 4 × 4 tile of the zero-padded input and `g` the 3 × 3 weights of one (output, input)
 //! channel pair, the 2 × 2 outputs of the tile are `Aᵀ [(G g Gᵀ) ⊙ (Bᵀ d B)] A`, where
@@ -34,76 +37,111 @@
 //! channels, and one transform back per (output, input) channel pair at the end.
 //!
 //! Rounding differs from the direct sums (the transforms add and subtract values of different
-//! magnitudes before the products): the tests hold it to `1e-5` of the sum of absolute products.
+//! magnitudes before the products, F(4 × 4)'s scaled by up to 8 and 1/24): the tests hold both to
+//! `1e-5` of the sum of absolute products.
 
 use std::arch::x86_64::{
-    __m512, __m512i, _mm512_add_ps, _mm512_castps_si512, _mm512_castsi512_ps, _mm512_fmadd_ps, _mm512_loadu_ps, _mm512_loadu_si512,
-    _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_max_ps, _mm512_mul_ps, _mm512_permutex2var_epi32, _mm512_permutex2var_ps,
-    _mm512_set1_ps, _mm512_set_epi32, _mm512_setzero_ps, _mm512_storeu_ps, _mm512_sub_ps,
+    __m512, __m512i, _mm512_add_ps, _mm512_castps_si512, _mm512_castsi512_ps, _mm512_fmadd_ps, _mm512_fnmadd_ps, _mm512_loadu_ps,
+    _mm512_loadu_si512, _mm512_mask_storeu_ps, _mm512_maskz_loadu_ps, _mm512_max_ps, _mm512_mul_ps, _mm512_permutex2var_epi32,
+    _mm512_permutex2var_ps, _mm512_set1_ps, _mm512_set_epi32, _mm512_setzero_ps, _mm512_storeu_ps, _mm512_sub_ps,
 };
 use std::mem::MaybeUninit;
 
 use rayon::prelude::*;
 
-use super::{Epilogue, Map, Taps};
+use super::{Epilogue, Map, Taps, Winograd};
 
 // The direct kernel's register block: `C` output channels × `P` vectors, here `P` units of 16
 // tiles (`SPAN` tiles per block).
 use super::direct::{accumulate, store_sums, C, P, SPAN};
 
-/// Whether the Winograd kernel should run a convolution of `r` input channels over `h × w`
+impl Winograd {
+    /// The side `m` of the output tiles of F(m × m, 3 × 3).
+    const fn m(self) -> usize {
+        match self {
+            Winograd::F2 => 2,
+            Winograd::F4 => 4,
+        }
+    }
+
+    /// The elements `ξ` of a transformed tile, `(m + 2)²`.
+    const fn xi(self) -> usize {
+        (self.m() + 2) * (self.m() + 2)
+    }
+
+    /// The weight transform `G` (`(m + 2) × 3`): `U = G g Gᵀ`.
+    fn g(self) -> &'static [[f64; 3]] {
+        match self {
+            Winograd::F2 => &[[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]],
+            Winograd::F4 => &[
+                [1.0 / 4.0, 0.0, 0.0],
+                [-1.0 / 6.0, -1.0 / 6.0, -1.0 / 6.0],
+                [-1.0 / 6.0, 1.0 / 6.0, -1.0 / 6.0],
+                [1.0 / 24.0, 1.0 / 12.0, 1.0 / 6.0],
+                [1.0 / 24.0, -1.0 / 12.0, 1.0 / 6.0],
+                [0.0, 0.0, 1.0],
+            ],
+        }
+    }
+}
+
+/// Whether the `variant` kernel should run a convolution of `r` input channels over `h × w`
 /// planes: enough input channels for the transforms to be a small share of the work (the
-/// U-Net's first layer has one), and rows of tiles that fill most of their 16-tile units.
-pub(super) fn suits(r: usize, h: usize, w: usize) -> bool {
-    let tiles = w.div_ceil(2);
+/// U-Net's first layer has one), at least one tile row of outputs, and rows of tiles that fill
+/// most of their 16-tile units.
+pub(super) fn suits(variant: Winograd, r: usize, h: usize, w: usize) -> bool {
+    let tiles = w.div_ceil(variant.m());
     let units = tiles.div_ceil(16);
-    r >= 8 && h >= 2 && 4 * (16 * units - tiles) <= 16 * units
+    r >= 8 && h >= variant.m() && 4 * (16 * units - tiles) <= 16 * units
 }
 
 /// The transformed weights `U = G g Gᵀ` of `o` output × `r` input channels in the kernel's order,
-/// `[⌈o/C⌉][16][r][C]`, zero for the channels past `o` of the last block.
+/// `[⌈o/C⌉][ξ][r][C]`, zero for the channels past `o` of the last block.
 pub(super) struct Transformed {
     values: Vec<f32>,
+    variant: Winograd,
     o: usize,
     r: usize,
 }
 
 impl Transformed {
-    /// Transforms `weights` as `taps` reads them (see [`super::conv_same`]).
-    pub(super) fn new(weights: &[f32], o: usize, r: usize, taps: Taps) -> Self {
-        let mut values = vec![0.0f32; o.div_ceil(C) * 16 * r * C];
+    /// Transforms `weights` as `taps` reads them (see [`super::conv_same`]) for `variant`.
+    pub(super) fn new(weights: &[f32], o: usize, r: usize, taps: Taps, variant: Winograd) -> Self {
+        let (g, xi) = (variant.g(), variant.xi());
+        let n = g.len();
+        let mut values = vec![0.0f32; o.div_ceil(C) * xi * r * C];
         for out in 0..o {
             for c in 0..r {
-                let g = |t: usize| weights[if taps.flip { 8 - t } else { t } + out * taps.row_stride + c * taps.red_stride] as f64;
-                // G g (4 × 3), then (G g) Gᵀ (4 × 4), in f64.
-                let columns: [[f64; 4]; 3] = std::array::from_fn(|kx| {
-                    let (a, b, d) = (g(kx), g(3 + kx), g(6 + kx));
-                    [a, (a + b + d) / 2.0, (a - b + d) / 2.0, d]
-                });
-                for i in 0..4 {
-                    let (a, b, d) = (columns[0][i], columns[1][i], columns[2][i]);
-                    for (j, u) in [a, (a + b + d) / 2.0, (a - b + d) / 2.0, d].into_iter().enumerate() {
-                        values[(((out / C) * 16 + i * 4 + j) * r + c) * C + out % C] = u as f32;
+                let tap = |t: usize| weights[if taps.flip { 8 - t } else { t } + out * taps.row_stride + c * taps.red_stride] as f64;
+                // G g (n × 3), then (G g) Gᵀ (n × n), in f64.
+                let gg: Vec<[f64; 3]> =
+                    g.iter().map(|row| std::array::from_fn(|kx| (0..3).map(|ky| row[ky] * tap(3 * ky + kx)).sum())).collect();
+                for (i, left) in gg.iter().enumerate() {
+                    for (j, right) in g.iter().enumerate() {
+                        let u: f64 = (0..3).map(|kx| left[kx] * right[kx]).sum();
+                        values[(((out / C) * xi + i * n + j) * r + c) * C + out % C] = u as f32;
                     }
                 }
             }
         }
-        Self { values, o, r }
+        Self { values, variant, o, r }
     }
 
     /// `U_ξ` of output-channel block `block`: `[r][C]`.
     fn of(&self, block: usize, xi: usize) -> &[f32] {
         let len = self.r * C;
-        &self.values[(block * 16 + xi) * len..][..len]
+        &self.values[(block * self.variant.xi() + xi) * len..][..len]
     }
 }
 
-/// The geometry of an `h × w` plane cut into 2 × 2 output tiles: `th × tw` tiles, each tile row
-/// in `units` units of 16 tiles. Tile `(ty, tx)` reads the input rows `2·ty − 1 … 2·ty + 2` and
-/// columns `2·tx − 1 … 2·tx + 2`, zero outside the plane (the convolution's zero padding, and one
-/// more row and column when `h` or `w` is odd).
+/// The geometry of an `h × w` plane cut into `m × m` output tiles (`m` of the `variant`): `th ×
+/// tw` tiles, each tile row in `units` units of 16 tiles. Tile `(ty, tx)` reads the input rows
+/// `m·ty − 1 … m·ty + m` and columns `m·tx − 1 … m·tx + m`, zero outside the plane (the
+/// convolution's zero padding, and more rows and columns where `h` or `w` is not a multiple of
+/// `m`).
 #[derive(Clone, Copy)]
 pub(super) struct Tiles {
+    variant: Winograd,
     h: usize,
     w: usize,
     units: usize,
@@ -112,9 +150,10 @@ pub(super) struct Tiles {
 }
 
 impl Tiles {
-    pub(super) fn new(h: usize, w: usize) -> Self {
-        let units = w.div_ceil(2).div_ceil(16);
-        Self { h, w, units, count: h.div_ceil(2) * units }
+    pub(super) fn new(variant: Winograd, h: usize, w: usize) -> Self {
+        let m = variant.m();
+        let units = w.div_ceil(m).div_ceil(16);
+        Self { variant, h, w, units, count: h.div_ceil(m) * units }
     }
 }
 
@@ -141,17 +180,18 @@ pub(super) fn convolve(
     dst: &mut [MaybeUninit<f32>],
     parallel: bool,
 ) {
-    let (o, r) = (weights.o, weights.r);
+    let (o, r, variant) = (weights.o, weights.r, weights.variant);
     assert!(super::direct::available(), "Winograd convolution without AVX-512");
     let plane = tiles.h * tiles.w;
-    assert!(input.len() == r * plane && dst.len() == o * plane, "conv3x3: inconsistent sizes");
+    assert!(input.len() == r * plane && dst.len() == o * plane && tiles.variant == variant, "conv3x3: inconsistent sizes");
+    let xis = variant.xi();
     if dst.is_empty() {
         return;
     }
     let blocks = tiles.count.div_ceil(P);
     let out = Output(dst.as_mut_ptr().cast());
     let run = |range: std::ops::Range<usize>| {
-        let (v_len, m_len) = (16 * r * SPAN, 16 * C * SPAN);
+        let (v_len, m_len) = (xis * r * SPAN, xis * C * SPAN);
         // `V` and `M` in the calling thread's scratch of the convolution kernels.
         super::with_scratch(v_len + m_len, 0, |scratch, _| {
             let (v, m) = scratch.split_at_mut(v_len);
@@ -159,25 +199,23 @@ pub(super) fn convolve(
                 let first = block * P;
                 let n = P.min(tiles.count - first);
                 // SAFETY: AVX-512F is available (asserted). The input transform reads `input`
-                // within the `r` planes (see `transform_input`) and writes `v` at `ξ·r·SPAN +
-                // c·SPAN + 16p + l` < `16·r·SPAN`; `products` reads `v` there and `weights` at
-                // `r·C` per (block, ξ), and writes `m` at `ξ·C·SPAN + k·SPAN + 16p + l` <
-                // `16·C·SPAN`; `store` writes `dst` at the outputs of the block's units only,
-                // which no other block writes (see `store`).
+                // within the `r` planes (see `transform_input`, `transform_input4`) and writes
+                // `v` at `ξ·r·SPAN + c·SPAN + 16p + l` < `xis·r·SPAN`; `products` reads `v`
+                // there and `weights` at `r·C` per (block, ξ), and writes `m` at `ξ·C·SPAN +
+                // k·SPAN + 16p + l` < `xis·C·SPAN`; `store` (`store4`) writes `dst` at the
+                // outputs of the block's units only, which no other block writes.
                 unsafe {
                     for c in 0..r {
                         for p in 0..n {
-                            transform_input(
-                                input[c * plane..(c + 1) * plane].as_ptr(),
-                                tiles,
-                                first + p,
-                                v[c * SPAN + 16 * p..].as_mut_ptr(),
-                                r * SPAN,
-                            );
+                            let (src, to) = (input[c * plane..(c + 1) * plane].as_ptr(), v[c * SPAN + 16 * p..].as_mut_ptr());
+                            match variant {
+                                Winograd::F2 => transform_input(src, tiles, first + p, to, r * SPAN),
+                                Winograd::F4 => transform_input4(src, tiles, first + p, to, r * SPAN),
+                            }
                         }
                     }
                     for b in 0..o.div_ceil(C) {
-                        for xi in 0..16 {
+                        for xi in 0..xis {
                             let (u, vx, mx) = (weights.of(b, xi).as_ptr(), v[xi * r * SPAN..].as_ptr(), m[xi * C * SPAN..].as_mut_ptr());
                             match n {
                                 6 => products::<6>(vx, u, r, mx),
@@ -191,7 +229,11 @@ pub(super) fn convolve(
                         for k in 0..C.min(o - b * C) {
                             let ch = b * C + k;
                             for p in 0..n {
-                                store(m[k * SPAN + 16 * p..].as_ptr(), tiles, first + p, epilogue.of(ch), out, ch);
+                                let (at, map) = (m[k * SPAN + 16 * p..].as_ptr(), epilogue.of(ch));
+                                match variant {
+                                    Winograd::F2 => store(at, tiles, first + p, map, out, ch),
+                                    Winograd::F4 => store4(at, tiles, first + p, map, out, ch),
+                                }
                             }
                         }
                     }
@@ -201,8 +243,8 @@ pub(super) fn convolve(
     };
     if parallel {
         let tasks = (4 * rayon::current_num_threads()).min(blocks).max(1);
-        let per = blocks.div_ceil(tasks);
-        (0..blocks.div_ceil(per)).into_par_iter().for_each(|t| run(t * per..((t + 1) * per).min(blocks)));
+        let chunk = blocks.div_ceil(tasks);
+        (0..blocks.div_ceil(chunk)).into_par_iter().for_each(|t| run(t * chunk..((t + 1) * chunk).min(blocks)));
     } else {
         run(0..blocks);
     }
@@ -225,7 +267,7 @@ pub(super) fn weight_grad(x: &[f32], g: &[f32], images: std::ops::Range<usize>, 
     assert!(super::direct::available(), "Winograd convolution without AVX-512");
     let plane = h * w;
     assert!(x.len() >= images.end * ci * plane && g.len() >= images.end * co * plane, "conv3x3: inconsistent sizes");
-    let tiles = Tiles::new(h, w);
+    let tiles = Tiles::new(Winograd::F2, h, w);
     let n = 16 * tiles.count;
     // Channels in blocks of 4 (rows past `ci` and `co` are padding); S as [16][⌈co/4⌉][⌈ci/4⌉][4 × 4].
     let (ob, cb) = (co.div_ceil(4), ci.div_ceil(4));
@@ -267,15 +309,15 @@ pub(super) fn weight_grad(x: &[f32], g: &[f32], images: std::ops::Range<usize>, 
             }
         }
     });
-    // dw = Gᵀ S G, with G's rows [1, 0, 0], [½, ½, ½], [½, −½, ½], [0, 0, 1].
-    const G: [[f32; 3]; 4] = [[1.0, 0.0, 0.0], [0.5, 0.5, 0.5], [0.5, -0.5, 0.5], [0.0, 0.0, 1.0]];
+    // dw = Gᵀ S G.
+    let g = Winograd::F2.g();
     let mut dw = vec![0.0f32; co * ci * 9];
     for (pair, out) in dw.chunks_exact_mut(9).enumerate() {
         let (o, c) = (pair / ci, pair % ci);
         let s = |xi: usize| sums[((xi * ob + o / 4) * cb + c / 4) * 16 + (o % 4) * 4 + c % 4];
         for (t, d) in out.iter_mut().enumerate() {
             let (ky, kx) = (t / 3, t % 3);
-            *d = (0..16).map(|xi| G[xi / 4][ky] * s(xi) * G[xi % 4][kx]).sum();
+            *d = (0..16).map(|xi| (g[xi / 4][ky] * g[xi % 4][kx]) as f32 * s(xi)).sum();
         }
     }
     dw
@@ -408,6 +450,85 @@ unsafe fn transform_input(src: *const f32, tiles: Tiles, unit: usize, dst: *mut 
     }
 }
 
+/// `V = Bᵀ d B` of F(4 × 4, 3 × 3) for the 16 tiles of unit `unit`, input channel `src` (its
+/// plane `[h, w]`, read with zero padding): element `ξ = 6i + j` of tile `l` to `dst[ξ·stride +
+/// l]`.
+///
+/// # Safety
+/// AVX-512F must be available; `src` must hold a plane of `tiles`, `dst` 36 rows of `stride`.
+#[target_feature(enable = "avx512f")]
+unsafe fn transform_input4(src: *const f32, tiles: Tiles, unit: usize, dst: *mut f32, stride: usize) {
+    let (ty, v) = (unit / tiles.units, unit % tiles.units);
+    // Column j of tile l is input column 64v − 1 + 4l + j. Of the 64 columns from 64v − 1 (four
+    // loads), two rounds of even/odd picks give the lanes 4l + j for j < 4; j = 4, 5 are j = 0, 1
+    // of the next tile, the last lane's from a fifth load (of 2 columns).
+    let [evens, odds] = even_odd();
+    let next = [
+        _mm512_set_epi32(16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1),
+        _mm512_set_epi32(17, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1),
+    ];
+    let first = 64 * v as isize - 1;
+    let masks = [0, 16, 32, 48, 64].map(|k| within(first + k, tiles.w) & if k == 64 { 0b11 } else { u16::MAX });
+    // Bᵀ along each input row (`e[i][j]`), then down the columns: V = Bᵀ (d B).
+    let mut e = [[_mm512_setzero_ps(); 6]; 6];
+    for (i, row) in e.iter_mut().enumerate() {
+        // Input row 4·ty − 1 + i; zero above and below the plane.
+        let Some(y) = (4 * ty + i).checked_sub(1).filter(|&y| y < tiles.h) else {
+            continue;
+        };
+        let load = |k: usize| _mm512_maskz_loadu_ps(masks[k], src.wrapping_offset((y * tiles.w) as isize + first + 16 * k as isize));
+        let (l0, l1, l2, l3, tail) = (load(0), load(1), load(2), load(3), load(4));
+        let (even0, odd0, even1, odd1) = (pick(l0, evens, l1), pick(l0, odds, l1), pick(l2, evens, l3), pick(l2, odds, l3));
+        let (c0, c1) = (pick(even0, evens, even1), pick(odd0, evens, odd1));
+        let (c2, c3) = (pick(even0, odds, even1), pick(odd0, odds, odd1));
+        *row = bt6([c0, c1, c2, c3, pick(c0, next[0], tail), pick(c1, next[1], tail)]);
+    }
+    for j in 0..6 {
+        for (i, value) in bt6(e.map(|row| row[j])).into_iter().enumerate() {
+            _mm512_storeu_ps(dst.add((6 * i + j) * stride), value);
+        }
+    }
+}
+
+/// `Bᵀ a` of F(4 × 4, 3 × 3) for the six rows (or columns) `a`: `[4a0 − 5a2 + a4, −4a1 − 4a2 + a3
+/// + a4, 4a1 − 4a2 − a3 + a4, −2a1 − a2 + 2a3 + a4, 2a1 − a2 − 2a3 + a4, 4a1 − 5a3 + a5]`.
+///
+/// # Safety
+/// AVX-512F must be available.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn bt6(a: [__m512; 6]) -> [__m512; 6] {
+    let (two, four, five) = (_mm512_set1_ps(2.0), _mm512_set1_ps(4.0), _mm512_set1_ps(5.0));
+    let (p, q) = (_mm512_fnmadd_ps(four, a[2], a[4]), _mm512_fnmadd_ps(four, a[1], a[3]));
+    let (s, t) = (_mm512_sub_ps(a[4], a[2]), _mm512_mul_ps(two, _mm512_sub_ps(a[3], a[1])));
+    [
+        _mm512_fmadd_ps(four, a[0], _mm512_fnmadd_ps(five, a[2], a[4])),
+        _mm512_add_ps(p, q),
+        _mm512_sub_ps(p, q),
+        _mm512_add_ps(s, t),
+        _mm512_sub_ps(s, t),
+        _mm512_fmadd_ps(four, a[1], _mm512_fnmadd_ps(five, a[3], a[5])),
+    ]
+}
+
+/// `Aᵀ a` of F(4 × 4, 3 × 3) for the six rows (or columns) `a`: `[a0 + a1 + a2 + a3 + a4, a1 − a2
+/// + 2(a3 − a4), a1 + a2 + 4(a3 + a4), a1 − a2 + 8(a3 − a4) + a5]`.
+///
+/// # Safety
+/// AVX-512F must be available.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn at6(a: [__m512; 6]) -> [__m512; 4] {
+    let (sum12, diff12) = (_mm512_add_ps(a[1], a[2]), _mm512_sub_ps(a[1], a[2]));
+    let (sum34, diff34) = (_mm512_add_ps(a[3], a[4]), _mm512_sub_ps(a[3], a[4]));
+    [
+        _mm512_add_ps(_mm512_add_ps(a[0], sum12), sum34),
+        _mm512_fmadd_ps(_mm512_set1_ps(2.0), diff34, diff12),
+        _mm512_fmadd_ps(_mm512_set1_ps(4.0), sum34, sum12),
+        _mm512_add_ps(_mm512_fmadd_ps(_mm512_set1_ps(8.0), diff34, diff12), a[5]),
+    ]
+}
+
 /// `A [p, q]`: `[p, p + q, p − q, −q]`.
 ///
 /// # Safety
@@ -507,18 +628,8 @@ unsafe fn store(m: *const f32, tiles: Tiles, unit: usize, map: Map, out: Output,
             row[j] = value;
         }
     }
-    let (add, scale, shift) = (_mm512_set1_ps(map.add), _mm512_set1_ps(map.scale), _mm512_set1_ps(map.shift));
-    let epilogue = |s: __m512| {
-        let value = _mm512_add_ps(_mm512_mul_ps(_mm512_add_ps(s, add), scale), shift);
-        if map.relu {
-            _mm512_max_ps(value, _mm512_setzero_ps())
-        } else {
-            value
-        }
-    };
-    // Lanes 0–15 of the interleaving of `a` (even columns) and `b` (odd columns), then 16–31.
-    let low = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
-    let high = _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8);
+    // Even and odd columns interleaved.
+    let [low, high] = interleave();
     let x0 = 32 * v;
     let n = 32.min(tiles.w - x0);
     let masks = [mask(n), mask(n.saturating_sub(16))];
@@ -528,11 +639,80 @@ unsafe fn store(m: *const f32, tiles: Tiles, unit: usize, map: Map, out: Output,
             break;
         }
         // (Aᵀ M) A: columns 0 and 1.
-        let [even, odd] = at(*row).map(epilogue);
+        let [even, odd] = at(*row).map(|s| apply(map, s));
         let at = out.0.add((ch * tiles.h + y) * tiles.w + x0);
         _mm512_mask_storeu_ps(at, masks[0], pick(even, low, odd));
         _mm512_mask_storeu_ps(at.add(16), masks[1], pick(even, high, odd));
     }
+}
+
+/// Writes the outputs `Aᵀ M A` of F(4 × 4, 3 × 3) of unit `unit`'s 16 tiles, channel `ch`,
+/// through `map`: `m` holds `M_ξ` of tile `l` at `ξ·C·SPAN + l`. Output rows `4·ty … 4·ty + 3`
+/// (those within `h`), columns `64v …` up to `w`.
+///
+/// # Safety
+/// AVX-512F must be available; `m` readable as described; `out` must be the image's output `[o,
+/// h, w]` with `ch < o`, the elements written not accessed by any other thread.
+#[target_feature(enable = "avx512f")]
+unsafe fn store4(m: *const f32, tiles: Tiles, unit: usize, map: Map, out: Output, ch: usize) {
+    let (ty, v) = (unit / tiles.units, unit % tiles.units);
+    // Aᵀ M down the columns: rows 0 … 3 of the six columns.
+    let mut rows = [[_mm512_setzero_ps(); 6]; 4];
+    for j in 0..6 {
+        let column = [0, 1, 2, 3, 4, 5].map(|i| _mm512_loadu_ps(m.add((6 * i + j) * C * SPAN)));
+        for (row, value) in rows.iter_mut().zip(at6(column)) {
+            row[j] = value;
+        }
+    }
+    let [low, high] = interleave();
+    let x0 = 64 * v;
+    let n = 64.min(tiles.w - x0);
+    let masks = [0, 16, 32, 48].map(|k| mask(n.saturating_sub(k)));
+    for (i, row) in rows.iter().enumerate() {
+        let y = 4 * ty + i;
+        if y >= tiles.h {
+            break;
+        }
+        // (Aᵀ M) A: columns 4l … 4l + 3 of the tiles l, interleaved twice into 64 columns.
+        let [c0, c1, c2, c3] = at6(*row).map(|s| apply(map, s));
+        let (even_low, even_high) = (pick(c0, low, c2), pick(c0, high, c2));
+        let (odd_low, odd_high) = (pick(c1, low, c3), pick(c1, high, c3));
+        let at = out.0.add((ch * tiles.h + y) * tiles.w + x0);
+        for (k, (p, q)) in [(even_low, odd_low), (even_high, odd_high)].into_iter().enumerate() {
+            _mm512_mask_storeu_ps(at.add(32 * k), masks[2 * k], pick(p, low, q));
+            _mm512_mask_storeu_ps(at.add(32 * k + 16), masks[2 * k + 1], pick(p, high, q));
+        }
+    }
+}
+
+/// `map` applied to 16 values: `(s + add)·scale + shift`, then `max(·, 0)` if `relu`.
+///
+/// # Safety
+/// AVX-512F must be available.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn apply(map: Map, s: __m512) -> __m512 {
+    let value =
+        _mm512_add_ps(_mm512_mul_ps(_mm512_add_ps(s, _mm512_set1_ps(map.add)), _mm512_set1_ps(map.scale)), _mm512_set1_ps(map.shift));
+    if map.relu {
+        _mm512_max_ps(value, _mm512_setzero_ps())
+    } else {
+        value
+    }
+}
+
+/// The permutations that interleave two vectors `a`, `b` (as one of 32 lanes): lanes 0–15 of
+/// `a0 b0 a1 b1 …` (for [`pick`]), then lanes 16–31.
+///
+/// # Safety
+/// AVX-512F must be available.
+#[target_feature(enable = "avx512f")]
+#[inline]
+unsafe fn interleave() -> [__m512i; 2] {
+    [
+        _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0),
+        _mm512_set_epi32(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8),
+    ]
 }
 
 /// The mask of the first `n` (at most 16) lanes.
@@ -560,14 +740,24 @@ mod tests {
             return;
         }
         // (input channels, output channels, h, w): odd heights and widths, a single tile, rows of
-        // one unit and of several, channel counts that are not a multiple of the block's, more
-        // units than a block and a last block that is not full.
-        for (r, o, h, w) in
-            [(1, 1, 1, 1), (3, 5, 2, 3), (8, 8, 5, 17), (9, 13, 9, 6), (16, 4, 3, 40), (2, 3, 31, 33), (12, 7, 30, 64), (5, 6, 21, 97)]
-        {
+        // one unit and of several (32 columns for F2, 64 for F4; 65 and 130 one column past),
+        // channel counts that are not a multiple of the block's, more units than a block and a
+        // last block that is not full, many input channels.
+        for (r, o, h, w) in [
+            (1, 1, 1, 1),
+            (3, 5, 2, 3),
+            (8, 8, 5, 17),
+            (9, 13, 9, 6),
+            (16, 4, 3, 40),
+            (2, 3, 31, 33),
+            (12, 7, 30, 64),
+            (5, 6, 21, 97),
+            (4, 5, 7, 65),
+            (3, 9, 14, 130),
+            (64, 6, 10, 36),
+        ] {
             let mut rng = SplitMix64::new((r * 1000 + o * 100 + h * 10 + w) as u64);
             let geo = Padded::new(h, w);
-            let tiles = Tiles::new(h, w);
             let input = random(r * h * w, &mut rng);
             let weights = random(o * r * 9, &mut rng);
             let (bias, scale, shift) = (random(o, &mut rng), random(o, &mut rng), random(o, &mut rng));
@@ -579,17 +769,20 @@ mod tests {
             for (taps, epilogue, what) in [(forward, &plain, "bias"), (forward, &fused, "affine + relu"), (transposed, &none, "flipped")] {
                 let mut want = vec![MaybeUninit::new(f32::NAN); o * h * w];
                 conv_image_gemm(&input, geo, [r, o], &weights, taps, epilogue, gemm::Parallelism::None, &mut want);
-                let transformed = Transformed::new(&weights, o, r, taps);
-                for parallel in [false, true] {
+                for (variant, parallel) in [(Winograd::F2, false), (Winograd::F2, true), (Winograd::F4, false), (Winograd::F4, true)] {
+                    let transformed = Transformed::new(&weights, o, r, taps, variant);
                     let mut out = vec![MaybeUninit::new(f32::NAN); o * h * w];
-                    convolve(&input, tiles, &transformed, epilogue, &mut out, parallel);
+                    convolve(&input, Tiles::new(variant, h, w), &transformed, epilogue, &mut out, parallel);
                     for (i, (v, want)) in out.iter().zip(&want).enumerate() {
                         // SAFETY: initialised (to NaN, which the comparison would catch) above.
                         let (got, want) = unsafe { (v.assume_init(), want.assume_init()) };
                         // Inputs and weights are within ±1: 9r products of at most 1, then the
                         // epilogue's scale and shift within ±1.
                         let tol = 1e-5 * (9 * r) as f32 * 2.0;
-                        assert!((got - want).abs() <= tol, "{r}→{o} {h}×{w} {what} parallel {parallel}: element {i} {got} vs {want}");
+                        assert!(
+                            (got - want).abs() <= tol,
+                            "{variant:?} {r}→{o} {h}×{w} {what} parallel {parallel}: element {i} {got} vs {want}"
+                        );
                     }
                 }
             }
@@ -598,14 +791,20 @@ mod tests {
 
     #[test]
     fn suits_only_planes_whose_tile_rows_fill_their_units() {
-        // 64 columns: 32 tiles, two full units; 34 columns: 17 tiles in two units (47 % empty).
-        assert!(suits(32, 64, 64));
-        assert!(!suits(32, 64, 34));
+        use Winograd::{F2, F4};
+        // F2, 64 columns: 32 tiles, two full units; 34 columns: 17 tiles in two units (47 % empty).
+        assert!(suits(F2, 32, 64, 64));
+        assert!(!suits(F2, 32, 64, 34));
         // 16 columns: 8 tiles, half a unit.
-        assert!(!suits(64, 16, 16));
-        assert!(suits(64, 373, 373));
-        // The first layer (one input channel) and single rows stay on the direct kernel.
-        assert!(!suits(1, 64, 64));
-        assert!(!suits(32, 1, 64));
+        assert!(!suits(F2, 64, 16, 16));
+        assert!(suits(F2, 64, 373, 373));
+        // F4: 94 columns are 24 tiles in two units (25 % empty), 66 are 17 in two.
+        assert!(suits(F4, 64, 94, 94));
+        assert!(!suits(F4, 64, 94, 66));
+        // The first layer (one input channel) and planes shorter than a tile stay on the direct
+        // kernel.
+        assert!(!suits(F2, 1, 64, 64));
+        assert!(!suits(F2, 32, 1, 64));
+        assert!(!suits(F4, 32, 3, 64));
     }
 }
