@@ -1099,19 +1099,6 @@ fn pooled(h: usize, w: usize) -> (usize, usize) {
     (h.saturating_sub(2) / 2 + 1, w.saturating_sub(2) / 2 + 1)
 }
 
-/// Position (in the plane) of the first largest value of the 2 × 2 window at `(y, x)`, and the
-/// value.
-fn window_max(src: &[f32], w: usize, y: usize, x: usize) -> (usize, f32) {
-    let mut best = (y * w + x, src[y * w + x]);
-    for i in [y * w + x + 1, (y + 1) * w + x, (y + 1) * w + x + 1] {
-        // `>`: ties keep the first, NaN propagates as max_pool2d does not promise anything else.
-        if src[i] > best.1 {
-            best = (i, src[i]);
-        }
-    }
-    best
-}
-
 /// One plane of MaxBlurPool: `dst[oy, ox] = Σ_(i, j) BLUR[i]·BLUR[j]·m[2oy + i − 1, 2ox + j − 1]`
 /// with `m` the 2 × 2 maxima (zero outside); the blur applied down the rows, then along them.
 /// Every element of `dst` (`pooled(h, w)`) is written.
@@ -1160,9 +1147,38 @@ fn max_blur_plane_backward(src: &[f32], h: usize, w: usize, g: &[f32], dst: &mut
             }
         }
     }
+    // Each window's gradient goes to the first largest value of its window (`>` over top left,
+    // top right, bottom left, bottom right: ties keep the first; a NaN wins only in the top left,
+    // `max_pool2d` promising nothing else): per row of windows, the shares of
+    // the four corners (one of them the gradient, the others 0) in one vectorised pass, then each
+    // value's shares added in the order of its windows, (y − 1, x − 1), (y − 1, x), (y, x − 1),
+    // (y, x): the same sums as routing window by window.
+    let mut shares = vec![0.0f32; 4 * mw];
+    let (sa, rest) = shares.split_at_mut(mw);
+    let (sb, rest) = rest.split_at_mut(mw);
+    let (sc, sd) = rest.split_at_mut(mw);
     for y in 0..mh {
+        let (r0, r1, gy) = (&src[y * w..(y + 1) * w], &src[(y + 1) * w..(y + 2) * w], &gm[y * mw..(y + 1) * mw]);
         for x in 0..mw {
-            dst[window_max(src, w, y, x).0] += gm[y * mw + x];
+            let (a, b, c, d) = (r0[x], r0[x + 1], r1[x], r1[x + 1]);
+            let pb = b > a;
+            let best = if pb { b } else { a };
+            let pc = c > best;
+            let pd = d > if pc { c } else { best };
+            let v = gy[x];
+            sd[x] = if pd { v } else { 0.0 };
+            sc[x] = if pc && !pd { v } else { 0.0 };
+            sb[x] = if pb && !pc && !pd { v } else { 0.0 };
+            sa[x] = if pb || pc || pd { 0.0 } else { v };
+        }
+        let (top, bottom) = dst[y * w..(y + 2) * w].split_at_mut(w);
+        // Row y: the windows above it added theirs first (as row y + 1 of the previous pass).
+        for (row, left, right) in [(top, &*sb, &*sa), (bottom, &*sd, &*sc)] {
+            row[0] += right[0];
+            for x in 1..mw {
+                row[x] = (row[x] + left[x - 1]) + right[x];
+            }
+            row[mw] += left[mw - 1];
         }
     }
 }
