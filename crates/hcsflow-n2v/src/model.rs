@@ -97,6 +97,11 @@ impl ConvBlock {
         let x = self.conv1.norm_relu(&self.norm1, x);
         self.conv2.norm_relu(&self.norm2, x)
     }
+
+    fn set_norm_momentum(&mut self, momentum: f64) {
+        self.norm1.momentum = momentum;
+        self.norm2.momentum = momentum;
+    }
 }
 
 /// The normalised 3 × 3 binomial kernel, `[channels, 1, 3, 3]`, made on the device from an
@@ -179,6 +184,14 @@ impl UNet {
             dec0: ConvBlock::new(4 * f, 2 * f, f, &mut rng, device),
             dec1: ConvBlock::new(f, f, f, &mut rng, device),
             head: Conv::new(f, 1, 1, &mut rng, device),
+        }
+    }
+
+    /// Sets the momentum of every batch norm's running statistics: a training-mode forward pass
+    /// updates them to `(1 − momentum)·running + momentum·batch`.
+    pub(crate) fn set_norm_momentum(&mut self, momentum: f64) {
+        for block in [&mut self.enc0, &mut self.enc1, &mut self.bottleneck, &mut self.dec0, &mut self.dec1] {
+            block.set_norm_momentum(momentum);
         }
     }
 

@@ -3,6 +3,7 @@
 use std::time::Instant;
 
 use burn::module::Module;
+use burn::nn::BatchNormConfig;
 use burn::optim::{AdamConfig, GradientsParams};
 use burn::tensor::{Device, Tensor, TensorData};
 use ndarray::ArrayView2;
@@ -23,7 +24,8 @@ pub struct TrainReport {
     pub steps: usize,
     /// Reads from the device during training: one per epoch.
     pub readbacks: usize,
-    /// Wall time of the loop, seconds (from the first step to the last epoch's read).
+    /// Wall time of training, seconds: from the first step to the end of the running
+    /// statistics' estimate.
     pub seconds: f64,
     /// Masked pixels per patch (a constant of the configuration).
     pub masks_per_patch: usize,
@@ -43,6 +45,24 @@ fn readback(sum: Tensor<1>, reads: &mut usize) -> Result<f64, N2vError> {
 pub fn masked_mse(prediction: Tensor<4>, target: Tensor<4>, mask: Tensor<4>) -> Tensor<1> {
     let count = mask.clone().sum().clamp_min(1.0);
     (prediction - target).square().mul(mask).sum().div(count)
+}
+
+/// Batch norm's running statistics estimated again with the final weights: the plain mean of
+/// the batch statistics of `cfg.norm_batches` forward passes over new batches (the steps after
+/// the last), through momentum `1/(k + 1)` for pass `k`; nothing with 0 batches. Training's
+/// exponential average (momentum 0.1) weighs the last ten steps' statistics, each of different
+/// weights than the final ones, and inference applies it to every pixel.
+fn estimate_norm_statistics(model: &mut UNet, masker: &Masker, cfg: &N2vConfig) {
+    if cfg.norm_batches == 0 {
+        return;
+    }
+    let momentum = BatchNormConfig::new(1).momentum;
+    for k in 0..cfg.norm_batches {
+        model.set_norm_momentum(1.0 / (k + 1) as f64);
+        let batch = masker.batch((cfg.total_steps() + k) as u64);
+        drop(model.forward(batch.input));
+    }
+    model.set_norm_momentum(momentum);
 }
 
 /// PyTorch's `ReduceLROnPlateau` in mode `min` (relative threshold 1e-4, no cooldown), stepped
@@ -77,7 +97,9 @@ impl Plateau {
 /// training runs on `device.autodiff()`, prediction on `device`).
 ///
 /// Normalises with the image's mean and standard deviation, draws `epochs × steps_per_epoch`
-/// batches of masked patches on the device and takes one Adam step per batch. An image smaller
+/// batches of masked patches on the device and takes one Adam step per batch, then estimates
+/// batch norm's running statistics again with the final weights (`cfg.norm_batches` more
+/// batches, forward only; included in [`TrainReport::seconds`]). An image smaller
 /// than a patch is mirrored up to the patch size. Deterministic: the same image, settings and
 /// backend give the same model.
 pub fn train(image: ArrayView2<f32>, cfg: &N2vConfig, device: &Device) -> Result<(Denoiser, TrainReport), N2vError> {
@@ -133,7 +155,68 @@ pub fn train(image: ArrayView2<f32>, cfg: &N2vConfig, device: &Device) -> Result
         report.learning_rates.push(lr);
         lr = plateau.step(mean, lr);
     }
+    estimate_norm_statistics(&mut model, &masker, cfg);
     report.seconds = start.elapsed().as_secs_f64();
     let model = model.valid();
     Ok((Denoiser::new(model, norm, cfg.clone(), device.clone()), report))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::SplitMix64;
+
+    /// The largest difference between the network in inference (running statistics) and in
+    /// training mode (the batch's statistics) on `input`, relative to the largest output. The
+    /// training-mode pass updates the running statistics, as any does.
+    fn inference_gap(model: &UNet, input: &Tensor<4>, device: &Device) -> f64 {
+        let plain = Tensor::<4>::from_data(input.to_data(), device);
+        let inference = model.clone().valid().forward(plain).into_data().try_to_vec::<f32>().unwrap();
+        let training = model.forward(input.clone()).into_data().try_to_vec::<f32>().unwrap();
+        let scale = training.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-6) as f64;
+        inference.iter().zip(&training).map(|(a, b)| (a - b).abs() as f64).fold(0.0, f64::max) / scale
+    }
+
+    #[test]
+    fn running_statistics_estimated_again_are_those_of_the_final_weights() {
+        let cfg = N2vConfig {
+            patch_size: 16,
+            batch_size: 4,
+            steps_per_epoch: 8,
+            epochs: 1,
+            features: 8,
+            norm_batches: 1,
+            ..N2vConfig::default()
+        };
+        let device = Device::flex();
+        let ad = device.clone().autodiff();
+        let (h, w) = (40, 36);
+        let mut rng = SplitMix64::new(5);
+        let values: Vec<f32> = (0..h * w).map(|_| (rng.next_f64() * 2.0 - 1.0) as f32).collect();
+        let masker = Masker::new(Tensor::from_data(TensorData::new(values, [h * w]), &ad), h, w, &cfg, &ad);
+        let mut model = UNet::new(cfg.features, cfg.seed, &ad);
+        let mut optim = AdamConfig::new().with_epsilon(1e-8).init();
+        for step in 0..cfg.total_steps() {
+            let batch = masker.batch(step as u64);
+            let loss = masked_mse(model.forward(batch.input), batch.target, batch.loss_mask);
+            let grads = GradientsParams::from_grads(loss.backward(), &model);
+            model = optim.step(cfg.learning_rate, model, grads);
+        }
+        // The batch the estimate uses with one batch: the step after the last.
+        let input = masker.batch(cfg.total_steps() as u64).input;
+        // Training's exponential average (8 steps of momentum 0.1 from mean 0, variance 1) is far
+        // from the final weights' statistics.
+        let before = inference_gap(&model.clone(), &input, &device);
+        estimate_norm_statistics(&mut model, &masker, &cfg);
+        let after = inference_gap(&model, &input, &device);
+        assert!(after < 1e-4, "inference vs training mode after the estimate: {after:e}");
+        assert!(before > 100.0 * after, "before the estimate {before:e}, after {after:e}");
+        // Without batches the running statistics stay as they are (a training-mode forward pass
+        // would move them).
+        let plain = Tensor::<4>::from_data(input.to_data(), &device);
+        let inference = |model: &UNet| model.clone().valid().forward(plain.clone()).into_data().try_to_vec::<f32>().unwrap();
+        let kept = inference(&model);
+        estimate_norm_statistics(&mut model, &masker, &N2vConfig { norm_batches: 0, ..cfg });
+        assert_eq!(inference(&model), kept);
+    }
 }
