@@ -42,17 +42,12 @@
 //! upsampling and batch norm + ReLU as single passes), checked against burn's own formulation of
 //! each layer (which the wgpu path runs) for values and gradients.
 //!
-//! **Measured** (`examples/bench_n2v.rs` on bench_n2v.py's 1024² pair, 200 steps of patch 64 ×
-//! batch 16, `flex`, on the shared 2-core AVX-512 machine at load 1.7–2.0, the process getting
-//! 1.7 cores): PSNR 22.00 → 36.85 dB (CAREamics' N2V2: 32.8 dB in its last measurement), 0.44
-//! s/step, 4.0 s to predict 1024² and 14.8 s for 2048², peak RSS 283 MiB. burn's own layers,
-//! run just before in the same conditions (10 steps): 1.34 s/step, 8.8 s, 37.7 s, 310 MiB.
-//! CAREamics: 0.32 s/step and 34 s for 2048² on the quiet machine, so prediction is 2.3× as
-//! fast and a training step still 1.4× slower, short of the targets (2× per step, 3× in
-//! prediction): half the time is now the gemms themselves (f32 AVX-512), the rest burn's
-//! element-wise operations, the optimiser and page faults of fresh allocations (glibc returns
-//! large blocks to the system: with `MALLOC_MMAP_THRESHOLD_`/`MALLOC_TRIM_THRESHOLD_` raised,
-//! 24 % less CPU per step).
+//! **Measured** (`examples/bench_n2v.rs` on bench_n2v.py's 1024² pair, 208 steps of patch 64 ×
+//! batch 16, `flex`, on the shared 2-core AVX-512 machine, 2026-11-28 at 70cfd4d, side by side
+//! with CAREamics 0.3.5 on torch 2.10): PSNR 22.00 → 35.19 dB (CAREamics 30.48; seeds 1–6 35.2–38.0
+//! against 30.5–34.5), 0.176 s per step (CAREamics 0.243), 0.63 s to predict 1024² and 2.54 s for
+//! 2048² (4.11 and 16.2), peak RSS 281 MiB (1.8 GiB). The README's benchmark section has the
+//! history and where the time goes.
 
 pub mod config;
 pub mod function;
