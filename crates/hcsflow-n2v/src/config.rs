@@ -40,9 +40,9 @@ pub struct N2vConfig {
     pub augment: bool,
     /// Batches of masked patches over which batch norm's running statistics are estimated
     /// again with the final weights after the last step (forward passes only, their plain
-    /// mean); 0 keeps the exponential average of the training steps, as CAREamics does. That
-    /// average mixes in statistics of earlier weights: on the benchmark pair it left outputs up
-    /// to 1.5× too bright after 208 steps (on both sides), 8 by default.
+    /// mean), 8 by default; 0 keeps the exponential average of the training steps, as CAREamics
+    /// does. That average mixes in statistics of earlier weights: on the benchmark pair it left
+    /// outputs up to 1.5× too bright after 208 steps, on both sides.
     pub norm_batches: usize,
     /// Features of the first U-Net level (CAREamics `num_channels_init`, 32).
     pub features: usize,

@@ -205,7 +205,7 @@ mod tests {
         let input = masker.batch(cfg.total_steps() as u64).input;
         // Training's exponential average (8 steps of momentum 0.1 from mean 0, variance 1) is far
         // from the final weights' statistics.
-        let before = inference_gap(&model.clone(), &input, &device);
+        let before = inference_gap(&model, &input, &device);
         estimate_norm_statistics(&model, &masker, &cfg);
         let after = inference_gap(&model, &input, &device);
         assert!(after < 1e-4, "inference vs training mode after the estimate: {after:e}");
