@@ -247,34 +247,16 @@ impl HostKernels for Flex {
         let [b, c, h, w] = dims4(&x);
         let x = x.to_contiguous();
         let (oh, ow) = pooled(h, w);
-        let write = |out: &mut [MaybeUninit<f32>]| {
-            if !out.is_empty() {
-                f32s(&x)
-                    .par_chunks_exact(h * w)
-                    .zip(out.par_chunks_exact_mut(oh * ow))
-                    .for_each(|(src, dst)| max_blur_plane(src, h, w, dst));
-            }
-        };
-        // SAFETY: `h, w ≥ 2` (MaxBlurPool's precondition): the `b·c` planes cover `out`, and
-        // `max_blur_plane` writes every element of each.
-        let out = unsafe { written(b * c * oh * ow, write) };
+        // SAFETY: `max_blur_plane` writes every element of each plane.
+        let out = unsafe { planes_written(f32s(&x), h * w, oh * ow, |_, src, dst| max_blur_plane(src, h, w, dst)) };
         tensor(out, [b, c, oh, ow])
     }
 
     fn upsample2(x: FlexTensor) -> FlexTensor {
         let [b, c, h, w] = dims4(&x);
         let x = x.to_contiguous();
-        let write = |out: &mut [MaybeUninit<f32>]| {
-            if !out.is_empty() {
-                f32s(&x)
-                    .par_chunks_exact(h * w)
-                    .zip(out.par_chunks_exact_mut(4 * h * w))
-                    .for_each(|(src, dst)| upsample_plane(src, h, w, dst));
-            }
-        };
-        // SAFETY: the `b·c` planes of `x` cover `out` (4 times their size), and `upsample_plane`
-        // writes every element of each.
-        let out = unsafe { written(b * c * 4 * h * w, write) };
+        // SAFETY: `upsample_plane` writes every element of each plane.
+        let out = unsafe { planes_written(f32s(&x), h * w, 4 * h * w, |_, src, dst| upsample_plane(src, h, w, dst)) };
         tensor(out, [b, c, 2 * h, 2 * w])
     }
 
@@ -316,20 +298,15 @@ fn mean_var(stats: &FlexTensor, c: usize) -> (Vec<f64>, Vec<f64>) {
 /// `relu(v·scale + shift)` for the values of `[B, C, plane]` planes, `(scale, shift)` of channel
 /// `ch` given by `of(ch)`.
 fn affine_relu_planes(x: &[f32], c: usize, plane: usize, of: impl Fn(usize) -> (f32, f32) + Sync) -> Vec<f32> {
-    let apply = |out: &mut [MaybeUninit<f32>]| {
-        x.par_chunks_exact(plane).zip(out.par_chunks_exact_mut(plane)).enumerate().for_each(|(i, (src, dst))| {
+    // SAFETY: every element of each plane is written.
+    unsafe {
+        planes_written(x, plane, plane, |i, src, dst| {
             let (scale, shift) = of(i % c);
             for (d, &v) in dst.iter_mut().zip(src) {
                 d.write((v * scale + shift).max(0.0));
             }
-        });
-    };
-    if plane == 0 {
-        return x.to_vec();
+        })
     }
-    // SAFETY: the planes of `x` (whose length is a multiple of `plane`) cover `out`, and every
-    // element of each is written.
-    unsafe { written(x.len(), apply) }
 }
 
 /// A vector of `n` values written by `write` without zeroing them first (activations are tens of
@@ -343,6 +320,29 @@ unsafe fn written(n: usize, write: impl FnOnce(&mut [MaybeUninit<f32>])) -> Vec<
     // SAFETY: the capacity is at least `n` and the caller promises all `n` are initialised.
     out.set_len(n);
     out
+}
+
+/// One plane of `dst_plane` values per plane of `src_plane` values of `src`, plane `i` written by
+/// `f(i, source plane i, its output plane)`, the planes shared out among rayon's threads; not
+/// zeroed first ([`written`]). Empty when either plane is.
+///
+/// # Safety
+/// `f` must initialise every element of the output plane it is given.
+unsafe fn planes_written(
+    src: &[f32],
+    src_plane: usize,
+    dst_plane: usize,
+    f: impl Fn(usize, &[f32], &mut [MaybeUninit<f32>]) + Sync,
+) -> Vec<f32> {
+    if src_plane == 0 || dst_plane == 0 {
+        return Vec::new();
+    }
+    let write = |out: &mut [MaybeUninit<f32>]| {
+        src.par_chunks_exact(src_plane).zip(out.par_chunks_exact_mut(dst_plane)).enumerate().for_each(|(i, (s, d))| f(i, s, d));
+    };
+    // SAFETY: the output planes, one per source plane, cover the `n` values, and the caller
+    // promises `f` writes every element of each.
+    written(src.len() / src_plane * dst_plane, write)
 }
 
 /// `dst` set to zero, as initialised values.
@@ -484,15 +484,13 @@ impl Backward<Flex, 1> for MaxBlurPoolGrad {
             let [b, c, h, w] = dims4(&x);
             let x = x.to_contiguous();
             let (oh, ow) = pooled(h, w);
-            let write = |dx: &mut [MaybeUninit<f32>]| {
-                f32s(&x)
-                    .par_chunks_exact(h * w)
-                    .zip(f32s(&grad).par_chunks_exact(oh * ow))
-                    .zip(dx.par_chunks_exact_mut(h * w))
-                    .for_each(|((src, g), dst)| max_blur_plane_backward(src, h, w, g, zeroed(dst)));
+            let g = f32s(&grad);
+            // SAFETY: each plane is zeroed.
+            let dx = unsafe {
+                planes_written(f32s(&x), h * w, h * w, |i, src, dst| {
+                    max_blur_plane_backward(src, h, w, &g[i * oh * ow..(i + 1) * oh * ow], zeroed(dst))
+                })
             };
-            // SAFETY: `h, w ≥ 2` (MaxBlurPool's precondition): the planes cover `dx`, each zeroed.
-            let dx = unsafe { written(b * c * h * w, write) };
             grads.register::<Flex>(node.id, tensor(dx, [b, c, h, w]));
         }
     }
@@ -510,17 +508,8 @@ impl Backward<Flex, 1> for UpsampleGrad {
         if let Some(node) = node_x {
             let [b, c, h2, w2] = dims4(&grad);
             let (h, w) = (h2 / 2, w2 / 2);
-            let write = |dx: &mut [MaybeUninit<f32>]| {
-                if h * w == 0 {
-                    return;
-                }
-                f32s(&grad)
-                    .par_chunks_exact(4 * h * w)
-                    .zip(dx.par_chunks_exact_mut(h * w))
-                    .for_each(|(g, dst)| upsample_plane_backward(g, h, w, zeroed(dst)));
-            };
-            // SAFETY: the gradient's planes (`b·c` of them) cover `dx`, each zeroed.
-            let dx = unsafe { written(b * c * h * w, write) };
+            // SAFETY: each plane is zeroed.
+            let dx = unsafe { planes_written(f32s(&grad), 4 * h * w, h * w, |_, g, dst| upsample_plane_backward(g, h, w, zeroed(dst))) };
             grads.register::<Flex>(node.id, tensor(dx, [b, c, h, w]));
         }
     }
@@ -581,26 +570,20 @@ impl Backward<Flex, 3> for BatchNormReluGrad {
             .unzip();
         if let Some(node) = node_x {
             let n = (b * plane) as f32;
-            let write = |dx: &mut [MaybeUninit<f32>]| {
-                if plane == 0 {
-                    return;
-                }
-                xs.par_chunks_exact(plane).zip(gs.par_chunks_exact(plane)).zip(dx.par_chunks_exact_mut(plane)).enumerate().for_each(
-                    |(i, ((src, g), dst))| {
-                        let ch = i % c;
-                        let (scale, shift) = affine.of(ch);
-                        let (m, inv) = (affine.mean[ch], affine.inv[ch]);
-                        let (db, dg) = (dbeta[ch] as f32, dgamma[ch] as f32);
-                        let k = gam[ch] * inv / n;
-                        for ((d, &v), &g) in dst.iter_mut().zip(src).zip(g) {
-                            let g = if v * scale + shift > 0.0 { g } else { 0.0 };
-                            d.write(k * (n * g - db - (v - m) * inv * dg));
-                        }
-                    },
-                );
+            // SAFETY: every element of each plane is written.
+            let dx = unsafe {
+                planes_written(xs, plane, plane, |i, src, dst| {
+                    let ch = i % c;
+                    let (scale, shift) = affine.of(ch);
+                    let (m, inv) = (affine.mean[ch], affine.inv[ch]);
+                    let (db, dg) = (dbeta[ch] as f32, dgamma[ch] as f32);
+                    let k = gam[ch] * inv / n;
+                    for ((d, &v), &g) in dst.iter_mut().zip(src).zip(&gs[i * plane..(i + 1) * plane]) {
+                        let g = if v * scale + shift > 0.0 { g } else { 0.0 };
+                        d.write(k * (n * g - db - (v - m) * inv * dg));
+                    }
+                })
             };
-            // SAFETY: the planes of `xs` (`b·c` of them) cover `dx`, every element written.
-            let dx = unsafe { written(b * c * plane, write) };
             grads.register::<Flex>(node.id, tensor(dx, [b, c, h, w]));
         }
         let vector = |v: Vec<f64>| {
