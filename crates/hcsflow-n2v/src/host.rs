@@ -886,7 +886,7 @@ fn conv_same(
     let image = |(src, dst): (&[f32], &mut [MaybeUninit<f32>])| {
         #[cfg(target_arch = "x86_64")]
         if let Some(transformed) = &transformed {
-            winograd::convolve(src, winograd::Tiles::new(variant, h, w), transformed, epilogue, dst, !parallel_images);
+            winograd::convolve(src, [h, w], transformed, epilogue, dst, !parallel_images);
             return;
         }
         #[cfg(target_arch = "x86_64")]

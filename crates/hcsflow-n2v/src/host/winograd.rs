@@ -140,8 +140,7 @@ impl Transformed {
 /// convolution's zero padding, and more rows and columns where `h` or `w` is not a multiple of
 /// `m`).
 #[derive(Clone, Copy)]
-pub(super) struct Tiles {
-    variant: Winograd,
+struct Tiles {
     h: usize,
     w: usize,
     units: usize,
@@ -150,10 +149,10 @@ pub(super) struct Tiles {
 }
 
 impl Tiles {
-    pub(super) fn new(variant: Winograd, h: usize, w: usize) -> Self {
+    fn new(variant: Winograd, h: usize, w: usize) -> Self {
         let m = variant.m();
         let units = w.div_ceil(m).div_ceil(16);
-        Self { variant, h, w, units, count: h.div_ceil(m) * units }
+        Self { h, w, units, count: h.div_ceil(m) * units }
     }
 }
 
@@ -167,14 +166,14 @@ unsafe impl Send for Output {}
 unsafe impl Sync for Output {}
 
 /// One image: `dst` `[o, h, w]` = `epilogue` applied to the zero-padded convolution of `input`
-/// `[r, h, w]` (`tiles` of `h × w`) with `weights`; every element of `dst` is written. With
-/// `parallel`, the blocks of units are shared out among rayon's threads.
+/// `[r, h, w]` with `weights` (in the tiles of their variant); every element of `dst` is written.
+/// With `parallel`, the blocks of units are shared out among rayon's threads.
 ///
 /// # Panics
 /// If the sizes are inconsistent or [`super::direct::available`] is false.
 pub(super) fn convolve(
     input: &[f32],
-    tiles: Tiles,
+    [h, w]: [usize; 2],
     weights: &Transformed,
     epilogue: &Epilogue,
     dst: &mut [MaybeUninit<f32>],
@@ -182,8 +181,9 @@ pub(super) fn convolve(
 ) {
     let (o, r, variant) = (weights.o, weights.r, weights.variant);
     assert!(super::direct::available(), "Winograd convolution without AVX-512");
-    let plane = tiles.h * tiles.w;
-    assert!(input.len() == r * plane && dst.len() == o * plane && tiles.variant == variant, "conv3x3: inconsistent sizes");
+    let tiles = Tiles::new(variant, h, w);
+    let plane = h * w;
+    assert!(input.len() == r * plane && dst.len() == o * plane, "conv3x3: inconsistent sizes");
     let xis = variant.xi();
     if dst.is_empty() {
         return;
@@ -772,7 +772,7 @@ mod tests {
                 for (variant, parallel) in [(Winograd::F2, false), (Winograd::F2, true), (Winograd::F4, false), (Winograd::F4, true)] {
                     let transformed = Transformed::new(&weights, o, r, taps, variant);
                     let mut out = vec![MaybeUninit::new(f32::NAN); o * h * w];
-                    convolve(&input, Tiles::new(variant, h, w), &transformed, epilogue, &mut out, parallel);
+                    convolve(&input, [h, w], &transformed, epilogue, &mut out, parallel);
                     for (i, (v, want)) in out.iter().zip(&want).enumerate() {
                         // SAFETY: initialised (to NaN, which the comparison would catch) above.
                         let (got, want) = unsafe { (v.assume_init(), want.assume_init()) };
