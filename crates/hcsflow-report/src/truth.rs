@@ -78,6 +78,10 @@ pub struct QualityFacts {
     pub row: QualityRow,
     /// [`Better::as_str`].
     pub better_text: &'static str,
+    /// The input, output and truth values as [`significant`] writes them ("—" for none).
+    pub input_text: String,
+    pub output_text: String,
+    pub truth_text: String,
     pub improved: Option<bool>,
 }
 
@@ -91,7 +95,29 @@ pub fn read_quality(out: &Path) -> Result<Vec<QualityFacts>, String> {
         Err(e) => return Err(format!("{}: {e}", path.display())),
     };
     let rows: Vec<QualityRow> = serde_json::from_slice(&bytes).map_err(|e| format!("{}: not a quality table ({e})", path.display()))?;
-    Ok(rows.into_iter().map(|row| QualityFacts { better_text: row.better.as_str(), improved: row.improved(), row }).collect())
+    let text = |v: Option<f64>| v.map_or_else(|| "—".to_string(), significant);
+    Ok(rows
+        .into_iter()
+        .map(|row| QualityFacts {
+            better_text: row.better.as_str(),
+            improved: row.improved(),
+            input_text: text(row.input),
+            output_text: text(Some(row.output)),
+            truth_text: text(row.truth),
+            row,
+        })
+        .collect())
+}
+
+/// `value` with 4 significant digits in plain notation (`0.0001684`, `6.241`, `30.80`, `232.0`):
+/// the measures of the table span six orders of magnitude, so a fixed number of decimals shows
+/// the small ones as 0.
+pub fn significant(value: f64) -> String {
+    if !value.is_finite() || value == 0.0 {
+        return format!("{value}");
+    }
+    let decimals = (3 - value.abs().log10().floor() as i64).clamp(0, 12) as usize;
+    format!("{value:.decimals$}")
 }
 
 #[cfg(test)]
@@ -124,6 +150,24 @@ mod tests {
     }
 
     #[test]
+    fn values_keep_four_significant_digits() {
+        let cases = [
+            (0.000168412, "0.0001684"),
+            (0.0028157, "0.002816"),
+            (6.2412, "6.241"),
+            (30.8003, "30.80"),
+            (-1.5, "-1.500"),
+            (232.0, "232.0"),
+            (12345.6, "12346"),
+            (0.0, "0"),
+            (f64::INFINITY, "inf"),
+        ];
+        for (value, text) in cases {
+            assert_eq!(significant(value), text, "{value}");
+        }
+    }
+
+    #[test]
     fn the_table_round_trips_and_bad_files_are_named() {
         let dir = tempfile::tempdir().unwrap();
         assert!(read_quality(dir.path()).unwrap().is_empty());
@@ -133,6 +177,8 @@ mod tests {
         assert_eq!(read.iter().map(|f| f.row.clone()).collect::<Vec<_>>(), rows);
         assert_eq!(read[0].improved, Some(true));
         assert_eq!(read[0].better_text, "closer to the truth");
+        assert_eq!([&read[0].input_text, &read[0].output_text, &read[0].truth_text], ["6.240", "4.400", "0"]);
+        assert_eq!([&read[1].input_text, &read[1].truth_text], ["—", "—"]);
         std::fs::write(dir.path().join(QUALITY_JSON_NAME), b"{\"step\": 1}").unwrap();
         let e = read_quality(dir.path()).unwrap_err();
         assert!(e.contains(QUALITY_JSON_NAME) && e.contains("not a quality table"), "{e}");
