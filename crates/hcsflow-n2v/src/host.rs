@@ -82,6 +82,9 @@ pub trait HostKernels: Backend {
     ) -> FloatTensor<Self>;
     /// The per-channel mean and biased variance of `x` `[B, C, H, W]`, `[2, C]`.
     fn batch_stats(x: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// The value of rank `rank` (0-based, in ascending order) of each row of `values` `[N, K]`
+    /// (`rank < K`, no NaN), `[N]`; not differentiated.
+    fn row_rank(values: FloatTensor<Self>, rank: usize) -> FloatTensor<Self>;
     /// `relu((conv3x3(x) + bias)·scale + shift)` per output channel: a convolution followed by
     /// batch norm in inference and ReLU, in one pass over the output. Composed of
     /// [`HostKernels::conv3x3`] and [`HostKernels::affine_relu`] by default.
@@ -175,6 +178,14 @@ pub fn conv3x3_norm_relu(x: Tensor<4>, weight: Tensor<4>, bias: Tensor<1>, norm:
         ));
     }
     batch_norm_relu(norm, conv3x3(x, weight, bias))
+}
+
+/// The value of rank `rank` (0-based, ascending) of each row of `values` `[N, K]`, `[N]`, through
+/// this module's kernel ([`HostKernels::row_rank`]: a selection per row) on `flex`; `None` on
+/// other backends or for `rank ≥ K`.
+pub fn row_rank(values: Tensor<2>, rank: usize) -> Option<Tensor<1>> {
+    let on_flex = matches!(values.device().inner().as_dispatch(), DispatchDevice::Flex(_)) && values.dtype() == DType::F32;
+    (on_flex && rank < values.dims()[1]).then(|| Tensor::from_dispatch(<Dispatch as HostKernels>::row_rank(values.into_dispatch(), rank)))
 }
 
 /// MaxBlurPool: this module's kernel where it [`applies`] and the planes are at least 2 × 2,
@@ -275,6 +286,21 @@ impl HostKernels for Flex {
         let (sc, sh) = (f32s(&scale), f32s(&shift));
         let out = affine_relu_planes(f32s(&x), c, h * w, |ch| (sc[ch], sh[ch]));
         tensor(out, [b, c, h, w])
+    }
+
+    fn row_rank(values: FlexTensor, rank: usize) -> FlexTensor {
+        let (n, k) = (values.shape()[0], values.shape()[1]);
+        let values = values.to_contiguous();
+        assert!(rank < k, "row_rank: rank {rank} of rows of {k}");
+        let mut row = vec![0.0f32; k];
+        let picked: Vec<f32> = f32s(&values)
+            .chunks_exact(k)
+            .map(|r| {
+                row.copy_from_slice(r);
+                *row.select_nth_unstable_by(rank, f32::total_cmp).1
+            })
+            .collect();
+        FlexTensor::new(Bytes::from_elems(picked), Layout::contiguous(Shape::from(vec![n])), DType::F32)
     }
 
     fn batch_stats(x: FlexTensor) -> FlexTensor {
@@ -634,6 +660,11 @@ impl<C: CheckpointStrategy> HostKernels for Autodiff<Flex, C> {
         // A new leaf: the statistics are not differentiated (the running averages use them
         // detached; the gradient through them is part of `batch_norm_relu`'s).
         FloatTensor::<Self>::new(<Flex as HostKernels>::batch_stats(x.into_primitive()))
+    }
+
+    fn row_rank(values: FloatTensor<Self>, rank: usize) -> FloatTensor<Self> {
+        // A new leaf, as `batch_stats`: masking's medians are not differentiated.
+        FloatTensor::<Self>::new(<Flex as HostKernels>::row_rank(values.into_primitive(), rank))
     }
 
     fn max_blur_pool(x: FloatTensor<Self>) -> FloatTensor<Self> {

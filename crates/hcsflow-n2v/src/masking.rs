@@ -2,8 +2,9 @@
 //! N2V2's stratified blind-spot masking with median replacement.
 //!
 //! Everything here has fixed shapes and runs on the device: patch origins, augmentations and
-//! mask positions come from [`DeviceRandom`], the medians from a rank count (no sort, which GPU
-//! backends would run on the host), and nothing is read back.
+//! mask positions come from [`DeviceRandom`], the medians from a selection per row on `flex` and
+//! from a rank count on GPU backends (no sort, which they would run on the host), and nothing is
+//! read back.
 //!
 //! Masking, as CAREamics' `median_manipulate` with these differences (all to keep shapes fixed
 //! and the blind spot exact):
@@ -178,14 +179,27 @@ impl Masker {
     }
 }
 
-/// The lower median of each row of `values` (`[N, 1, K]`) without the one entry per row where
-/// `excluded` is true: the value of rank `(K − 2) / 2` among the other `K − 1`, found by counting
-/// (fixed shapes, no sort). Returns `[N]`.
+/// The lower median of each row of `values` (`[N, 1, K]`, K ≥ 2, finite) without the one entry
+/// per row where `excluded` is true: the value of rank `(K − 2) / 2` among the other `K − 1`.
+/// The excluded entry becomes the largest value (`f32::MAX`), so it never has that rank; the
+/// rank is then found by a selection per row on `flex` ([`crate::host::row_rank`]), by
+/// [`rank_by_counting`] elsewhere. Returns `[N]`.
 pub fn lower_median_excluding(values: Tensor<3>, excluded: Tensor<3, Bool>) -> Tensor<1> {
     let [n, _, k] = values.dims();
-    let rank = ((k - 2) / 2) as i64;
-    // The excluded entry becomes the largest value: it never has rank (K − 2) / 2 < K − 1.
+    let rank = (k - 2) / 2;
     let v = values.mask_fill(excluded, f32::MAX);
+    match crate::host::row_rank(v.clone().reshape([n, k]), rank) {
+        Some(median) => median,
+        None => rank_by_counting(v, rank),
+    }
+}
+
+/// The value of rank `rank` of each row of `v` (`[N, 1, K]`), found by counting (fixed shapes,
+/// no sort, so GPU backends need nothing from the host): what [`lower_median_excluding`] runs
+/// where the host kernel does not apply. Returns `[N]`.
+pub fn rank_by_counting(v: Tensor<3>, rank: usize) -> Tensor<1> {
+    let [n, _, k] = v.dims();
+    let rank = rank as i64;
     let column = v.clone().reshape([n, k, 1]);
     let less = v.clone().lower(column.clone()).int().sum_dim(2);
     let less_or_equal = v.lower_equal(column.clone()).int().sum_dim(2);

@@ -4,7 +4,7 @@
 //! changed pixels.
 
 use burn::tensor::{Bool, Device, Int, Tensor, TensorData};
-use hcsflow_n2v::masking::{lower_median_excluding, Masker};
+use hcsflow_n2v::masking::{lower_median_excluding, rank_by_counting, Masker};
 use hcsflow_n2v::rng::{bits31_host, DeviceRandom, SplitMix64};
 use hcsflow_n2v::N2vConfig;
 
@@ -109,6 +109,26 @@ fn the_rank_count_median_is_the_lower_median_without_the_excluded_entry() {
     let got = floats(lower_median_excluding(v, m));
     for (r, g) in rows.iter().zip(got) {
         assert_eq!(g, median_without(&r.0, r.1), "{r:?}");
+    }
+}
+
+#[test]
+fn the_host_selection_and_the_rank_count_pick_the_same_medians() {
+    // Masking's shape (16 patches × 9 masks, 11 × 11 windows), values with many ties, on the
+    // autodiff device training uses; the same values as the rank count's, bit for bit.
+    for dev in [Device::flex(), Device::flex().autodiff()] {
+        let (n, k) = (144, 121);
+        let mut rng = SplitMix64::new(7);
+        let values: Vec<f32> = (0..n * k).map(|_| (rng.next_f64() * 20.0).floor() as f32 - 7.5).collect();
+        let mask: Vec<bool> = (0..n * k).map(|i| i % k == (i / k) % k).collect();
+        let v = Tensor::<3>::from_data(TensorData::new(values.clone(), [n, 1, k]), &dev);
+        let m = Tensor::<3, Bool>::from_data(TensorData::new(mask, [n, 1, k]), &dev);
+        let selected = floats(lower_median_excluding(v.clone(), m.clone()));
+        let counted = floats(rank_by_counting(v.mask_fill(m, f32::MAX), (k - 2) / 2));
+        assert_eq!(selected, counted);
+        for (r, (row, &got)) in values.chunks_exact(k).zip(&selected).enumerate() {
+            assert_eq!(got, median_without(row, r % k));
+        }
     }
 }
 
