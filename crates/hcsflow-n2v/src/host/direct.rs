@@ -60,7 +60,7 @@ impl Packed {
     pub(super) fn new(weights: &[f32], o: usize, r: usize, taps: Taps) -> Self {
         let blocks = o.div_ceil(C);
         let mut values = vec![0.0f32; blocks * r * 9 * C];
-        for (block, packed) in values.chunks_exact_mut(r * 9 * C).enumerate() {
+        values.par_chunks_exact_mut(r * 9 * C).enumerate().for_each(|(block, packed)| {
             for (i, v) in packed.iter_mut().enumerate() {
                 let (k, t, c) = (i % C, (i / C) % 9, i / (9 * C));
                 let out = block * C + k;
@@ -69,7 +69,7 @@ impl Packed {
                     *v = weights[tap + out * taps.row_stride + c * taps.red_stride];
                 }
             }
-        }
+        });
         Self { values, o, r }
     }
 

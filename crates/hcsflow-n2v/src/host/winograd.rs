@@ -110,20 +110,26 @@ impl Transformed {
         let (g, xi) = (variant.g(), variant.xi());
         let n = g.len();
         let mut values = vec![0.0f32; o.div_ceil(C) * xi * r * C];
-        for out in 0..o {
-            for c in 0..r {
-                let tap = |t: usize| weights[if taps.flip { 8 - t } else { t } + out * taps.row_stride + c * taps.red_stride] as f64;
-                // G g (n × 3), then (G g) Gᵀ (n × n), in f64.
-                let gg: Vec<[f64; 3]> =
-                    g.iter().map(|row| std::array::from_fn(|kx| (0..3).map(|ky| row[ky] * tap(3 * ky + kx)).sum())).collect();
-                for (i, left) in gg.iter().enumerate() {
-                    for (j, right) in g.iter().enumerate() {
-                        let u: f64 = (0..3).map(|kx| left[kx] * right[kx]).sum();
-                        values[(((out / C) * xi + i * n + j) * r + c) * C + out % C] = u as f32;
+        // One output-channel block per task: `[ξ][r][C]`.
+        values.par_chunks_exact_mut(xi * r * C).enumerate().for_each(|(block, values)| {
+            for k in 0..C.min(o - block * C) {
+                let out = block * C + k;
+                for c in 0..r {
+                    let tap = |t: usize| weights[if taps.flip { 8 - t } else { t } + out * taps.row_stride + c * taps.red_stride] as f64;
+                    // G g (n × 3), then (G g) Gᵀ (n × n), in f64.
+                    let mut gg = [[0.0f64; 3]; 6];
+                    for (row, left) in g.iter().zip(gg.iter_mut()) {
+                        *left = std::array::from_fn(|kx| (0..3).map(|ky| row[ky] * tap(3 * ky + kx)).sum());
+                    }
+                    for (i, left) in gg[..n].iter().enumerate() {
+                        for (j, right) in g.iter().enumerate() {
+                            let u: f64 = (0..3).map(|kx| left[kx] * right[kx]).sum();
+                            values[((i * n + j) * r + c) * C + k] = u as f32;
+                        }
                     }
                 }
             }
-        }
+        });
         Self { values, variant, o, r }
     }
 
