@@ -24,7 +24,7 @@ N2V_ARGS: Mapping[str, Any] = {"epochs": 2, "steps_per_epoch": 100, "patch_size"
 
 #: Richardson–Lucy: 4 iterations of a 3D Gaussian PSF (σ_xy 2.5 px, σ_z 0.6
 #: planes), the demo plate's optics.
-RL_ARGS: Mapping[str, Any] = {"iterations": 4, "sigma_xy": 2.5, "sigma_z": 0.6}
+RL_ARGS: Mapping[str, Any] = {"iterations": 4, "sigma_xy": 2.5, "sigma_z": 0.6, "negative": "clip"}
 
 
 def mega_flex(n2v: Mapping[str, Any] = N2V_ARGS, richardson_lucy: Mapping[str, Any] = RL_ARGS) -> Pipeline:

@@ -16,7 +16,10 @@
 //! periodic one; `acceleration` turns on Biggs–Andrews; `epsilon` floors the
 //! blurred estimate before dividing; `method` chooses FFTs or direct
 //! separable convolution (the same result; `auto` picks the faster). The
-//! image must be non-negative: nothing is subtracted or clipped.
+//! image must be non-negative: nothing is subtracted, and values below 0 are
+//! an error unless `negative = "clip"` asks to set them to 0 first (the
+//! step's notes then say how many there were and the lowest); NaN and
+//! infinities are an error either way.
 
 use std::path::Path;
 
@@ -39,6 +42,7 @@ hcsflow_core::function_args! {
         acceleration: bool = bool(false, "Biggs–Andrews acceleration (two more volume buffers)"),
         epsilon: f64 = float(1e-12, Some(0.0), None, "floor of the blurred estimate before dividing"),
         method: String = choice("auto", &["auto", "fft", "separable"], "auto: direct 1D convolutions for a separable PSF (any Gaussian), else FFTs"),
+        negative: String = choice("error", &["error", "clip"], "values below 0: error (refused, the first named), or clip (set to 0 first, and counted in the step's notes: a denoiser's output can dip below 0 where the background is near 0)"),
     }
 }
 
@@ -172,7 +176,17 @@ pub fn richardson_lucy(stack: &Stack, args: &RichardsonLucyArgs, context: &mut C
     let psf = args
         .psf(context.stack.pixel_size_um)
         .map_err(|p| FunctionError::invalid(name, format!("{}: {}; {}", hcsflow_core::blamed(p.arg), p.problem, p.fix)))?;
-    let image = stack.to_f32();
+    let mut image = stack.to_f32();
+    if args.negative == "clip" {
+        let (mut count, mut lowest) = (0usize, 0.0f32);
+        for v in image.iter_mut().filter(|v| **v < 0.0) {
+            (count, lowest) = (count + 1, lowest.min(*v));
+            *v = 0.0;
+        }
+        if count > 0 {
+            context.note(format!("negative = \"clip\": {count} values below 0 set to 0 (the lowest {lowest})"));
+        }
+    }
     let plan = Plan::new(stack.shape(), &psf, &args.params()).map_err(|e| FunctionError::invalid(name, e.to_string()))?;
     context.note(format!("{} (PSF {}, {:?})", plan.describe(), psf.origin(), psf.shape()));
     let out = plan.run(image.view()).map_err(|e| FunctionError::invalid(name, e.to_string()))?;

@@ -11,11 +11,11 @@ REPO = Path(__file__).resolve().parents[3]
 TOML = REPO / "examples" / "mega_flex.toml"
 
 #: A short N2V2 training of a small network (the example's takes minutes). Six steps leave it
-#: untrained: with its batch norm statistics estimated again for the final weights its output dips
-#: below 0, which Richardson–Lucy refuses, so it keeps training's running averages (this test
-#: compares the two front ends, not the denoising).
+#: untrained: its output dips below 0 in places, which the example's Richardson–Lucy clips
+#: (``negative = "clip"``) and counts in the well's notes (this test compares the two front ends,
+#: not the denoising).
 QUICK_N2V = {"epochs": 2, "steps_per_epoch": 3, "patch_size": 16, "batch_size": 4, "features": 4,
-             "tile_size": 64, "tile_overlap": 16, "norm_batches": 0, "seed": 1}
+             "tile_size": 64, "tile_overlap": 16, "seed": 1}
 
 
 def example():
@@ -67,5 +67,8 @@ def test_the_python_pipeline_writes_what_the_toml_pipeline_writes(tmp_path):
                       for f in sorted((tmp_path / name).rglob("*.tif"))}
     assert len(runs["python"]) >= 4 * 2 * 5 * 2, sorted(runs["python"])  # corrected + denoised + ... per plane
     assert runs["python"].keys() == runs["toml"].keys()
+    for name in runs:
+        manifest = (tmp_path / name / "run_manifest.json").read_text()
+        assert "values below 0 set to 0" in manifest, name
     for path, data in runs["python"].items():
         assert data == runs["toml"][path], path

@@ -1,8 +1,9 @@
 //! richardson_lucy through the registry: each PSF source gives the library's
 //! result, and the argument errors a user meets are named before any pixel.
 
-use hcsflow_core::{Conversions, DType, Device, Registry, Stack};
+use hcsflow_core::{CallContext, Conversions, DType, Device, FunctionArgs, Registry, Stack};
 use hcsflow_decon::{Boundary, Optics, Psf, RlParams};
+use hcsflow_ops::decon::{richardson_lucy, RichardsonLucyArgs};
 use hcsflow_testkit::{call, random_stack};
 use hcsflow_tiff::{write_stack, WriteOptions};
 
@@ -72,8 +73,25 @@ fn argument_errors_name_the_argument_and_the_fix() {
     // negative pixels (f32 input): refused, never clipped
     let mut a = stack.to_f32();
     a[[1, 2, 3]] = -4.0;
-    let e = run(&registry, &["sigma_xy=1"], &Stack::from(a)).unwrap_err();
+    let e = run(&registry, &["sigma_xy=1"], &Stack::from(a.clone())).unwrap_err();
     assert!(e.contains("non-negative") && e.contains("-4"), "{e}");
+    // ... unless asked: then as the stack clipped at 0 by hand.
+    a[[2, 0, 0]] = -0.5;
+    let clipped = run(&registry, &["sigma_xy=1", "negative=clip"], &Stack::from(a.clone())).unwrap().to_f32();
+    let by_hand = run(&registry, &["sigma_xy=1"], &Stack::from(a.mapv(|v| v.max(0.0)))).unwrap().to_f32();
+    assert_eq!(clipped, by_hand);
+    // ... and said in the step's notes.
+    let texts = ["sigma_xy=1".to_string(), "negative=clip".to_string()];
+    let args = RichardsonLucyArgs::from_args(&registry.get("richardson_lucy").unwrap().parse_args(&texts).unwrap());
+    let mut context = CallContext::default();
+    richardson_lucy(&Stack::from(a.clone()), &args, &mut context).unwrap();
+    assert!(context.notes().iter().any(|n| n.contains("2 values below 0 set to 0 (the lowest -4)")), "{:?}", context.notes());
+    // NaN is not a value below 0: still refused.
+    a[[0, 1, 1]] = f32::NAN;
+    let e = run(&registry, &["sigma_xy=1", "negative=clip"], &Stack::from(a)).unwrap_err();
+    assert!(e.contains("NaN"), "{e}");
+    let e = run(&registry, &["sigma_xy=1", "negative=zero"], &stack).unwrap_err();
+    assert!(e.contains("negative") && e.contains("error, clip"), "{e}");
 }
 
 #[test]
