@@ -1,7 +1,10 @@
 //! The U-Net's layers on the host, forward and backward, written for `flex` as a burn backend
-//! extension: the 3 × 3 convolutions (stride 1, zero padding 1, bias), MaxBlurPool and the
-//! bilinear ×2 upsampling. Same arithmetic as the burn formulations in [`crate::model`], which
-//! other backends (wgpu) keep and the tests compare with.
+//! extension: the 3 × 3 convolutions (stride 1, zero padding 1, bias), the 1 × 1 head, batch
+//! norm with ReLU, MaxBlurPool and the bilinear ×2 upsampling; and masking's medians
+//! ([`HostKernels::row_rank`]). Same arithmetic as the burn formulations in [`crate::model`] and
+//! [`crate::masking`], which other backends (wgpu) keep and the tests compare with. burn `flex`
+//! runs many of its operations (the 1 × 1 convolution, reductions) on the calling thread alone;
+//! these share their work out among rayon's threads.
 //!
 //! **Convolution.**
 //! burn `flex` 0.22.1 convolves by im2col + gemm and has no backward of its own: burn's defaults
@@ -65,6 +68,8 @@ mod winograd;
 pub trait HostKernels: Backend {
     /// `x` `[B, Ci, H, W]`, `weight` `[Co, Ci, 3, 3]`, `bias` `[Co]` → `[B, Co, H, W]`.
     fn conv3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self>;
+    /// `x` `[B, Ci, H, W]`, `weight` `[Co, Ci, 1, 1]`, `bias` `[Co]` → `[B, Co, H, W]`.
+    fn conv1x1(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self>;
     /// MaxBlurPool, `[B, C, H, W]` → `[B, C, H/2, W/2]` (`H`, `W` ≥ 2).
     fn max_blur_pool(x: FloatTensor<Self>) -> FloatTensor<Self>;
     /// Bilinear ×2 upsampling with half-pixel centres, `[B, C, H, W]` → `[B, C, 2H, 2W]`.
@@ -223,6 +228,16 @@ pub fn conv3x3(x: Tensor<4>, weight: Tensor<4>, bias: Tensor<1>) -> Tensor<4> {
     }
 }
 
+/// A 1 × 1 convolution with bias (the U-Net's head): this module's kernel where it [`applies`],
+/// burn's `conv2d` otherwise.
+pub fn conv1x1(x: Tensor<4>, weight: Tensor<4>, bias: Tensor<1>) -> Tensor<4> {
+    if applies(&x) && weight.dims()[2..] == [1, 1] {
+        Tensor::from_dispatch(<Dispatch as HostKernels>::conv1x1(x.into_dispatch(), weight.into_dispatch(), bias.into_dispatch()))
+    } else {
+        conv2d(x, weight, Some(bias), ConvOptions::new([1, 1], [0, 0], [1, 1], 1))
+    }
+}
+
 fn is_f32(tensors: &[&FlexTensor]) -> bool {
     tensors.iter().all(|t| t.dtype() == DType::F32)
 }
@@ -252,6 +267,16 @@ impl HostKernels for Flex {
         let epilogue = Epilogue { bias: Some(f32s(&bias)), affine: Some((f32s(&scale), f32s(&shift))) };
         let out = conv_same(f32s(&x), [b, ci, h, w], co, f32s(&weight), forward_taps(ci), &epilogue, Winograd::F4);
         tensor(out, [b, co, h, w])
+    }
+
+    fn conv1x1(x: FlexTensor, weight: FlexTensor, bias: FlexTensor) -> FlexTensor {
+        if !is_f32(&[&x, &weight, &bias]) {
+            return <Flex as ModuleOps<Flex>>::conv2d(x, weight, Some(bias), ConvOptions::new([1, 1], [0, 0], [1, 1], 1));
+        }
+        let [b, ci, h, w] = dims4(&x);
+        let co = weight.shape()[0];
+        let (x, weight, bias) = (x.to_contiguous(), weight.to_contiguous(), bias.to_contiguous());
+        tensor(pointwise(f32s(&x), [ci, h * w], f32s(&weight), Some(f32s(&bias))), [b, co, h, w])
     }
 
     fn max_blur_pool(x: FlexTensor) -> FlexTensor {
@@ -437,11 +462,6 @@ impl Affine {
     }
 }
 
-/// The host forward pass, for the autodiff node.
-fn forward(x: FlexTensor, weight: FlexTensor, bias: FlexTensor) -> FlexTensor {
-    <Flex as HostKernels>::conv3x3(x, weight, bias)
-}
-
 #[derive(Debug)]
 struct Conv3x3Grad;
 
@@ -494,6 +514,88 @@ impl Backward<Flex, 3> for Conv3x3Grad {
             grads.register::<Flex>(node.id, bias_grad(&grad, [b, co, h, w]));
         }
     }
+}
+
+#[derive(Debug)]
+struct Conv1x1Grad;
+
+impl Backward<Flex, 3> for Conv1x1Grad {
+    type State = (NodeId, NodeId);
+
+    fn backward(self, ops: Ops<Self::State, 3>, grads: &mut Gradients, checkpointer: &mut Checkpointer) {
+        let [node_x, node_w, node_b] = ops.parents;
+        let grad = grads.consume::<Flex>(&ops.node).to_contiguous();
+        let (x_id, w_id) = ops.state;
+        let x: FlexTensor = checkpointer.retrieve_node_output::<FlexTensor>(x_id).to_contiguous();
+        let weight: FlexTensor = checkpointer.retrieve_node_output::<FlexTensor>(w_id).to_contiguous();
+        // Reached only through `conv1x1`, which checked for f32.
+        let [b, ci, h, w] = dims4(&x);
+        let co = weight.shape()[0];
+        let (xs, ws, gs) = (f32s(&x), f32s(&weight), f32s(&grad));
+        if let Some(node) = node_x {
+            // dx[c] = Σ_o w[o, c] · g[o]: the same kernel with the weights transposed.
+            let transposed: Vec<f32> = (0..ci * co).map(|i| ws[(i % co) * ci + i / co]).collect();
+            grads.register::<Flex>(node.id, tensor(pointwise(gs, [co, h * w], &transposed, None), [b, ci, h, w]));
+        }
+        if let Some(node) = node_w {
+            grads.register::<Flex>(node.id, tensor(pointwise_weight_grad(xs, gs, [b, ci, h * w], co), [co, ci, 1, 1]));
+        }
+        if let Some(node) = node_b {
+            grads.register::<Flex>(node.id, bias_grad(&grad, [b, co, h, w]));
+        }
+    }
+}
+
+/// `out[b, o, p] = bias[o] + Σ_c weight[o, c] · x[b, c, p]` for `x` `[B, C, P]` (`[c, p]` given)
+/// and `weight` `[O, C]`, as `[B, O, P]`: one image per task, the pixels in blocks that stay in
+/// L1 while the channels are summed into them.
+fn pointwise(x: &[f32], [c, p]: [usize; 2], weight: &[f32], bias: Option<&[f32]>) -> Vec<f32> {
+    const BLOCK: usize = 1024;
+    let o = weight.len().checked_div(c).unwrap_or(0);
+    assert!(weight.len() == o * c && bias.is_none_or(|b| b.len() == o), "conv1x1: inconsistent sizes");
+    // SAFETY: every element of each image's `o` output planes is written (each block of each).
+    unsafe {
+        planes_written(x, c * p, o * p, |_, src, dst| {
+            let mut acc = [0.0f32; BLOCK];
+            for (k, out) in dst.chunks_exact_mut(p).enumerate() {
+                for start in (0..p).step_by(BLOCK) {
+                    let len = BLOCK.min(p - start);
+                    let acc = &mut acc[..len];
+                    acc.fill(bias.map_or(0.0, |b| b[k]));
+                    for (ch, &wv) in weight[k * c..(k + 1) * c].iter().enumerate() {
+                        for (a, &v) in acc.iter_mut().zip(&src[ch * p + start..][..len]) {
+                            *a += wv * v;
+                        }
+                    }
+                    for (d, &a) in out[start..start + len].iter_mut().zip(acc.iter()) {
+                        d.write(a);
+                    }
+                }
+            }
+        })
+    }
+}
+
+/// `dw[o, c] = Σ_b Σ_p g[b, o, p] · x[b, c, p]` for `x` `[B, C, P]` and `g` `[B, O, P]`, as
+/// `[O, C]`: each image's sums in f32 lanes on its own task, the images added in f64.
+fn pointwise_weight_grad(x: &[f32], g: &[f32], [b, c, p]: [usize; 3], o: usize) -> Vec<f32> {
+    assert!(x.len() == b * c * p && g.len() == b * o * p, "conv1x1: inconsistent sizes");
+    let dot = |a: &[f32], z: &[f32]| {
+        let mut lanes = [0.0f32; 16];
+        let (ca, cz) = (a.chunks_exact(16), z.chunks_exact(16));
+        let rest: f64 = ca.remainder().iter().zip(cz.remainder()).map(|(&u, &v)| (u * v) as f64).sum();
+        for (u, v) in ca.zip(cz) {
+            for l in 0..16 {
+                lanes[l] += u[l] * v[l];
+            }
+        }
+        rest + lanes.iter().map(|&v| v as f64).sum::<f64>()
+    };
+    let per_image: Vec<Vec<f64>> = (0..b)
+        .into_par_iter()
+        .map(|i| (0..o * c).map(|k| dot(&g[(i * o + k / c) * p..][..p], &x[(i * c + k % c) * p..][..p])).collect())
+        .collect();
+    (0..o * c).map(|k| per_image.iter().map(|v| v[k]).sum::<f64>() as f32).collect()
 }
 
 #[derive(Debug)]
@@ -667,6 +769,10 @@ impl<C: CheckpointStrategy> HostKernels for Autodiff<Flex, C> {
         FloatTensor::<Self>::new(<Flex as HostKernels>::row_rank(values.into_primitive(), rank))
     }
 
+    fn conv1x1(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
+        tracked_conv::<C, _>(Conv1x1Grad, [x, weight, bias], <Flex as HostKernels>::conv1x1)
+    }
+
     fn max_blur_pool(x: FloatTensor<Self>) -> FloatTensor<Self> {
         match MaxBlurPoolGrad.prepare::<C>([x.node()]).compute_bound().stateful() {
             OpsKind::Tracked(mut prep) => {
@@ -685,14 +791,23 @@ impl<C: CheckpointStrategy> HostKernels for Autodiff<Flex, C> {
     }
 
     fn conv3x3(x: FloatTensor<Self>, weight: FloatTensor<Self>, bias: FloatTensor<Self>) -> FloatTensor<Self> {
-        match Conv3x3Grad.prepare::<C>([x.node(), weight.node(), bias.node()]).compute_bound().stateful() {
-            OpsKind::Tracked(mut prep) => {
-                let x_id = prep.checkpoint(&x);
-                let w_id = prep.checkpoint(&weight);
-                prep.finish((x_id, w_id), forward(x.into_primitive(), weight.into_primitive(), bias.into_primitive()))
-            }
-            OpsKind::UnTracked(prep) => prep.finish(forward(x.into_primitive(), weight.into_primitive(), bias.into_primitive())),
+        tracked_conv::<C, _>(Conv3x3Grad, [x, weight, bias], <Flex as HostKernels>::conv3x3)
+    }
+}
+
+/// A convolution `forward(x, weight, bias)` on the autodiff device: `op`'s node, with `x` and the
+/// weights checkpointed for its backward when the graph tracks it.
+fn tracked_conv<C: CheckpointStrategy, G: Backward<Flex, 3, State = (NodeId, NodeId)>>(
+    op: G,
+    [x, weight, bias]: [FloatTensor<Autodiff<Flex, C>>; 3],
+    forward: fn(FlexTensor, FlexTensor, FlexTensor) -> FlexTensor,
+) -> FloatTensor<Autodiff<Flex, C>> {
+    match op.prepare::<C>([x.node(), weight.node(), bias.node()]).compute_bound().stateful() {
+        OpsKind::Tracked(mut prep) => {
+            let state = (prep.checkpoint(&x), prep.checkpoint(&weight));
+            prep.finish(state, forward(x.into_primitive(), weight.into_primitive(), bias.into_primitive()))
         }
+        OpsKind::UnTracked(prep) => prep.finish(forward(x.into_primitive(), weight.into_primitive(), bias.into_primitive())),
     }
 }
 

@@ -56,8 +56,10 @@ impl Conv {
     /// `[B, in, H, W]` → `[B, out, H, W]`.
     pub fn forward(&self, x: Tensor<4>) -> Tensor<4> {
         let p = self.padding;
-        if p == 1 {
-            return crate::host::conv3x3(x, self.weight.val(), self.bias.val());
+        match p {
+            1 => return crate::host::conv3x3(x, self.weight.val(), self.bias.val()),
+            0 => return crate::host::conv1x1(x, self.weight.val(), self.bias.val()),
+            _ => {}
         }
         conv2d(x, self.weight.val(), Some(self.bias.val()), ConvOptions::new([1, 1], [p, p], [1, 1], 1))
     }

@@ -9,7 +9,7 @@ use burn::tensor::module::conv2d;
 use burn::tensor::ops::ConvOptions;
 use burn::tensor::Gradients;
 use burn::tensor::{Device, Tensor, TensorData};
-use hcsflow_n2v::host::{applies, batch_norm_relu, conv3x3};
+use hcsflow_n2v::host::{applies, batch_norm_relu, conv1x1, conv3x3};
 use hcsflow_n2v::model::{max_blur_pool, max_blur_pool_composed, upsample, upsample_composed};
 use hcsflow_n2v::rng::SplitMix64;
 
@@ -48,36 +48,53 @@ fn loss(y: Tensor<4>, seed: u64) -> Tensor<1> {
     (y * r).sum()
 }
 
-#[test]
-fn conv3x3_matches_burn_conv2d_forward_and_backward() {
+/// A convolution of `x` `[b, ci, h, w]` with weights `[co, ci, k, k]` and a bias.
+type ConvLayer = fn(Tensor<4>, Tensor<4>, Tensor<1>) -> Tensor<4>;
+
+/// `ours` against burn's `conv2d` (zero padding `k / 2`) on `(b, ci, co, h, w)` shapes with
+/// `k × k` kernels: the output and the three gradients of a loss with random weights.
+fn matches_burn_conv2d(name: &str, ours: ConvLayer, k: usize, shapes: &[(usize, usize, usize, usize, usize)]) {
     let dev = Device::flex().autodiff();
-    assert!(applies(&Tensor::<4>::zeros([1, 1, 2, 2], &dev)));
-    // The last two shapes have enough channels and columns for the Winograd kernel, forward and
-    // for the input gradient, where the CPU has AVX-512.
-    for (b, ci, co, h, w) in [(2, 3, 4, 7, 5), (3, 1, 6, 8, 12), (1, 5, 2, 4, 4), (2, 8, 8, 16, 9), (2, 8, 12, 9, 32), (1, 16, 8, 11, 61)] {
-        let mut rng = SplitMix64::new((b * ci * co * h * w) as u64);
+    for &(b, ci, co, h, w) in shapes {
+        let mut rng = SplitMix64::new((b * ci * co * h * w * k) as u64);
         let xv = random(b * ci * h * w, &mut rng, 2.0);
-        let wv = random(co * ci * 9, &mut rng, 0.5);
+        let wv = random(co * ci * k * k, &mut rng, 0.5);
         let bv = random(co, &mut rng, 0.5);
-        let run = |ours: bool| {
+        let run = |mine: bool| {
             let x = tensor(xv.clone(), [b, ci, h, w], &dev).require_grad();
-            let wt = tensor(wv.clone(), [co, ci, 3, 3], &dev).require_grad();
+            let wt = tensor(wv.clone(), [co, ci, k, k], &dev).require_grad();
             let bt = tensor(bv.clone(), [co], &dev).require_grad();
-            let y = if ours {
-                conv3x3(x.clone(), wt.clone(), bt.clone())
+            let p = k / 2;
+            let y = if mine {
+                ours(x.clone(), wt.clone(), bt.clone())
             } else {
-                conv2d(x.clone(), wt.clone(), Some(bt.clone()), ConvOptions::new([1, 1], [1, 1], [1, 1], 1))
+                conv2d(x.clone(), wt.clone(), Some(bt.clone()), ConvOptions::new([1, 1], [p, p], [1, 1], 1))
             };
             let grads = loss(y.clone(), 7).backward();
             (values(y), grad(&x, &grads), grad(&wt, &grads), grad(&bt, &grads))
         };
-        let (ours, theirs) = (run(true), run(false));
-        let case = format!("{b}x{ci}->{co}x{h}x{w}");
-        close(&format!("conv {case} forward"), ours.0, theirs.0, 1e-5);
-        close(&format!("conv {case} dx"), ours.1, theirs.1, 1e-5);
-        close(&format!("conv {case} dw"), ours.2, theirs.2, 1e-4);
-        close(&format!("conv {case} db"), ours.3, theirs.3, 1e-4);
+        let (mine, theirs) = (run(true), run(false));
+        let case = format!("{name} {b}x{ci}->{co}x{h}x{w}");
+        close(&format!("{case} forward"), mine.0, theirs.0, 1e-5);
+        close(&format!("{case} dx"), mine.1, theirs.1, 1e-5);
+        close(&format!("{case} dw"), mine.2, theirs.2, 1e-4);
+        close(&format!("{case} db"), mine.3, theirs.3, 1e-4);
     }
+}
+
+#[test]
+fn conv3x3_matches_burn_conv2d_forward_and_backward() {
+    assert!(applies(&Tensor::<4>::zeros([1, 1, 2, 2], &Device::flex().autodiff())));
+    // The last two shapes have enough channels and columns for the Winograd kernel, forward and
+    // for the input gradient, where the CPU has AVX-512.
+    let shapes = [(2, 3, 4, 7, 5), (3, 1, 6, 8, 12), (1, 5, 2, 4, 4), (2, 8, 8, 16, 9), (2, 8, 12, 9, 32), (1, 16, 8, 11, 61)];
+    matches_burn_conv2d("conv3x3", conv3x3, 3, &shapes);
+}
+
+#[test]
+fn conv1x1_matches_burn_conv2d_forward_and_backward() {
+    // The U-Net's head (32 → 1 over a batch of 64² patches), more outputs, pixels past a block.
+    matches_burn_conv2d("conv1x1", conv1x1, 1, &[(4, 32, 1, 64, 64), (2, 3, 5, 7, 9), (1, 1, 1, 1, 1), (3, 8, 2, 40, 33)]);
 }
 
 #[test]

@@ -1,24 +1,22 @@
 //! The Mega Flex example end to end on a tiny synthetic plate (1 well, 3×3
 //! tiles of 128², 2 channels, 5 planes, read noise 40, optics blurring the
-//! in-focus plane by σ 2.5 px), with N2V trained briefly (150 steps of a small
+//! in-focus plane by σ 2.5 px), with N2V trained briefly (300 steps of a small
 //! network): each step measured against the plate's truth, with margins from
 //! the numbers measured on this plate (the run is deterministic: one worker,
 //! seeded N2V).
 //!
-//! Measured (input → output, 2026-11-28, N2V2 estimating its batch norm
-//! statistics again after training): flat-field mean relative error 6.24 →
-//! 5.61 % (DAPI), 6.24 → 5.68 % (GFP); PSNR of the in-focus plane vs the clean
-//! in-focus plane 27.29 → 30.80 dB (DAPI), 21.29 → 28.16 dB (GFP); after
-//! Richardson–Lucy (4 iterations) PSNR of the max-Z tile vs the unblurred
-//! truth 30.51 → 31.59 dB (DAPI), 27.89 → 27.92 dB (GFP); its sharpness
-//! (`mega_flex::sharpness`) 0.001642 → 0.002275 (truth 0.003057) on DAPI,
-//! 0.0002430 → 0.0002472 (truth 0.0002406) on GFP; RMS tile position error
-//! 1.68 px (stage) → 1.39 px (registered); 65 nuclei counted, 63 true. (With
-//! training's running
-//! averages: N2V2 30.96 and 28.81 dB, Richardson–Lucy 29.98 → 31.50 and
-//! 28.19 → 28.59 dB. With the direct convolutions, whose rounding trained
-//! N2V2 along another path: DAPI 30.43 dB, Richardson–Lucy 30.83 → 31.56 and
-//! 28.24 → 28.47 dB.)
+//! Measured (input → output, 2026-11-28, the 1 × 1 head on the host kernel):
+//! flat-field mean relative error 6.24 → 5.61 % (DAPI), 6.24 → 5.68 % (GFP);
+//! PSNR of the in-focus plane vs the clean in-focus plane 27.29 → 30.24 dB
+//! (DAPI), 21.29 → 29.41 dB (GFP); after Richardson–Lucy (4 iterations) PSNR
+//! of the max-Z tile vs the unblurred truth 29.27 → 30.06 dB (DAPI), 28.26 →
+//! 28.46 dB (GFP); its sharpness (`mega_flex::sharpness`) 0.001642 → 0.002205
+//! (truth 0.003057) on DAPI, 0.0002423 → 0.0002733 (truth 0.0002406) on GFP;
+//! RMS tile position error 1.68 px (stage) → 1.39 px (registered); 65 nuclei
+//! counted, 63 true. With 150 steps, RL's gain on GFP was 0.03 dB with burn's
+//! head and −0.12 dB with the host kernel's rounding (N2V2 trained along
+//! another path): on this plate it is that close to 0, hence the longer
+//! training.
 //!
 //! Denoising must be trained well enough for deconvolution to gain: with 90
 //! steps of batch 8 the planes kept enough noise that 4 RL iterations first
@@ -42,7 +40,7 @@ use hcsflow::pipeline::PipelineSpec;
 /// small network (the example's realistic defaults take minutes here).
 const EXAMPLE_N2V_ARGS: &str = "epochs = 2, steps_per_epoch = 100, patch_size = 64, batch_size = 16, seed = 1";
 const TEST_N2V_ARGS: &str =
-    "epochs = 6, steps_per_epoch = 25, patch_size = 32, batch_size = 16, features = 8, tile_size = 128, tile_overlap = 32, seed = 1";
+    "epochs = 6, steps_per_epoch = 50, patch_size = 32, batch_size = 16, features = 8, tile_size = 128, tile_overlap = 32, seed = 1";
 
 fn row<'a>(rows: &'a [QualityRow], step: &str, channel: Option<u32>, measure: &str) -> &'a QualityRow {
     rows.iter()
@@ -90,9 +88,9 @@ fn mega_flex_improves_every_step_against_the_truth() {
         assert_eq!(flat.improved(), Some(true));
     }
     let dapi = row(&rows, "denoised", Some(1), "PSNR");
-    assert!(dapi.output > dapi.input.unwrap() + 2.0, "DAPI denoising gains 3.5 dB on this plate: {dapi:?}");
+    assert!(dapi.output > dapi.input.unwrap() + 2.0, "DAPI denoising gains 2.9 dB on this plate: {dapi:?}");
     let gfp = row(&rows, "denoised", Some(2), "PSNR");
-    assert!(gfp.output > gfp.input.unwrap() + 5.0, "GFP denoising gains 6.9 dB on this plate: {gfp:?}");
+    assert!(gfp.output > gfp.input.unwrap() + 5.0, "GFP denoising gains 8.1 dB on this plate: {gfp:?}");
     for c in [1, 2] {
         let sharp = row(&rows, "deconvolved", Some(c), "sharpness");
         if !noise_dominated(sharp) {
@@ -102,13 +100,12 @@ fn mega_flex_improves_every_step_against_the_truth() {
                 "channel {c}: deconvolution brings the tile's sharpness closer to the truth's: {sharp:?}"
             );
         }
-        // It gains 1.1 dB on DAPI here, 0.03 dB on GFP (0.4 dB before N2V2 estimated its batch
-        // norm statistics again; the 256² demo gains 2.5 and 2.2 dB).
+        // It gains 0.8 dB on DAPI here, 0.2 dB on GFP (the 256² demo gains 2.5 and 2.2 dB).
         let psnr = row(&rows, "deconvolved", Some(c), "PSNR");
         let margin = if c == 1 { 0.5 } else { 0.0 };
         assert!(
             psnr.output > psnr.input.unwrap() + margin,
-            "channel {c}: deconvolution gains 1.1 (DAPI) and 0.03 dB (GFP) against the truth: {psnr:?}"
+            "channel {c}: deconvolution gains 0.8 (DAPI) and 0.2 dB (GFP) against the truth: {psnr:?}"
         );
     }
     let positions = row(&rows, "positions", None, "RMS tile position error");
