@@ -30,7 +30,7 @@
 //!   CAREamics' behaviour). Training's exponential average mixes in statistics of earlier
 //!   weights: after bench_n2v.py's 208 steps it left outputs too bright by up to 1.5× on both
 //!   sides (the slope of the best affine fit of the truth to the output: 0.67 for our seed 3,
-//!   0.76 for CAREamics' seed 1), which cost up to 7 dB of PSNR; estimated again, seeds 1–6 give
+//!   0.76 for CAREamics' seed 1), which cost up to 7 dB of PSNR; estimated again, seeds 1–6 gave
 //!   35.2–38.0 dB where they gave 28.0–35.3 (CAREamics: 30.5–34.5).
 //!
 //! **Host–device synchronisation**: the training loop reads from the device in exactly one place,
@@ -38,16 +38,18 @@
 //! image (the blended canvas).
 //!
 //! **On the host** the U-Net's layers run as host kernels written for `flex` ([`host`]: 3 × 3
-//! convolutions as gemms on a padded copy without im2col, forward and backward; MaxBlurPool,
-//! upsampling and batch norm + ReLU as single passes), checked against burn's own formulation of
-//! each layer (which the wgpu path runs) for values and gradients.
+//! convolutions as Winograd or direct AVX-512 kernels, gemms on a padded copy elsewhere, forward
+//! and backward; the 1 × 1 head; MaxBlurPool, upsampling and batch norm + ReLU as single passes;
+//! masking's medians as a selection per row), checked against burn's own formulation of each
+//! (which the wgpu path runs) for values and gradients.
 //!
 //! **Measured** (`examples/bench_n2v.rs` on bench_n2v.py's 1024² pair, 208 steps of patch 64 ×
-//! batch 16, `flex`, on the shared 2-core AVX-512 machine, 2026-11-28 at 70cfd4d, side by side
-//! with CAREamics 0.3.5 on torch 2.10): PSNR 22.00 → 35.19 dB (CAREamics 30.48; seeds 1–6 35.2–38.0
-//! against 30.5–34.5), 0.176 s per step (CAREamics 0.243), 0.63 s to predict 1024² and 2.54 s for
-//! 2048² (4.11 and 16.2), peak RSS 281 MiB (1.8 GiB). The README's benchmark section has the
-//! history and where the time goes.
+//! batch 16, `flex`, on the shared 2-core AVX-512 machine, 2026-11-28 at ca47830, side by side
+//! with CAREamics 0.3.5 on torch 2.10): PSNR 22.00 → 34.62 dB (CAREamics 30.48; seeds 1–6 34.0–37.0
+//! against 30.5–34.5), 0.144 s per step (CAREamics 0.241), 0.58 s to predict 1024² and 2.38 s for
+//! 2048² (4.76 and 20.3), peak RSS 275 MiB (1.8 GiB). A seed's PSNR moves by up to 3 dB from one
+//! build's rounding to another's (each trains along another path). The README's benchmark section
+//! has the history and where the time goes.
 
 pub mod config;
 pub mod function;
