@@ -528,7 +528,8 @@ impl Backward<Flex, 3> for Conv1x1Grad {
         let (x_id, w_id) = ops.state;
         let x: FlexTensor = checkpointer.retrieve_node_output::<FlexTensor>(x_id).to_contiguous();
         let weight: FlexTensor = checkpointer.retrieve_node_output::<FlexTensor>(w_id).to_contiguous();
-        // Reached only through `conv1x1`, which checked for f32.
+        // Reached only through `conv1x1` on an f32 input (`applies`), with this crate's f32
+        // parameters.
         let [b, ci, h, w] = dims4(&x);
         let co = weight.shape()[0];
         let (xs, ws, gs) = (f32s(&x), f32s(&weight), f32s(&grad));
