@@ -114,7 +114,7 @@ pub trait HostKernels: Backend {
 
 /// Whether `x` runs through this module's kernels: an f32 tensor on `flex` (plain or autodiff).
 /// The functions below fall back to burn's formulation otherwise.
-pub fn applies(x: &Tensor<4>) -> bool {
+pub fn applies<const D: usize>(x: &Tensor<D>) -> bool {
     matches!(x.device().inner().as_dispatch(), DispatchDevice::Flex(_)) && x.dtype() == DType::F32
 }
 
@@ -189,8 +189,8 @@ pub fn conv3x3_norm_relu(x: Tensor<4>, weight: Tensor<4>, bias: Tensor<1>, norm:
 /// this module's kernel ([`HostKernels::row_rank`]: a selection per row) on `flex`; `None` on
 /// other backends or for `rank ≥ K`.
 pub fn row_rank(values: Tensor<2>, rank: usize) -> Option<Tensor<1>> {
-    let on_flex = matches!(values.device().inner().as_dispatch(), DispatchDevice::Flex(_)) && values.dtype() == DType::F32;
-    (on_flex && rank < values.dims()[1]).then(|| Tensor::from_dispatch(<Dispatch as HostKernels>::row_rank(values.into_dispatch(), rank)))
+    (applies(&values) && rank < values.dims()[1])
+        .then(|| Tensor::from_dispatch(<Dispatch as HostKernels>::row_rank(values.into_dispatch(), rank)))
 }
 
 /// MaxBlurPool: this module's kernel where it [`applies`] and the planes are at least 2 × 2,
